@@ -1,0 +1,273 @@
+"""Scalar numba kernels for IEEE binary32 arithmetic with NVIDIA's conventions.
+
+Every function here is a plain ``@njit`` scalar function on ``float32`` values, meant to be inlined into the
+vectorised loops of fa4num.fp, fa4num.ex2, fa4num.hw and fa4num.softmax. Rounding modes are small ints
+(RN=0, RZ=1, RM=2, RP=3: PTX's ``.rn .rz .rm .rp``); ``ftz`` mirrors PTX's ``.ftz`` qualifier.
+
+How a directed or fused result is rounded exactly: the exact result v of a+b, a*b or a*b+c with fp32 operands is
+held as an unevaluated float64 pair (s, e) with s = RN64(v) and e = v - s exactly (the product of two fp32 values
+is exact in float64; TwoSum gives e). Rounding s to odd at float64 precision (Boldo & Melquiond, IEEE TC 2008)
+and then to float32 with round-to-nearest-even gives RN32(v) without double rounding, because 53 >= 24 + 2; the
+directed modes step that result one ulp where it lies on the wrong side of v.
+
+NaN: every NaN an operation makes (NaN operands included) comes out as NVIDIA's canonical NaN, bits 0x7FFFFFFF.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+RN, RZ, RM, RP = 0, 1, 2, 3
+ROUNDING_MODES = {"rn": RN, "rz": RZ, "rm": RM, "rp": RP}
+
+CANONICAL_NAN_BITS = np.uint32(0x7FFFFFFF)
+_MIN_NORMAL = 2.0 ** -126
+# ftz rounding is done on the significand with an unbounded exponent: results are scaled into the normal range
+# by 2^_FTZ_SHIFT (exact in float64), rounded to 24 bits, and flushed if they land below 2^-126.
+_FTZ_SHIFT = 64
+_FTZ_UP = 2.0 ** _FTZ_SHIFT
+_FTZ_DOWN = 2.0 ** -_FTZ_SHIFT
+
+
+# --- bit casts and the hardware FMA, as LLVM intrinsics (numba has no scalar view) -------------------------
+@intrinsic
+def f32_to_u32(typingctx, x):
+    """Bits of a float32 (LLVM bitcast; no NaN canonicalisation, payload kept)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def u32_to_f32(typingctx, x):
+    """float32 with the given bits."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def f64_to_u64(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.uint64(types.float64), codegen
+
+
+@intrinsic
+def u64_to_f64(typingctx, x):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.uint64), codegen
+
+
+@intrinsic
+def fma_rn_f32(typingctx, a, b, c):
+    """llvm.fma.f32: a*b+c rounded once to nearest even, gradual underflow (x86 VFMADD, IEEE fusedMultiplyAdd)."""
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [f32], ir.FunctionType(f32, [f32, f32, f32]))
+        return builder.call(fn, args)
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+@njit(cache=True)
+def canonical_nan():
+    return u32_to_f32(CANONICAL_NAN_BITS)
+
+
+@njit(cache=True)
+def _nan_to_canonical(x):
+    if x != x:
+        return u32_to_f32(CANONICAL_NAN_BITS)
+    return x
+
+
+@njit(cache=True)
+def flush_subnormal(x):
+    """PTX .ftz on an input or a result: a subnormal becomes a zero of the same sign."""
+    if x != 0.0 and abs(x) < np.float32(_MIN_NORMAL):
+        return u32_to_f32(f32_to_u32(x) & np.uint32(0x80000000))
+    return x
+
+
+@njit(cache=True)
+def next_up(x):
+    """Smallest float32 above x (x finite or -inf)."""
+    b = f32_to_u32(x)
+    if x == 0.0:
+        return u32_to_f32(np.uint32(1))
+    if x > 0.0:
+        return u32_to_f32(b + np.uint32(1))
+    return u32_to_f32(b - np.uint32(1))
+
+
+@njit(cache=True)
+def next_down(x):
+    """Largest float32 below x (x finite or +inf)."""
+    b = f32_to_u32(x)
+    if x == 0.0:
+        return u32_to_f32(np.uint32(0x80000001))
+    if x > 0.0:
+        return u32_to_f32(b - np.uint32(1))
+    return u32_to_f32(b + np.uint32(1))
+
+
+@njit(cache=True)
+def round_pair(s, e, mode):
+    """float32 rounding of the exact value s + e (float64 pair, e = 0 or |e| <= ulp64(s)/2, s finite, nonzero)."""
+    if e != 0.0:
+        # round to odd at 53 bits: a float64 with an odd last bit is never a float32, and lies strictly
+        # between the same two float32 neighbours as s + e
+        sb = f64_to_u64(s)
+        if (sb & np.uint64(1)) == np.uint64(0):
+            if (e > 0.0) == (s > 0.0):
+                sb += np.uint64(1)
+            else:
+                sb -= np.uint64(1)
+            s = u64_to_f64(sb)
+    r = np.float32(s)  # fptrunc: round to nearest even, gradual underflow, overflow to inf
+    if mode == RN:
+        return r
+    r64 = np.float64(r)
+    if mode == RM or (mode == RZ and s > 0.0):
+        if r64 > s:
+            r = next_down(r)
+    else:  # RP, or RZ on a negative value
+        if r64 < s:
+            r = next_up(r)
+    return r
+
+
+@njit(cache=True)
+def round_pair_ftz(s, e, mode):
+    """Like round_pair, but rounding to 24 bits with an unbounded exponent and flushing a result below 2^-126 to a
+    zero of the result's sign (PTX .ftz)."""
+    if abs(s) >= 2.0 * _MIN_NORMAL:
+        return round_pair(s, e, mode)
+    r = round_pair(s * _FTZ_UP, e * _FTZ_UP, mode)  # exact scaling: lands in the normal range
+    r64 = np.float64(r) * _FTZ_DOWN
+    if abs(r64) < _MIN_NORMAL:
+        return np.float32(0.0) if s > 0.0 else np.float32(-0.0)
+    return np.float32(r64)
+
+
+@njit(cache=True)
+def _finish(s, e, mode, ftz):
+    if ftz:
+        return round_pair_ftz(s, e, mode)
+    return round_pair(s, e, mode)
+
+
+@njit(cache=True)
+def _exact_zero(x_is_negzero, y_is_negzero, mode):
+    """Sign of an exact zero sum x + y (IEEE 754 §6.3): both -0 -> -0; a mixed or cancelled sum -> +0, except
+    -0 when rounding toward -inf."""
+    if x_is_negzero and y_is_negzero:
+        return np.float32(-0.0)
+    if mode == RM:
+        return np.float32(-0.0)
+    return np.float32(0.0)
+
+
+@njit(cache=True)
+def _signbit64(x):
+    return (f64_to_u64(x) >> np.uint64(63)) != np.uint64(0)
+
+
+@njit(cache=True)
+def f32_add(a, b, mode, ftz):
+    """PTX add{.rnd}{.ftz}.f32 (FADD)."""
+    if ftz:
+        a = flush_subnormal(a)
+        b = flush_subnormal(b)
+    elif mode == RN:
+        return _nan_to_canonical(a + b)  # native float32 add is IEEE RN with gradual underflow
+    x = np.float64(a)
+    y = np.float64(b)
+    s = x + y
+    if not np.isfinite(s):
+        return _nan_to_canonical(np.float32(s))
+    if s == 0.0:
+        if x == 0.0 and y == 0.0:
+            return _exact_zero(_signbit64(x), _signbit64(y), mode)
+        return _exact_zero(False, False, mode)
+    bp = s - x
+    e = (x - (s - bp)) + (y - bp)  # TwoSum: s + e == x + y exactly
+    return _finish(s, e, mode, ftz)
+
+
+@njit(cache=True)
+def f32_sub(a, b, mode, ftz):
+    """PTX sub{.rnd}{.ftz}.f32: a + (-b) (negation is exact)."""
+    return f32_add(a, -b, mode, ftz)
+
+
+@njit(cache=True)
+def f32_mul(a, b, mode, ftz):
+    """PTX mul{.rnd}{.ftz}.f32 (FMUL). The float64 product of two float32 values is exact."""
+    if ftz:
+        a = flush_subnormal(a)
+        b = flush_subnormal(b)
+    elif mode == RN:
+        return _nan_to_canonical(a * b)
+    p = np.float64(a) * np.float64(b)
+    if not np.isfinite(p):
+        return _nan_to_canonical(np.float32(p))
+    if p == 0.0:
+        return np.float32(p)
+    return _finish(p, 0.0, mode, ftz)
+
+
+@njit(cache=True)
+def f32_fma(a, b, c, mode, ftz):
+    """PTX fma{.rnd}{.ftz}.f32 (FFMA): a*b + c with one rounding."""
+    if ftz:
+        a = flush_subnormal(a)
+        b = flush_subnormal(b)
+        c = flush_subnormal(c)
+    elif mode == RN:
+        return _nan_to_canonical(fma_rn_f32(a, b, c))
+    p = np.float64(a) * np.float64(b)  # exact
+    z = np.float64(c)
+    s = p + z
+    if not np.isfinite(s):
+        return _nan_to_canonical(np.float32(s))
+    if s == 0.0:
+        if p == 0.0 and z == 0.0:
+            return _exact_zero(_signbit64(p), _signbit64(z), mode)
+        return _exact_zero(False, False, mode)
+    bp = s - p
+    e = (p - (s - bp)) + (z - bp)
+    return _finish(s, e, mode, ftz)
+
+
+@njit(cache=True)
+def f32_max(a, b, ftz):
+    """PTX max{.ftz}.f32 (FMNMX): a NaN operand is ignored; two NaNs give the canonical NaN; +0 > -0."""
+    if ftz:
+        a = flush_subnormal(a)
+        b = flush_subnormal(b)
+    if a != a:
+        return _nan_to_canonical(b)
+    if b != b:
+        return a
+    if a == b:  # equal values: only ±0 can differ, and max prefers +0
+        return b if (f32_to_u32(a) >> np.uint32(31)) != np.uint32(0) else a
+    return a if a > b else b
+
+
+@njit(cache=True)
+def f32_min(a, b, ftz):
+    """PTX min{.ftz}.f32 (FMNMX): a NaN operand is ignored; two NaNs give the canonical NaN; -0 < +0."""
+    if ftz:
+        a = flush_subnormal(a)
+        b = flush_subnormal(b)
+    if a != a:
+        return _nan_to_canonical(b)
+    if b != b:
+        return a
+    if a == b:
+        return a if (f32_to_u32(a) >> np.uint32(31)) != np.uint32(0) else b
+    return a if a < b else b

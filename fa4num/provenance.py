@@ -1,0 +1,69 @@
+"""Provenance records attached to every result fa4num writes (JSON, golden vectors, tables)."""
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+_PACKAGES = ("fa4num", "numpy", "numba", "ml_dtypes", "mpmath", "gmpy2", "python-flint", "scipy", "torch",
+             "triton", "flash-attn-4", "nvidia-cutlass-dsl")
+
+
+def code_revision(path: str | Path | None = None) -> str:
+    """Git revision of the fa4num checkout (suffix '+dirty' when it has uncommitted changes), or 'unknown'."""
+    root = Path(path) if path is not None else Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions(names=_PACKAGES) -> dict:
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def gpu_info() -> dict | None:
+    """Name, compute capability and driver of the first CUDA device, or None without one."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    info = {"name": torch.cuda.get_device_name(0),
+            "capability": "sm_%d%d" % torch.cuda.get_device_capability(0),
+            "cuda": torch.version.cuda}
+    try:
+        info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                        capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def provenance(**extra) -> dict:
+    """A dict saying what produced a result: date, code revision, host, packages, GPU (if any), plus `extra`."""
+    rec = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "code_revision": code_revision(),
+        "python": platform.python_version(),
+        "machine": f"{platform.system()} {platform.machine()} {platform.processor()}".strip(),
+        "packages": package_versions(),
+    }
+    gpu = gpu_info()
+    if gpu is not None:
+        rec["gpu"] = gpu
+    rec.update(extra)
+    return rec
