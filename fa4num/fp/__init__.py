@@ -1,0 +1,22 @@
+"""fa4num.fp: bit-exact IEEE binary32 / bf16 / fp16 / fp8 arithmetic on arrays, with NVIDIA's conventions.
+
+arith      add, sub, mul, fma (rounding "rn"/"rz"/"rm"/"rp", ftz), max, min; packed *_f32x2 forms
+convert    to_bf16 / to_fp16 / to_e4m3 / to_e5m2 (+ x2 packed forms) and back (from_*)
+ulp        ulp_distance, as_bits, from_bits
+reference  exp2_cr, log2_cr, rcp_cr: correctly rounded float32 / bfloat16 references
+_core      scalar numba kernels (f32_add, f32_fma, ... with RN/RZ/RM/RP ints) for use inside other njit code
+
+Every NaN an arithmetic operation makes has the bits 0x7FFFFFFF (NVIDIA's canonical NaN).
+"""
+from ._core import CANONICAL_NAN_BITS, RM, RN, RP, RZ, ROUNDING_MODES
+from .arith import add, add_f32x2, fma, fma_f32x2, max, min, mul, mul_f32x2, sub, sub_f32x2
+from .convert import (NAN_BITS, NAN_FROM_NARROW, from_bf16, from_bf16x2, from_e4m3, from_e4m3x2, from_e5m2,
+                      from_e5m2x2, from_fp16, from_fp16x2, to_bf16, to_bf16x2, to_e4m3, to_e4m3x2, to_e5m2,
+                      to_e5m2x2, to_fp16, to_fp16x2)
+from .ulp import NAN_DISTANCE, as_bits, from_bits, ulp_distance
+
+__all__ = ["add", "sub", "mul", "fma", "max", "min", "add_f32x2", "sub_f32x2", "mul_f32x2", "fma_f32x2",
+           "to_bf16", "to_fp16", "to_e4m3", "to_e5m2", "to_bf16x2", "to_fp16x2", "to_e4m3x2", "to_e5m2x2",
+           "from_bf16", "from_fp16", "from_e4m3", "from_e5m2", "from_bf16x2", "from_fp16x2", "from_e4m3x2",
+           "from_e5m2x2", "ulp_distance", "as_bits", "from_bits", "NAN_BITS", "NAN_FROM_NARROW", "NAN_DISTANCE",
+           "CANONICAL_NAN_BITS", "ROUNDING_MODES", "RN", "RZ", "RM", "RP"]

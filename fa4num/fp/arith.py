@@ -1,0 +1,129 @@
+"""Elementwise IEEE binary32 arithmetic with NVIDIA's conventions, on arrays.
+
+Each function mirrors one PTX instruction (SASS in brackets) and runs the scalar kernel of fa4num.fp._core in a
+numba parallel loop:
+
+    add(a, b)     add{.rnd}{.ftz}.f32   [FADD]        sub(a, b)   sub{.rnd}{.ftz}.f32   [FADD, b negated]
+    mul(a, b)     mul{.rnd}{.ftz}.f32   [FMUL]        fma(a,b,c)  fma{.rnd}{.ftz}.f32   [FFMA]
+    max(a, b)     max{.ftz}.f32         [FMNMX]       min(a, b)   min{.ftz}.f32         [FMNMX]
+
+``rounding`` is one of "rn", "rz", "rm", "rp" (PTX .rn/.rz/.rm/.rp); ``ftz=True`` adds .ftz (subnormal inputs
+and results become zeros of the same sign). Every NaN that an operation produces has the bits 0x7FFFFFFF.
+
+The packed forms add_f32x2, sub_f32x2, mul_f32x2 and fma_f32x2 mirror PTX add/sub/mul/fma{.rnd}{.ftz}.f32x2
+(sm_100+), which FA4's exp2 emulation uses (flash_attn/cute/utils.py, ``ex2_emulation_2`` and ``e2e_asm2``):
+each is two independent fp32 operations, one per 32-bit half of a .b64 register, with no interaction between
+the halves.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from . import _core
+from ._args import as_float32, check_ftz, check_rounding, flat_broadcast, tensor_device, wrap
+
+__all__ = ["add", "sub", "mul", "fma", "max", "min", "add_f32x2", "sub_f32x2", "mul_f32x2", "fma_f32x2"]
+
+
+# --- parallel loops over the scalar kernels (flat, contiguous float32 arrays) ------------------------------
+@njit(parallel=True, cache=True)
+def _add_loop(a, b, out, mode, ftz):
+    for i in prange(out.size):
+        out[i] = _core.f32_add(a[i], b[i], mode, ftz)
+
+
+@njit(parallel=True, cache=True)
+def _sub_loop(a, b, out, mode, ftz):
+    for i in prange(out.size):
+        out[i] = _core.f32_sub(a[i], b[i], mode, ftz)
+
+
+@njit(parallel=True, cache=True)
+def _mul_loop(a, b, out, mode, ftz):
+    for i in prange(out.size):
+        out[i] = _core.f32_mul(a[i], b[i], mode, ftz)
+
+
+@njit(parallel=True, cache=True)
+def _fma_loop(a, b, c, out, mode, ftz):
+    for i in prange(out.size):
+        out[i] = _core.f32_fma(a[i], b[i], c[i], mode, ftz)
+
+
+@njit(parallel=True, cache=True)
+def _max_loop(a, b, out, ftz):
+    for i in prange(out.size):
+        out[i] = _core.f32_max(a[i], b[i], ftz)
+
+
+@njit(parallel=True, cache=True)
+def _min_loop(a, b, out, ftz):
+    for i in prange(out.size):
+        out[i] = _core.f32_min(a[i], b[i], ftz)
+
+
+def _run(loop, names, operands, extra, pair=False):
+    device = tensor_device(*operands)
+    arrays = [as_float32(x, n) for x, n in zip(operands, names)]
+    shape, flats = flat_broadcast(*arrays)
+    if pair and (len(shape) == 0 or shape[-1] != 2):
+        raise ValueError(f"f32x2 operands ({', '.join(names)}) must broadcast to a shape ending in 2 "
+                         f"(the two halves of a .b64 register), got {shape}")
+    out = np.empty(flats[0].size, dtype=np.float32)
+    loop(*flats, out, *extra)
+    return wrap(out.reshape(shape), device)
+
+
+# --- public functions ---------------------------------------------------------------------------------------
+def add(a, b, *, rounding="rn", ftz=False):
+    """a + b rounded once, as PTX ``add{.rnd}{.ftz}.f32``. float32 arrays (or tensors) in, float32 out."""
+    return _run(_add_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)))
+
+
+def sub(a, b, *, rounding="rn", ftz=False):
+    """a - b rounded once, as PTX ``sub{.rnd}{.ftz}.f32``."""
+    return _run(_sub_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)))
+
+
+def mul(a, b, *, rounding="rn", ftz=False):
+    """a * b rounded once, as PTX ``mul{.rnd}{.ftz}.f32``."""
+    return _run(_mul_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)))
+
+
+def fma(a, b, c, *, rounding="rn", ftz=False):
+    """a * b + c with a single rounding, as PTX ``fma{.rnd}{.ftz}.f32``."""
+    return _run(_fma_loop, ("a", "b", "c"), (a, b, c), (check_rounding(rounding), check_ftz(ftz)))
+
+
+def max(a, b, *, ftz=False):  # noqa: A001 -- the PTX name
+    """PTX ``max{.ftz}.f32``: a NaN operand is ignored (the other is returned), two NaNs give 0x7FFFFFFF.
+    The ±0 rule is fa4num.fp._core.SIGNED_ZERO_ORDERED."""
+    return _run(_max_loop, ("a", "b"), (a, b), (check_ftz(ftz),))
+
+
+def min(a, b, *, ftz=False):  # noqa: A001 -- the PTX name
+    """PTX ``min{.ftz}.f32``: a NaN operand is ignored (the other is returned), two NaNs give 0x7FFFFFFF."""
+    return _run(_min_loop, ("a", "b"), (a, b), (check_ftz(ftz),))
+
+
+def add_f32x2(a, b, *, rounding="rn", ftz=False):
+    """PTX ``add{.rnd}{.ftz}.f32x2 d, a, b`` (sm_100+): operands of shape (..., 2), element [..., 0] is the low
+    32-bit half of the .b64 register (``mov.b64 r, {x, y}`` puts x there). Two independent fp32 adds."""
+    return _run(_add_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)), pair=True)
+
+
+def sub_f32x2(a, b, *, rounding="rn", ftz=False):
+    """PTX ``sub{.rnd}{.ftz}.f32x2`` (sm_100+): two independent fp32 subtractions, halves as in add_f32x2."""
+    return _run(_sub_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)), pair=True)
+
+
+def mul_f32x2(a, b, *, rounding="rn", ftz=False):
+    """PTX ``mul{.rnd}{.ftz}.f32x2`` (sm_100+): two independent fp32 products, halves as in add_f32x2."""
+    return _run(_mul_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)), pair=True)
+
+
+def fma_f32x2(a, b, c, *, rounding="rn", ftz=False):
+    """PTX ``fma{.rnd}{.ftz}.f32x2`` (sm_100+): two independent fused multiply-adds, halves as in add_f32x2.
+    FA4's Horner steps (``fma_packed_f32x2`` in flash_attn/cute/utils.py) use the .rn form."""
+    return _run(_fma_loop, ("a", "b", "c"), (a, b, c), (check_rounding(rounding), check_ftz(ftz)), pair=True)
