@@ -1,0 +1,215 @@
+"""Remez exchange in mpmath for a polynomial with some coefficients fixed (built into the basis).
+
+The approximant is p(x) = q(x) + sum_{k in free} c_k x^k, where q holds the fixed coefficients (FA4's
+p(0) = 1 is q = 1, free = 1..n). The error is e(x) = p(x)/f(x) - 1 (relative) or p(x) - f(x) (absolute).
+Each step solves p(x_i) - f(x_i) = (-1)^i E / w(x_i) at m+1 reference points (m = number of free
+coefficients, w = 1/f or 1), then moves the reference to the alternating extrema of the new error.
+When every free monomial vanishes at an endpoint (x^k, k >= 1, at x = 0) the error has a removable zero
+there that no choice of coefficients can move, so that endpoint never enters the reference -- this is
+exactly where Sollya's constrained fpminimax reports "degenerated system in a non Haar context".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mpmath
+
+from ._target import Target
+
+PREC = 128  # bits of working precision: 38 digits, far below any error a degree <= 8 fit can reach
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What to approximate: ``target`` on [a, b] by a degree-``degree`` polynomial, coefficients in
+    ``fixed`` ({power: value}) held, ``relative`` or absolute error."""
+    target: Target
+    a: object
+    b: object
+    degree: int
+    fixed: dict
+    relative: bool
+
+    @property
+    def free(self) -> list[int]:
+        return [k for k in range(self.degree + 1) if k not in self.fixed]
+
+    def full(self, free_coeffs) -> list:
+        """Coefficient list c0..cn with the fixed ones inserted."""
+        it = iter(free_coeffs)
+        return [mpmath.mpf(self.fixed[k]) if k in self.fixed else mpmath.mpf(next(it))
+                for k in range(self.degree + 1)]
+
+    def error(self, coeffs, x):
+        p = mpmath.mpf(0)
+        for c in reversed(coeffs):
+            p = p * x + c
+        fx = self.target.mp(x)
+        return p / fx - 1 if self.relative else p - fx
+
+    def degenerate_at(self, x) -> bool:
+        """All free monomials vanish at x: the error there does not depend on the free coefficients."""
+        return x == 0 and 0 not in self.free
+
+
+@dataclass(frozen=True)
+class RemezResult:
+    coeffs: list          # mpf, c0..cn
+    level: object         # |E| at the final reference (mpf)
+    max_error: object     # sup |e| found by the final extremum search (mpf)
+    extrema: list         # the alternating reference points (mpf)
+    zeros: list           # the zeros of the error between them: p interpolates f there
+    iterations: int
+
+
+def _initial_reference(prob: Problem, m: int) -> list:
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    lo_bad, hi_bad = prob.degenerate_at(a), prob.degenerate_at(b)
+    # Chebyshev extrema; shift by half a step away from an endpoint where the basis is degenerate.
+    if lo_bad and hi_bad:
+        ts = [(i + 0.5) / (m + 1) for i in range(m + 1)]
+    elif lo_bad:
+        ts = [(i + 1) / (m + 1) for i in range(m + 1)]
+    elif hi_bad:
+        ts = [i / (m + 1) for i in range(m + 1)]
+    else:
+        ts = [i / m for i in range(m + 1)] if m > 0 else [0.5]
+    return [a + (b - a) * (1 - mpmath.cos(mpmath.pi * t)) / 2 for t in ts]
+
+
+def _solve(prob: Problem, ref: list):
+    free = prob.free
+    m = len(free)
+    A = mpmath.matrix(m + 1, m + 1)
+    rhs = mpmath.matrix(m + 1, 1)
+    q = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
+    for i, x in enumerate(ref):
+        fx = prob.target.mp(x)
+        w = 1 / fx if prob.relative else mpmath.mpf(1)
+        for j, k in enumerate(free):
+            A[i, j] = x ** k * w
+        A[i, m] = (-1) ** i
+        qx = mpmath.polyval(q[::-1], x)
+        rhs[i] = (fx - qx) * w
+    sol = mpmath.lu_solve(A, rhs)
+    return prob.full([sol[j] for j in range(m)]), sol[m]
+
+
+def _golden_max(g, lo, hi, tol):
+    """Maximise g on [lo, hi] by golden-section search (g unimodal there)."""
+    invphi = (mpmath.sqrt(5) - 1) / 2
+    c, d = hi - invphi * (hi - lo), lo + invphi * (hi - lo)
+    gc, gd = g(c), g(d)
+    while hi - lo > tol:
+        if gc > gd:
+            hi, d, gd = d, c, gc
+            c = hi - invphi * (hi - lo)
+            gc = g(c)
+        else:
+            lo, c, gc = c, d, gd
+            d = lo + invphi * (hi - lo)
+            gd = g(d)
+    best = [(gc, c), (gd, d), (g(lo), lo), (g(hi), hi)]
+    return max(best)
+
+
+def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=()):
+    """Every local extremum of the error, one per sign segment: list of (x, e(x)) sorted by x.
+
+    A scan on ``points`` equispaced points (plus ``extra``) brackets each segment's peak; golden-section
+    search refines it to 1e-25 of the interval width (the peak value is then exact to ~1e-50 relative).
+    """
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    n = points or max(256, 64 * (prob.degree + 2))
+    xs = sorted(set([a + (b - a) * i / n for i in range(n + 1)] + [mpmath.mpf(x) for x in extra]))
+    es = [prob.error(coeffs, x) for x in xs]
+    # group the scan into maximal runs of one sign (exact zeros join the neighbouring run)
+    runs, cur, cur_sign = [], [], 0
+    for i, e in enumerate(es):
+        s = (e > 0) - (e < 0)
+        if s == 0:
+            continue
+        if cur_sign and s != cur_sign:
+            runs.append(cur)
+            cur = []
+        cur.append(i)
+        cur_sign = s
+    if cur:
+        runs.append(cur)
+    tol = (b - a) * mpmath.mpf(2) ** -83
+    out = []
+    for run in runs:
+        i = max(run, key=lambda j: abs(es[j]))
+        lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
+        sign = 1 if es[i] > 0 else -1
+        val, x = _golden_max(lambda t: sign * prob.error(coeffs, t), lo, hi, tol)
+        out.append((x, sign * val))
+    return out
+
+
+def sup_error(prob: Problem, coeffs, *, points: int | None = None, extra=()):
+    """(max |e|, argmax) over [a, b] by scan and refinement (not rigorous: see certify())."""
+    with mpmath.workprec(PREC):
+        coeffs = [mpmath.mpf(c) for c in coeffs]
+        ext = local_extrema(prob, coeffs, points=points, extra=extra)
+        x, e = max(ext, key=lambda t: abs(t[1]))
+        return abs(e), x
+
+
+def _pick_alternating(ext, m):
+    """m+1 consecutive extrema (signs alternate by construction) containing the largest one, the window
+    with the largest smallest peak."""
+    if len(ext) < m + 1:
+        raise RuntimeError(f"Remez: only {len(ext)} sign changes for {m} free coefficients (not a Haar system?)")
+    big = max(range(len(ext)), key=lambda i: abs(ext[i][1]))
+    windows = [ext[s:s + m + 1] for s in range(len(ext) - m) if s <= big < s + m + 1]
+    return max(windows, key=lambda w: min(abs(e) for _, e in w))
+
+
+def _zero(prob, coeffs, lo, hi):
+    """The sign change of the error in [lo, hi] (Illinois regula falsi)."""
+    flo, fhi = prob.error(coeffs, lo), prob.error(coeffs, hi)
+    side = 0
+    for _ in range(200):
+        x = (lo * fhi - hi * flo) / (fhi - flo)
+        fx = prob.error(coeffs, x)
+        if fx == 0 or hi - lo < abs(hi) * mpmath.mpf(2) ** -100:
+            return x
+        if (fx > 0) == (fhi > 0):
+            hi, fhi = x, fx
+            if side == 1:
+                flo /= 2
+            side = 1
+        else:
+            lo, flo = x, fx
+            if side == -1:
+                fhi /= 2
+            side = -1
+    return x
+
+
+def remez(prob: Problem, *, tol: float = 1e-12, maxiter: int = 60) -> RemezResult:
+    """Best approximation (minimax) of ``prob`` with real coefficients."""
+    m = len(prob.free)
+    if m == 0:
+        raise ValueError("fixed: every coefficient is fixed, nothing to fit")
+    with mpmath.workprec(PREC):
+        ref = _initial_reference(prob, m)
+        for it in range(1, maxiter + 1):
+            coeffs, level = _solve(prob, ref)
+            ext = local_extrema(prob, coeffs, extra=ref)
+            window = _pick_alternating(ext, m)
+            emax = max(abs(e) for _, e in ext)
+            emin = min(abs(e) for _, e in window)
+            ref = [x for x, _ in window]
+            if emax - emin <= tol * emax:
+                break
+        else:
+            raise RuntimeError(f"Remez did not level the error in {maxiter} iterations "
+                               f"(spread {float((emax - emin) / emax):.2e})")
+        coeffs, level = _solve(prob, ref)
+        ext = local_extrema(prob, coeffs, extra=ref)
+        emax = max(abs(e) for _, e in ext)
+        window = _pick_alternating(ext, m)
+        zeros = [_zero(prob, coeffs, window[i][0], window[i + 1][0]) for i in range(m)]
+        return RemezResult(coeffs, abs(level), emax, [x for x, _ in window], zeros, it)

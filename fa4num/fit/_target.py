@@ -1,0 +1,151 @@
+"""The function being approximated, evaluable in two arithmetics: mpmath (Remez, sup-norm search) and
+python-flint ball arithmetic (certified bounds).
+
+A target is given either as a string expression in ``x`` (like Sollya: ``"2^x"``, ``"exp(x)"``,
+``"log1p(x)/x"``) or as a Python callable. A string is evaluated in a namespace whose names map to mpmath
+functions or to flint ball methods, so the same text serves both arithmetics and the bound is always
+rigorous. A callable is called with mpmath numbers for the fit and with ``flint.arb_series`` for the
+certificate; if it cannot take a ball series (it calls ``math.exp``, say) the fit still works and the
+certificate is reported as unavailable.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import flint
+import mpmath
+
+_UNARY = ("exp", "log", "sqrt", "sin", "cos", "tan", "atan", "asin", "acos", "erf", "log1p", "expm1")
+
+
+def _ball_fn(name):
+    def fn(v):
+        if isinstance(v, (flint.arb, flint.arb_series)):
+            if name == "log1p":
+                return (v + 1).log()
+            if name == "expm1":
+                return v.exp() - 1
+            return getattr(v, name)()
+        return getattr(flint.arb(v), name)()
+    return fn
+
+
+def _mp_namespace():
+    ns = {name: getattr(mpmath, name) for name in _UNARY}
+    ns.update(pi=mpmath.pi, e=mpmath.e, ln2=mpmath.ln2, exp2=lambda v: mpmath.mpf(2) ** v,
+              log2=lambda v: mpmath.log(v, 2), abs=abs)
+    return ns
+
+
+def _ball_namespace():
+    ns = {name: _ball_fn(name) for name in _UNARY}
+    ns.update(pi=flint.arb.pi(), e=flint.arb(1).exp(), ln2=flint.arb.const_log2(),
+              exp2=lambda v: (v * flint.arb.const_log2()).exp(),
+              log2=lambda v: _ball_fn("log")(v) / flint.arb.const_log2(), abs=abs)
+    return ns
+
+
+@dataclass(frozen=True)
+class Target:
+    """A function f(x) with its two evaluators. ``name`` is how results and the registry show it."""
+    name: str
+    mp: Callable          # mpf -> mpf
+    ball: Callable | None  # flint.arb_series -> flint.arb_series (None: no certificate possible)
+
+
+def _compile(expr: str):
+    text = expr.replace("^", "**")
+    try:
+        code = compile(text, "<target>", "eval")
+    except SyntaxError as exc:
+        raise ValueError(f"f: cannot parse expression {expr!r}: {exc.msg}") from None
+    allowed = set(_mp_namespace()) | {"x"}
+    unknown = [n for n in code.co_names if n not in allowed]
+    if unknown:
+        raise ValueError(f"f: unknown name(s) {unknown} in {expr!r}; allowed: x, {sorted(allowed - {'x'})}")
+    mp_ns, ball_ns = _mp_namespace(), _ball_namespace()
+
+    def mp_eval(x):
+        return eval(code, {"__builtins__": {}}, dict(mp_ns, x=x))  # noqa: S307 -- names checked above
+
+    def ball_eval(x):
+        return eval(code, {"__builtins__": {}}, dict(ball_ns, x=x))  # noqa: S307
+
+    return mp_eval, ball_eval
+
+
+def make_target(f) -> Target:
+    """Wrap ``f`` (expression string or callable) as a :class:`Target`."""
+    if isinstance(f, Target):
+        return f
+    if isinstance(f, str):
+        mp_eval, ball_eval = _compile(f)
+        return Target(f, mp_eval, ball_eval)
+    if callable(f):
+        return Target(getattr(f, "__name__", repr(f)), f, f)
+    raise ValueError(f"f: expected an expression string or a callable, got {type(f).__name__}")
+
+
+EXP2 = make_target("2^x")
+
+
+def check_target(target: Target, a, b, *, relative: bool, samples: int = 257) -> None:
+    """Raise ValueError when f is not finite on [a, b] (a pole, a NaN) or, for relative error, has a zero.
+
+    Rigorous where the target takes balls: [a, b] is cut into pieces and a piece whose enclosure is not
+    finite (or contains 0 for relative error) is bisected; one that stays bad down to a width of 2^-40 of
+    the interval holds a pole or zero. Otherwise the check samples ``samples`` points with mpmath.
+    """
+    what = "a zero (relative error is undefined there)" if relative else "a pole or non-finite value"
+    with mpmath.workprec(80):
+        for i in range(samples):
+            x = mpmath.mpf(a) + (mpmath.mpf(b) - a) * i / (samples - 1)
+            try:
+                y = target.mp(x)
+            except (ZeroDivisionError, ValueError, OverflowError):
+                raise ValueError(f"f: {target.name} has a pole or non-finite value at x={float(x)!r} "
+                                 f"in interval [{a}, {b}]") from None
+            if not mpmath.isfinite(y) or (relative and y == 0):
+                raise ValueError(f"f: {target.name} has {what} at x={float(x)!r} in interval [{a}, {b}]")
+            if isinstance(y, mpmath.mpc):
+                raise ValueError(f"f: {target.name} is complex at x={float(x)!r} in interval [{a}, {b}]")
+    if target.ball is None or not _takes_balls(target):
+        return
+    old = flint.ctx.prec
+    flint.ctx.prec = 80
+    try:
+        width = (mpmath.mpf(b) - a)
+        stack = [(mpmath.mpf(a) + width * i / 64, mpmath.mpf(a) + width * (i + 1) / 64) for i in range(64)]
+        while stack:
+            lo, hi = stack.pop()
+            mid, rad = (lo + hi) / 2, (hi - lo) / 2
+            ball = to_arb(mid).union(to_arb(lo)).union(to_arb(hi))
+            try:
+                y = target.ball(flint.arb_series([ball], prec=1))[0]
+            except (ZeroDivisionError, ValueError):
+                y = flint.arb(0, math.inf)
+            finite = y.is_finite()
+            if not finite or (relative and y.contains(0)):
+                if hi - lo < width * 2.0 ** -40:
+                    kind = "a pole or non-finite value" if not finite else what
+                    raise ValueError(f"f: {target.name} has {kind} near x={float(mid)!r} "
+                                     f"in interval [{a}, {b}]")
+                stack += [(lo, mid), (mid, hi)]
+    finally:
+        flint.ctx.prec = old
+
+
+def to_arb(x) -> flint.arb:
+    """Exact conversion of an mpmath number or Python float to a flint ball of radius 0."""
+    man, exp = mpmath.mpf(x).man_exp
+    return flint.arb(flint.fmpz(int(man))) * flint.arb(2) ** int(exp)
+
+
+def _takes_balls(target: Target) -> bool:
+    try:
+        y = target.ball(flint.arb_series([flint.arb(0.5), 1], prec=2))
+    except Exception:  # noqa: BLE001 -- any failure means "cannot certify this callable"
+        return False
+    return isinstance(y, flint.arb_series)
