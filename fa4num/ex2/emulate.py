@@ -1,0 +1,245 @@
+"""FA4's software exp2, bit for bit: a Cody-Waite split on the FADD units plus a Horner polynomial on the FMA units.
+
+FA4 (flash_attn/cute/utils.py) computes 2^x for part of each softmax row without MUFU.EX2:
+
+    a = max(x, -127)                  # max.f32 vs 0fC2FE0000; a NaN x is ignored -> -127
+    r = add.rm(a, 0f4B400000)         # 1.5 * 2^23: the fp32 spacing there is 1, so r = 1.5*2^23 + floor(a)
+    t = sub.rn(r, 0f4B400000)         # floor(a), exactly
+    f = sub.rn(a, t)                  # fractional part in [0, 1] (rounds to 1.0 for tiny negative a)
+    p = c_d; p = fma.rn(p, f, c_k)    # Horner, one rounding per step (k = d-1 .. 0)
+    out.b32 = (r.b32 << 23) + p.b32   # shl.b32 + add.s32: the low bits of r hold floor(a)
+
+Its three forms differ only in where PTX's ``.ftz`` sits (see VARIANTS). Every step here is the exact fp32
+operation of fa4num.fp._core (round-to-odd exact rounding, NVIDIA's canonical NaN 0x7FFFFFFF, ftz as decided
+there), and the final add is integer arithmetic on the bits modulo 2^32, so inputs FA4 never feeds it
+(NaN, +-inf, x >= 128, subnormals) give what the GPU gives.
+
+Speed: ``_fast_steps`` computes the same bits with vectorisable native operations for the inputs where that is
+proven equal (a <= 2^22; with ftz arithmetic, every Horner value at least 2^-125 in magnitude) and reports the
+other inputs, which ``_exact_steps`` recomputes with the _core operations.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from fa4num.fp import _core
+from fa4num.fp._args import as_float32, tensor_device, wrap
+
+__all__ = ["POLY_EX2", "VARIANTS", "Variant", "fa4_emulated", "poly_coeffs", "resolve_variant"]
+
+# FA4's coefficient sets (utils.py POLY_EX2, from Sollya fpminimax of 2^x on [0, 1], relative error, fp32
+# coefficients, c0 fixed to 1). Written as fp32 bit patterns so that no decimal parsing is involved; c0 first.
+# Degree 0 in FA4 is the float 1.0, not a tuple, so ex2_emulation cannot use it; it is left out here.
+_POLY_EX2_BITS = {
+    1: (0x3F800000, 0x3F6C28C5),
+    2: (0x3F800000, 0x3F2A70E4, 0x3EA903CA),
+    3: (0x3F800000, 0x3F31F519, 0x3E6906A4, 0x3D9DF09D),
+    4: (0x3F800000, 0x3F316B3F, 0x3E77150E, 0x3D55EA42, 0x3C5C1E37),
+    5: (0x3F800000, 0x3F31725F, 0x3E75ED73, 0x3D6490D6, 0x3C13B1A6, 0x3AF4DB16),
+}
+POLY_EX2 = {d: tuple(float(v) for v in np.array(bits, dtype=np.uint32).view(np.float32))
+            for d, bits in _POLY_EX2_BITS.items()}
+
+# FA4's constants: 0fC2FE0000 (the clamp) and 0f4B400000 = 2^23 + 2^22 (the rounding shifter, fp32_round_int).
+CLAMP = np.float32(-127.0)
+SHIFTER = np.float32(12582912.0)
+# add.rm(a, SHIFTER) == SHIFTER + floor(a) whenever -127 <= a <= 2^22: a + SHIFTER then lies in [2^23, 2^24],
+# where consecutive fp32 values are 1 apart, so rounding down is taking the floor.
+_FAST_MAX = np.float32(4194304.0)
+# ftz arithmetic equals plain IEEE arithmetic while no operand or result is below 2^-126; a Horner value of at
+# least 2^-125 after rounding came from an exact value above 2^-126.
+_FTZ_SAFE = np.float32(2.0 ** -125)
+_SIGN = np.uint32(0x80000000)
+_MIN_NORMAL32 = np.float32(2.0 ** -126)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Where FA4 puts PTX's .ftz in one form of its exp2 emulation."""
+    name: str
+    fa4_function: str        # the function in flash_attn/cute/utils.py
+    ftz_max: bool            # max.f32 vs -127
+    ftz_round: bool          # add.rm.f32 with 0f4B400000
+    ftz_arith: bool          # the two sub.rn and the Horner fma.rn
+    description: str
+
+
+VARIANTS = {
+    "packed": Variant("packed", "ex2_emulation_2", False, False, False,
+                      "SM100 softmax path: max.f32, add.rm.f32x2, sub.rn.f32x2, fma.rn.f32x2 (no ftz anywhere; "
+                      "cute.arch.*_packed_f32x2 with the DSL default ftz=None)"),
+    "scalar": Variant("scalar", "ex2_emulation", False, True, False,
+                      "add.rm.ftz.f32 from inline PTX (add_round_down); max, sub and the NVVM-contracted "
+                      "fma.rn.f32 without ftz"),
+    "asm": Variant("asm", "e2e_asm2", True, True, True,
+                   "all-PTX form: max.ftz, add.rm.ftz.f32x2, sub.rn.ftz.f32x2, fma.rn.ftz.f32x2"),
+}
+
+
+def resolve_variant(variant) -> Variant:
+    if not isinstance(variant, str) or variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+    return VARIANTS[variant]
+
+
+def poly_coeffs(degree=3, *, coeffs=None) -> tuple:
+    """The polynomial of one ex2 emulation as a tuple of np.float32, c0 first (FA4's POLY_EX2 order).
+
+    ``coeffs=None``: FA4's POLY_EX2[degree], degree 1..5. Otherwise ``coeffs`` is a sequence of real numbers,
+    each exactly representable in fp32 (nothing is rounded silently), of length degree + 1; or the name of a
+    coefficient set in the polys/ registry (read with fa4num.fit.load_poly)."""
+    if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
+        raise ValueError(f"degree must be an integer >= 1 (FA4's POLY_EX2 has degrees {sorted(POLY_EX2)}), "
+                         f"got {degree!r}")
+    degree = int(degree)
+    if coeffs is None:
+        if degree not in POLY_EX2:
+            raise ValueError(f"degree must be one of {sorted(POLY_EX2)} without coeffs (FA4's POLY_EX2), got "
+                             f"{degree}; pass coeffs=(c0, ..., c{degree}) for other degrees")
+        return tuple(np.float32(c) for c in POLY_EX2[degree])
+    if isinstance(coeffs, str):
+        coeffs = _registry_coeffs(coeffs)
+    try:
+        values = list(coeffs)
+    except TypeError:
+        raise ValueError(f"coeffs must be a sequence of fp32 numbers (c0 first) or a polys/ entry name, got "
+                         f"{type(coeffs).__name__}") from None
+    if len(values) != degree + 1:
+        raise ValueError(f"coeffs has {len(values)} values, so degree must be {len(values) - 1}; got "
+                         f"degree={degree}")
+    out = []
+    for k, c in enumerate(values):
+        if isinstance(c, bool) or not isinstance(c, numbers.Real):
+            raise ValueError(f"coeffs[{k}] must be a real number, got {c!r}")
+        wide = float(c)
+        narrow = np.float32(wide)
+        if not np.isfinite(wide) or float(narrow) != wide:
+            raise ValueError(f"coeffs[{k}] = {c!r} is not a finite value exactly representable in fp32; round "
+                             "it to fp32 first (e.g. numpy.float32) so the rounding is explicit")
+        out.append(narrow)
+    return tuple(out)
+
+
+def _registry_coeffs(name: str):
+    """Coefficients of a polys/ registry entry (the registry belongs to fa4num.fit)."""
+    from fa4num import fit
+    load_poly = getattr(fit, "load_poly", None)
+    if load_poly is None:
+        raise ValueError(f"coeffs={name!r} names a polys/ entry, but fa4num.fit.load_poly is not available")
+    entry = load_poly(name)
+    return getattr(entry, "coeffs", entry)
+
+
+# --- scalar kernels (reversed coefficient tuple rc = (c_d, ..., c0): Horner order) --------------------------
+@njit(cache=True, inline="always")
+def _flush(v):
+    """PTX .ftz on an operand: a subnormal becomes a zero of its sign (select form, vectorises)."""
+    tiny = abs(v) < _MIN_NORMAL32 and v != np.float32(0.0)
+    return _core.u32_to_f32(_core.f32_to_u32(v) & _SIGN) if tiny else v
+
+
+@njit(cache=True)
+def _exact_steps(x, rc, ftz_max, ftz_round, ftz_arith):
+    """The instruction sequence, each step the exact PTX operation from fa4num.fp._core.
+
+    Mirrors utils.py ex2_emulation / ex2_emulation_2 / e2e_asm2 step by step (see the module docstring)."""
+    a = _core.f32_max(x, CLAMP, ftz_max)                            # cute.arch.fmax / max{.ftz}.f32
+    r = _core.f32_add(a, SHIFTER, _core.RM, ftz_round)              # add_round_down / add.rm{.ftz}
+    t = _core.f32_sub(r, SHIFTER, _core.RN, ftz_arith)              # x_rounded_back, sub.rn
+    f = _core.f32_sub(a, t, _core.RN, ftz_arith)                    # x_frac, sub.rn
+    p = rc[0]
+    for k in range(1, len(rc)):
+        p = _core.f32_fma(p, f, rc[k], _core.RN, ftz_arith)         # evaluate_polynomial(_2): fma.rn
+    # combine_int_frac_ex2: shl.b32 then add.s32, wrapping modulo 2^32
+    return _core.u32_to_f32((_core.f32_to_u32(r) << np.uint32(23)) + _core.f32_to_u32(p))
+
+
+@njit(cache=True, inline="always")
+def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith):
+    """(bits-identical result, False) where the native operations provably equal the PTX ones, else (junk, True).
+
+    Branch-free so that the loop vectorises. Holds for a <= 2^22 (the add.rm is a floor, every sub is exact or
+    a plain RN sub) and, with ftz arithmetic, Horner values of magnitude >= 2^-125 (no operand or result
+    is subnormal; coefficients are flushed beforehand by the caller)."""
+    xin = _flush(x) if ftz_max else x
+    a = xin if xin > CLAMP else CLAMP            # max(x, -127): NaN compares false -> -127
+    ar = _flush(a) if ftz_round else a
+    r = SHIFTER + np.floor(ar)                   # add.rm(a, SHIFTER) for -127 <= a <= 2^22
+    t = r - SHIFTER
+    f = a - t                                    # never subnormal: 0, or >= 2^-24 (see module docstring)
+    p = rc[0]
+    smallest = abs(p)
+    for k in range(1, len(rc)):
+        p = _core.fma_rn_f32(p, f, rc[k])
+        smallest = min(smallest, abs(p))
+    if p != p:
+        p = _core.canonical_nan()
+    bad = a > _FAST_MAX or (ftz_arith and smallest < _FTZ_SAFE)
+    return _core.u32_to_f32((_core.f32_to_u32(r) << np.uint32(23)) + _core.f32_to_u32(p)), bad
+
+
+@njit(parallel=True, cache=True)
+def _fast_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
+    """Fast path on every element; returns how many need the exact path."""
+    nbad = 0
+    for i in prange(x.size):
+        v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
+        out[i] = v
+        nbad += b
+    return nbad
+
+
+@njit(parallel=True, cache=True)
+def _fix_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
+    """Recompute with the exact sequence the elements the fast path cannot take (rare: x > 2^22, or with
+    ftz arithmetic a Horner value below 2^-125)."""
+    for i in prange(x.size):
+        if _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)[1]:
+            out[i] = _exact_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
+
+
+@njit(parallel=True, cache=True)
+def _exact_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
+    for i in prange(x.size):
+        out[i] = _exact_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
+
+
+def horner_tuple(coeffs, variant: Variant) -> tuple:
+    """c0-first fp32 coefficients -> the reversed tuple the kernels take; flushed when the fma has .ftz (the
+    coefficients are fma operands, so flushing them once is the same as flushing at every step)."""
+    rc = tuple(np.float32(c) for c in reversed(coeffs))
+    if variant.ftz_arith:
+        rc = tuple(np.copysign(np.float32(0.0), c) if abs(c) < _MIN_NORMAL32 else c for c in rc)
+    return rc
+
+
+def fa4_emulated(x, degree=3, *, coeffs=None, variant="packed", exact_only=False):
+    """FA4's software exp2 of each element of ``x`` (float32 array or torch float32 tensor), bit-exact.
+
+    degree: polynomial degree; with ``coeffs=None`` one of 1..5 (FA4's POLY_EX2, default 3 as in FA4).
+    coeffs: fp32 coefficients c0, ..., c_degree (c0 first, as POLY_EX2), or a polys/ registry entry name.
+    variant: "packed" (utils.py ex2_emulation_2, the SM100 softmax path, no ftz), "scalar" (ex2_emulation:
+        add.rm.ftz, the rest without ftz), "asm" (e2e_asm2: every instruction .ftz).
+    exact_only: skip the vectorised fast path and run the _core instruction sequence on every element (slower;
+        the result is the same, which the tests check).
+    Returns float32 of x's shape (a tensor when x is one). Inputs are never cast: float64 raises ValueError.
+    """
+    v = resolve_variant(variant)
+    rc = horner_tuple(poly_coeffs(degree, coeffs=coeffs), v)
+    device = tensor_device(x)
+    arr = as_float32(x, "x")
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    out = np.empty_like(flat)
+    if exact_only:
+        _exact_loop(flat, rc, out, v.ftz_max, v.ftz_round, v.ftz_arith)
+    else:
+        if _fast_loop(flat, rc, out, v.ftz_max, v.ftz_round, v.ftz_arith):
+            _fix_loop(flat, rc, out, v.ftz_max, v.ftz_round, v.ftz_arith)
+    result = out.reshape(np.shape(arr))
+    if result.ndim == 0 and device is None and not isinstance(x, np.ndarray):
+        result = result[()]
+    return wrap(result, device)
