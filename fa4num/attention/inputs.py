@@ -1,0 +1,70 @@
+"""Seeded attention inputs that are a pure function of a small spec, so golden files need not store them.
+
+Only numpy and ml_dtypes are used here: the GPU capture script loads this file by path on the device
+machine, and CI regenerates exactly the same bits from the spec stored in each golden file.
+
+Kinds (h200-measurements.md §3):
+- ``"normal"``: q, k, v ~ N(0, 1) (times ``q_mult`` for q), drawn in float32 and rounded once to the dtype.
+- ``"exact"``: q and k on the grid k/8 with |entries| <= 1 and head_dim <= 256, so every partial sum of
+  QK^T is a multiple of 1/64 below 2^8 and therefore exact in fp32 whatever the tensor-core order;
+  v ~ N(0, 1).
+- ``"exact_onehot"``: as ``"exact"`` but V[b, key, h, key mod d] = 1, so that with seqlen_k <= head_dim each
+  output column holds one bf16 P value divided by the row sum (PV is exact as well).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import ml_dtypes
+import numpy as np
+
+KINDS = ("normal", "exact", "exact_onehot")
+DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """One attention problem: shapes in FA4's layout (batch, seqlen, heads, head_dim)."""
+    name: str
+    kind: str
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads: int
+    heads_kv: int
+    head_dim: int
+    causal: bool
+    dtype: str = "bfloat16"
+    softmax_scale: float | None = None
+    q_mult: float = 1.0
+    seed: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_inputs(spec: CaseSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (q, k, v) as numpy arrays of ``spec.dtype`` (ml_dtypes.bfloat16 or float16)."""
+    if spec.kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {spec.kind!r}")
+    if spec.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {spec.dtype!r}")
+    dt = DTYPES[spec.dtype]
+    rng = np.random.default_rng(spec.seed)
+    qs = (spec.batch, spec.seqlen_q, spec.heads, spec.head_dim)
+    ks = (spec.batch, spec.seqlen_k, spec.heads_kv, spec.head_dim)
+    if spec.kind == "normal":
+        q = rng.standard_normal(qs, dtype=np.float32) * np.float32(spec.q_mult)
+        k = rng.standard_normal(ks, dtype=np.float32)
+        v = rng.standard_normal(ks, dtype=np.float32)
+    else:
+        # multiples of 1/8 in [-1, 1]: 4 significant bits, exact in bf16 and fp16
+        q = (rng.integers(-8, 9, size=qs).astype(np.float32) / 8) * np.float32(spec.q_mult)
+        k = rng.integers(-8, 9, size=ks).astype(np.float32) / 8
+        if spec.kind == "exact":
+            v = rng.standard_normal(ks, dtype=np.float32)
+        else:
+            v = np.zeros(ks, dtype=np.float32)
+            key = np.arange(spec.seqlen_k)
+            v[:, key, :, key % spec.head_dim] = 1.0
+    return q.astype(dt), k.astype(dt), v.astype(dt)

@@ -1,0 +1,150 @@
+"""FA4's Blackwell softmax stage (``flash_attn/cute/softmax.py`` class ``SoftmaxSm100``, driven by
+``flash_fwd_sm100.py`` ``softmax_step`` and ``correction_loop``), bit for bit, vectorised over rows.
+
+One thread owns one full row of the S tile (tcgen05 32x32b loads), so every reduction is within a thread:
+``fmax_reduce`` / ``fadd_reduce`` with arch = 100 (utils.py). Per KV block:
+  1. ``update_row_max``: m_new = max(m_old, S row) (exact, NaN-ignoring); m_safe = m_new or 0 if -inf;
+     acc_scale_ = RN(RN(m_old - m_safe) * scale_log2) (FADD then FMUL); acc_scale = ex2.approx.ftz(acc_scale_);
+     with rescale_threshold > 0 and acc_scale_ >= -rescale_threshold: keep m_old, acc_scale = 1 (lazy rescale).
+     First block: no scale (the correction warps are not signalled).
+  2. ``scale_subtract_rowmax``: bias = max_offset - m_safe * scale_log2, which ptxas contracts to one FFMA
+     (fma.rn(-m_safe, scale_log2, max_offset)); x = fma.rn.f32x2(S, scale_log2, bias).
+  3. ``apply_exp2_convert``: per 32-column fragment j and even k, columns (k, k+1) use ``ex2_emulation_2``
+     (the packed software exp2, fa4num.ex2 variant "packed") iff freq > 0 and k % freq >= freq - res and
+     start_frg <= j < frg_cnt - 1; all others MUFU ex2.approx.ftz. Then P -> the input dtype (cvt.rn, fp8 with
+     .satfinite).
+  4. ``update_row_sum``: row_sum = fadd_reduce(P fp32, init = RN(row_sum * acc_scale)) with 4 packed (8 scalar)
+     accumulators, add.rn.f32x2 (no FMA: the init product is a separate FMUL).
+Correction warps: O <- RN(O * acc_scale) before the next P V (a lane whose scale is 1.0 is unchanged, so the
+warp ballot is invisible). Final: scale = rcp.approx.ftz(row_sum, 1.0 if zero/NaN); O * scale (RN) -> out dtype;
+LSE = RN(RN(fma.rn(m, scale_log2, RN(lg2.approx.ftz(row_sum) - max_offset))) * LN2), -inf if zero/NaN.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._ops import LN2_F32, f32, ffma, mufu
+
+FRAGMENT = 32   # frg_tile in apply_exp2_convert
+
+
+@dataclass
+class Sm100State:
+    row_max: np.ndarray   # (R,) float32, the stored (possibly stale) max; -inf before the first block
+    row_sum: np.ndarray   # (R,) float32
+    true_max: np.ndarray  # (R,) float32, the exact running max (for the stale-max lag statistic only)
+
+    @classmethod
+    def empty(cls, rows: int) -> "Sm100State":
+        return cls(np.full(rows, -np.inf, np.float32), np.zeros(rows, np.float32),
+                   np.full(rows, -np.inf, np.float32))
+
+
+@dataclass
+class Sm100Step:
+    """What one KV block did to each row."""
+    p: np.ndarray            # (R, N) float32 P = 2^x before the cast
+    acc_scale: np.ndarray    # (R,) float32 factor applied to O and row_sum (1.0 when skipped or first)
+    rescaled: np.ndarray     # (R,) bool: O multiplied by acc_scale != 1 path (not first, not skipped)
+    skipped: np.ndarray      # (R,) bool: the max grew but stayed within rescale_threshold
+    lag: np.ndarray          # (R,) float32 (true max - stored max) * scale_log2 after this block
+
+
+def emulated_columns(n: int, *, freq: int, res: int = 4, start_frg: int = 0) -> np.ndarray:
+    """Boolean mask over the n columns of a block: True where ``apply_exp2_convert`` uses the software exp2."""
+    if n % FRAGMENT:
+        raise ValueError(f"block width must be a multiple of {FRAGMENT}, got {n}")
+    if freq < 0 or res < 0 or start_frg < 0:
+        raise ValueError(f"ex2_emu_freq, ex2_emu_res, ex2_emu_start_frg must be >= 0; got {freq}, {res}, "
+                         f"{start_frg}")
+    frg_cnt = n // FRAGMENT
+    col = np.arange(n)
+    j, k = col // FRAGMENT, (col % FRAGMENT) & ~1   # fragment index and the pair's even element
+    if freq == 0:
+        return np.zeros(n, bool)
+    return (k % freq >= freq - res) & (j < frg_cnt - 1) & (j >= start_frg)
+
+
+def fadd_reduce(p: np.ndarray, init) -> np.ndarray:
+    """``utils.fadd_reduce`` with arch >= 100 and N % 8 == 0: accumulators A0..A7 (A0 seeded with init + r0,
+    A1 with 0.0 + r1), A_m += r[i + m] for i = 8, 16, ...; then (A0,A1)+=(A2,A3), (A4,A5)+=(A6,A7),
+    (A0,A1)+=(A4,A5), return A0 + A1. All add.rn (FADD2 lanes are independent RN adds)."""
+    n = p.shape[1]
+    if n % 8:
+        raise ValueError(f"row length must be a multiple of 8 for the arch-100 reduction, got {n}")
+    acc = [p[:, m].copy() for m in range(8)]
+    if init is not None:
+        acc[0] = f32(init) + p[:, 0]
+        acc[1] = np.float32(0) + p[:, 1]
+    for i in range(8, n, 8):
+        for m in range(8):
+            acc[m] = acc[m] + p[:, i + m]
+    a0, a1 = acc[0] + acc[2], acc[1] + acc[3]
+    a4, a5 = acc[4] + acc[6], acc[5] + acc[7]
+    a0, a1 = a0 + a4, a1 + a5
+    return a0 + a1
+
+
+def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_threshold: float = 8.0,
+                 max_offset: int = 0, emulate=None, poly_degree: int = 3, coeffs=None, arch: str = "sm90",
+                 fused_bias: bool = True) -> Sm100Step:
+    """One KV block of the SM100 softmax warp (``softmax_step`` in flash_fwd_sm100.py). Updates ``state``.
+
+    s: (R, N) float32 scores, masked entries -inf. emulate: (N,) bool mask from :func:`emulated_columns`
+    (None: all MUFU). arch: which MUFU table model to use (the measured H200 tables are "sm90").
+    fused_bias=False computes bias = RN(max_offset - RN(m*scale_log2)) (two roundings), for studies.
+    """
+    from fa4num.ex2 import fa4_emulated
+    s = f32(s)
+    sl2 = np.float32(scale_log2)
+    ex2 = mufu("ex2", arch)
+    rows = s.shape[0]
+    m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(rows, -np.inf, np.float32)
+    m_old = state.row_max
+    state.true_max = m_blk if is_first else np.fmax(state.true_max, m_blk)
+    m_new = m_blk if is_first else np.fmax(m_old, m_blk)
+    m_safe = np.where(m_new == -np.inf, np.float32(0), m_new).astype(np.float32)
+    acc_scale = np.ones(rows, np.float32)
+    rescaled = np.zeros(rows, bool)
+    skipped = np.zeros(rows, bool)
+    if not is_first:
+        acc_scale_ = (m_old - m_safe) * sl2
+        acc_scale = ex2(acc_scale_)
+        rescaled = np.ones(rows, bool)
+        if rescale_threshold > 0:
+            keep = acc_scale_ >= np.float32(-rescale_threshold)   # FSETP.GE; NaN compares false -> rescale
+            m_new = np.where(keep, m_old, m_new)
+            m_safe = np.where(keep, m_old, m_safe).astype(np.float32)
+            acc_scale = np.where(keep, np.float32(1), acc_scale).astype(np.float32)
+            skipped = keep & (m_blk > m_old)
+            rescaled = ~keep
+    state.row_max = m_new.astype(np.float32)
+    if fused_bias:
+        bias = ffma(-m_safe, sl2, np.float32(max_offset))
+    else:
+        bias = np.float32(max_offset) - m_safe * sl2
+    x = ffma(s, sl2, bias[:, None])
+    p = ex2(x)
+    if emulate is not None and emulate.any():
+        p[:, emulate] = fa4_emulated(np.ascontiguousarray(x[:, emulate]), poly_degree, coeffs=coeffs,
+                                     variant="packed")
+    init = None if is_first else state.row_sum * acc_scale
+    state.row_sum = fadd_reduce(p, init)
+    with np.errstate(invalid="ignore"):
+        lag = (state.true_max.astype(np.float64) - state.row_max) * np.float64(sl2)
+    lag = np.where(np.isfinite(lag), lag, 0).astype(np.float32)
+    return Sm100Step(p, acc_scale, rescaled, skipped, lag)
+
+
+def finalize(state: Sm100State, *, scale_log2, max_offset: int = 0, arch: str = "sm90"):
+    """Correction-warp epilogue: (scale = rcp.approx.ftz(row_sum), LSE) per row (flash_fwd_sm100.py
+    correction_loop). Zero or NaN row_sum -> rcp(1.0), LSE -inf."""
+    rs = state.row_sum
+    zero_or_nan = (rs == 0) | np.isnan(rs)
+    safe = np.where(zero_or_nan, np.float32(1), rs).astype(np.float32)
+    scale = mufu("rcp", arch)(safe)
+    lg = mufu("lg2", arch)(safe) - np.float32(max_offset)
+    lse = ffma(state.row_max, np.float32(scale_log2), lg) * LN2_F32
+    return scale, np.where(zero_or_nan, np.float32(-np.inf), lse).astype(np.float32)

@@ -1,0 +1,99 @@
+"""FA4's Hopper online softmax (``flash_attn/cute/softmax.py`` class ``Softmax`` with arch=80 reductions, as
+``flash_fwd_sm90.py`` creates it), bit for bit, vectorised over rows.
+
+Thread layout (wgmma m64nNk16 fp32 accumulator, ``quack.layout_utils.reshape_acc_to_mn``): the four lanes
+q = 0..3 of a quad share a row; lane q holds columns 8j + 2q and 8j + 2q + 1 for j = 0 .. N/8 - 1, in that
+order. Row max: exact, so only its NaN-ignoring ``max.f32`` matters. Row sum: each lane keeps its own partial
+sum over all KV blocks (``fadd_reduce`` with arch < 100 = a sequential left fold), and ``finalize`` adds the
+four partials with a butterfly (shuffle xor 1, then xor 2).
+
+Per block (``Softmax.online_softmax``, PTX read from the compiled kernel):
+  m = max(m_prev, max_j S);  m_safe = 0 if m == -inf else m
+  x = fma.rn(S, scale_log2, -RN(m_safe * scale_log2))    # mul.f32 + sub.f32, contracted to FFMA by ptxas
+  P = ex2.approx.ftz(x)
+  row_scale = ex2.approx.ftz(RN(RN(m_prev - m_safe) * scale_log2))   (1.0 on the first block)
+  lane sum: first block 0.0 + P0 + P1 + ...; later fma.rn(sum, row_scale, P0) + P1 + ...
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._ops import LN2_F32, f32, ffma, mufu
+
+LANES = 4   # threads of a quad that share one accumulator row
+
+
+@dataclass
+class Sm90State:
+    """Running statistics of a set of rows: the quad-reduced max and each lane's partial row sum."""
+    row_max: np.ndarray   # (R,) float32, -inf before the first block
+    row_sum: np.ndarray   # (R, 4) float32 per-lane partial sums
+
+    @classmethod
+    def empty(cls, rows: int) -> "Sm90State":
+        return cls(np.full(rows, -np.inf, np.float32), np.zeros((rows, LANES), np.float32))
+
+
+def lane_columns(n: int) -> np.ndarray:
+    """(4, n/4) column indices each lane of a quad holds, in the lane's register order."""
+    if n % 8:
+        raise ValueError(f"block width must be a multiple of 8 (wgmma n8 groups), got {n}")
+    cols = np.arange(n).reshape(n // 8, LANES, 2)      # [j, q, e] -> 8j + 2q + e
+    return cols.transpose(1, 0, 2).reshape(LANES, n // 4)
+
+
+def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str = "sm90",
+                   ffma_exponent: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """One KV block of ``Softmax.online_softmax`` (softmax.py). Updates ``state`` in place.
+
+    s: (R, N) float32 scores with masked entries already -inf. Returns (P fp32 (R, N), row_scale (R,)).
+    ffma_exponent=False evaluates the exponent as two roundings, RN(RN(S*scale) - RN(m*scale)) (the PTX
+    before ptxas contraction), for studies.
+    """
+    s = f32(s)
+    ex2 = mufu("ex2", arch)
+    sl2 = np.float32(scale_log2)
+    # fmax_reduce + warp_reduction_max: max.f32 ignores NaN; exact, so the order does not matter
+    m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(s.shape[0], -np.inf, np.float32)
+    m_prev = state.row_max
+    m = m_blk if is_first else np.fmax(m_blk, m_prev)
+    state.row_max = m.astype(np.float32)
+    m_safe = np.where(m == -np.inf, np.float32(0), m).astype(np.float32)
+    t = m_safe * sl2
+    if ffma_exponent:
+        x = ffma(s, sl2, -t[:, None])
+    else:
+        x = s * sl2 - t[:, None]
+    p = ex2(x)
+    if is_first:
+        row_scale = np.ones(s.shape[0], np.float32)
+    else:
+        row_scale = ex2((m_prev - m_safe) * sl2)
+    lanes = p[:, lane_columns(s.shape[1])]            # (R, 4, N/4)
+    if is_first:
+        acc = lanes[:, :, 0] + np.float32(0)
+    else:
+        acc = ffma(state.row_sum, row_scale[:, None], lanes[:, :, 0])
+    for i in range(1, lanes.shape[2]):
+        acc = acc + lanes[:, :, i]
+    state.row_sum = acc
+    return p, row_scale
+
+
+def finalize(state: Sm90State, *, scale_log2, arch: str = "sm90") -> tuple[np.ndarray, np.ndarray]:
+    """``Softmax.finalize`` without sink: (row_scale = rcp.approx.ftz(row_sum), LSE) per row.
+
+    Butterfly over the quad: (l0 + l1) + (l2 + l3) (fp32 add is commutative, so every lane gets these bits).
+    Zero or NaN row sum -> scale rcp(1.0), LSE -inf. LSE = RN(fma.rn(m, scale_log2, lg2(row_sum)) * LN2).
+    """
+    rs = state.row_sum
+    total = (rs[:, 0] + rs[:, 1]) + (rs[:, 2] + rs[:, 3])
+    zero_or_nan = (total == 0) | np.isnan(total)
+    rcp = mufu("rcp", arch)(np.where(zero_or_nan, np.float32(1), total))
+    with np.errstate(invalid="ignore"):
+        lg = mufu("lg2", arch)(np.where(zero_or_nan, np.float32(1), total))
+        lse = ffma(state.row_max, np.float32(scale_log2), lg) * LN2_F32
+    lse = np.where(zero_or_nan, np.float32(-np.inf), lse).astype(np.float32)
+    return rcp, lse
