@@ -3,7 +3,10 @@
 arith      add, sub, mul, fma (rounding "rn"/"rz"/"rm"/"rp", ftz), max, min; packed *_f32x2 forms
 convert    to_bf16 / to_fp16 / to_e4m3 / to_e5m2 (+ x2 packed forms) and back (from_*)
 ulp        ulp_distance, as_bits, from_bits
-reference  exp2_cr, log2_cr, rcp_cr: correctly rounded float32 / bfloat16 references
+reference  exp2_cr, log2_cr, rcp_cr: correctly rounded float32 / bfloat16 references (and numba scalar
+           kernels exp2_cr_f32, exp2_cr_bf16, log2_cr_f32, ... for use inside other njit loops)
+cases      deterministic random and adversarial operands (for oracles and GPU captures)
+oracle     gmpy2/MPFR binary32 oracle for add/sub/mul/fma in every rounding mode
 _core      scalar numba kernels (f32_add, f32_fma, ... with RN/RZ/RM/RP ints) for use inside other njit code
 
 Every NaN an arithmetic operation makes has the bits 0x7FFFFFFF (NVIDIA's canonical NaN).
@@ -13,10 +16,11 @@ from .arith import add, add_f32x2, fma, fma_f32x2, max, min, mul, mul_f32x2, sub
 from .convert import (NAN_BITS, NAN_FROM_NARROW, from_bf16, from_bf16x2, from_e4m3, from_e4m3x2, from_e5m2,
                       from_e5m2x2, from_fp16, from_fp16x2, to_bf16, to_bf16x2, to_e4m3, to_e4m3x2, to_e5m2,
                       to_e5m2x2, to_fp16, to_fp16x2)
+from .reference import exp2_cr, log2_cr, rcp_cr
 from .ulp import NAN_DISTANCE, as_bits, from_bits, ulp_distance
 
 __all__ = ["add", "sub", "mul", "fma", "max", "min", "add_f32x2", "sub_f32x2", "mul_f32x2", "fma_f32x2",
            "to_bf16", "to_fp16", "to_e4m3", "to_e5m2", "to_bf16x2", "to_fp16x2", "to_e4m3x2", "to_e5m2x2",
            "from_bf16", "from_fp16", "from_e4m3", "from_e5m2", "from_bf16x2", "from_fp16x2", "from_e4m3x2",
-           "from_e5m2x2", "ulp_distance", "as_bits", "from_bits", "NAN_BITS", "NAN_FROM_NARROW", "NAN_DISTANCE",
+           "from_e5m2x2", "exp2_cr", "log2_cr", "rcp_cr", "ulp_distance", "as_bits", "from_bits", "NAN_BITS", "NAN_FROM_NARROW", "NAN_DISTANCE",
            "CANONICAL_NAN_BITS", "ROUNDING_MODES", "RN", "RZ", "RM", "RP"]

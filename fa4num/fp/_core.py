@@ -187,11 +187,11 @@ def _finish(s, e, mode, ftz):
 
 
 @njit(cache=True)
-def _exact_zero(x_is_negzero, y_is_negzero, mode):
-    """Sign of an exact zero sum x + y (IEEE 754 §6.3): both -0 -> -0; a mixed or cancelled sum -> +0, except
-    -0 when rounding toward -inf."""
-    if x_is_negzero and y_is_negzero:
-        return np.float32(-0.0)
+def _exact_zero(x_is_negative, y_is_negative, mode):
+    """Sign of an exact zero sum x + y (IEEE 754 §6.3): +0 + +0 = +0 and -0 + -0 = -0 in every mode; a sum of
+    opposite signs (including an exact cancellation) is +0, or -0 when rounding toward -inf."""
+    if x_is_negative == y_is_negative:
+        return np.float32(-0.0) if x_is_negative else np.float32(0.0)
     if mode == RM:
         return np.float32(-0.0)
     return np.float32(0.0)
@@ -218,7 +218,7 @@ def f32_add(a, b, mode, ftz):
     if s == 0.0:
         if x == 0.0 and y == 0.0:
             return _exact_zero(_signbit64(x), _signbit64(y), mode)
-        return _exact_zero(False, False, mode)
+        return _exact_zero(False, True, mode)  # exact cancellation
     bp = s - x
     e = (x - (s - bp)) + (y - bp)  # TwoSum: s + e == x + y exactly
     return _finish(s, e, mode, ftz)
@@ -263,7 +263,7 @@ def f32_fma(a, b, c, mode, ftz):
     if s == 0.0:
         if p == 0.0 and z == 0.0:
             return _exact_zero(_signbit64(p), _signbit64(z), mode)
-        return _exact_zero(False, False, mode)
+        return _exact_zero(False, True, mode)  # exact cancellation
     bp = s - p
     e = (p - (s - bp)) + (z - bp)
     return _finish(s, e, mode, ftz)

@@ -1,0 +1,42 @@
+"""gmpy2 (MPFR) oracle for the IEEE binary32 operations: independent of fa4num.fp's own kernels.
+
+MPFR rounds every operation correctly in the context's mode; ``gmpy2.ieee(32)`` gives precision 24, the float32
+exponent range and subnormals, so each result is exactly what IEEE 754 binary32 prescribes, including the signs
+of exact zeros. NaN results are reported as NVIDIA's canonical NaN (0x7FFFFFFF), the pattern fa4num.fp must
+produce. No .ftz: MPFR has no flush-to-zero, which is checked against GPU golden vectors instead.
+
+It runs a Python loop (~0.1-0.3 M operations/s): use it for samples, not sweeps.
+"""
+from __future__ import annotations
+
+import gmpy2
+import numpy as np
+
+from ._core import CANONICAL_NAN_BITS
+
+__all__ = ["gmpy2_arith", "MPFR_ROUNDING"]
+
+MPFR_ROUNDING = {"rn": gmpy2.RoundToNearest, "rz": gmpy2.RoundToZero, "rm": gmpy2.RoundDown,
+                 "rp": gmpy2.RoundUp}
+_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "fma": gmpy2.fma}
+
+
+def gmpy2_arith(op, *operands, rounding="rn") -> np.ndarray:
+    """op (add/sub/mul/fma) of float32 arrays of one shape, each result rounded once by MPFR in binary32."""
+    if op not in _OPS:
+        raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
+    if rounding not in MPFR_ROUNDING:
+        raise ValueError(f"rounding must be one of {sorted(MPFR_ROUNDING)}, got {rounding!r}")
+    arrays = [np.asarray(x) for x in operands]
+    if any(a.dtype != np.float32 for a in arrays):
+        raise ValueError("operands must be float32 arrays")
+    f = _OPS[op]
+    ctx = gmpy2.ieee(32)
+    ctx.round = MPFR_ROUNDING[rounding]
+    mpfr = gmpy2.mpfr
+    with ctx:
+        # float32 -> Python float is exact, and so is mpfr at 53 bits; only the operation rounds
+        columns = [[mpfr(v, 53) for v in a.reshape(-1).tolist()] for a in arrays]
+        out = np.array([float(f(*args)) for args in zip(*columns)], np.float64).astype(np.float32)
+    out[np.isnan(out)] = np.uint32(CANONICAL_NAN_BITS).view(np.float32)
+    return out.reshape(arrays[0].shape)

@@ -1,0 +1,296 @@
+"""Correctly rounded references: 2^x, log2(x) and 1/x for float32 inputs, rounded once to float32 or bfloat16.
+
+"Correctly rounded" means round-to-nearest-even of the exact real result, straight into the target format (never
+through float32 on the way to bfloat16), with gradual underflow and overflow to inf.
+
+How (fast and rigorous):
+1. y = the float64 value from libm (exp2, log2) or from IEEE division (1/x, error <= 1/2 ulp64).
+2. Round y to the target. This is the correct rounding of the exact value unless a midpoint of the target format
+   lies within K_RUN = 64 ulp64 of y; that test costs a few flops and flags roughly one input in 4 million for a
+   float32 target (one in 10^12 for bfloat16). The assumption is that libm's exp2/log2 err by less than K_RUN
+   ulp64 (glibc documents <= 1-2 ulp for both).
+3. Flagged inputs are resolved exactly: for 1/x by an exact float64 test of x * midpoint against 1 (24 + 25 bits
+   fit in 53); for exp2/log2 from a table of every float32 input whose float64 value lies within K_TABLE = 256
+   ulp64 of a midpoint (built once over all 2^32 inputs by fa4num/fp/_tables.py, each entry rounded by gmpy2/MPFR),
+   and, in the array functions, by gmpy2 for anything the table lacks (a libm far off the one the table was built
+   with).
+
+The scalar kernels (exp2_cr_f32, exp2_cr_bf16, log2_cr_f32, log2_cr_bf16, rcp_cr_f32, rcp_cr_bf16) are numba
+functions for use inside other njit loops (e.g. the exhaustive exp2 sweep). Each returns (value, ok): value is a
+float32 (for the bf16 kernels, the bf16 value held exactly in a float32; its bits >> 16 are the bf16 bits) and
+ok is False only when the input needed the slow path and the table did not have it, in which case the caller
+must use the array function (or gmpy2) for that input.
+
+Specials: NaN -> NaN (0x7FFFFFFF, 0x7FFF for bf16); exp2: +inf -> +inf, -inf -> +0, ±0 -> 1; log2: ±0 -> -inf,
+x < 0 -> NaN, +inf -> +inf, 1 -> +0; rcp: ±0 -> ±inf, ±inf -> ±0.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import gmpy2
+import ml_dtypes
+import numpy as np
+from numba import njit, prange
+
+from ._args import as_float32, tensor_device, wrap
+from ._core import CANONICAL_NAN_BITS, f32_to_u32, u32_to_f32
+
+__all__ = ["exp2_cr", "log2_cr", "rcp_cr", "exp2_cr_f32", "exp2_cr_bf16", "log2_cr_f32", "log2_cr_bf16",
+           "rcp_cr_f32", "rcp_cr_bf16", "K_RUN", "K_TABLE", "TARGETS"]
+
+K_RUN = 64      # ulp64: a float64 value this close to a midpoint is resolved exactly
+K_TABLE = 256   # ulp64: the hard-case tables hold every input this close (covers libms within 96 ulp64)
+TABLE_PATH = Path(__file__).with_name("data") / "cr_hard_cases.npz"
+
+# target formats: (precision in bits, exponent of the smallest subnormal)
+TARGETS = {"float32": (24, -149), "bfloat16": (8, -133)}
+_F32_PREC, _F32_QMIN = TARGETS["float32"]
+_BF16_PREC, _BF16_QMIN = TARGETS["bfloat16"]
+# exp2(x) < 2^(qmin - 2), i.e. below half the smallest subnormal by a margin: the result rounds to +0
+_EXP2_F32_CUT = float(_F32_QMIN - 2)
+_EXP2_BF16_CUT = float(_BF16_QMIN - 2)
+
+
+# --- rounding a float64 approximation once, with the midpoint test ------------------------------------------
+@njit(cache=True)
+def round_f64(y, prec, qmin, k_ulp):
+    """Round positive finite float64 y to nearest even with ``prec`` bits and smallest quantum 2^qmin (unbounded
+    exponent above: the caller maps >= 2^128 to inf). Returns (rounded float64, hard): hard means a midpoint of
+    the target lies within k_ulp ulp64(y) of y, so an approximation error that large could change the result."""
+    e1 = math.frexp(y)[1]  # y in [2^(e1-1), 2^e1)
+    qe = e1 - prec
+    if qe < qmin:
+        qe = qmin
+    t = math.ldexp(y, -qe)  # exact: y in units of the target's quantum
+    frac = t - math.floor(t)
+    hard = abs(frac - 0.5) <= math.ldexp(float(k_ulp), e1 - 53 - qe)
+    return math.ldexp(np.rint(t), qe), hard
+
+
+@njit(cache=True)
+def _lookup(xs, ys, x):
+    key = f32_to_u32(x)
+    i = np.searchsorted(xs, key)
+    if i < xs.size and xs[i] == key:
+        return ys[i], True
+    return np.float32(0.0), False
+
+
+# --- exp2 ------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def exp2_approx(x, prec, qmin, cut, k_ulp):
+    """(rounded 2^x as float32, hard) from libm's float64 exp2; see round_f64."""
+    if x != x:
+        return u32_to_f32(CANONICAL_NAN_BITS), False
+    if x >= 128.0:  # 2^x >= 2^128: overflow (also +inf)
+        return np.float32(np.inf), False
+    if x < cut:  # also -inf
+        return np.float32(0.0), False
+    r, hard = round_f64(math.exp2(np.float64(x)), prec, qmin, k_ulp)
+    return np.float32(r), hard
+
+
+# --- log2 ------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def log2_approx(x, prec, qmin, k_ulp):
+    """(rounded log2(x) as float32, hard) from libm's float64 log2; see round_f64."""
+    if x != x or x < 0.0:
+        return u32_to_f32(CANONICAL_NAN_BITS), False
+    if x == 0.0:
+        return np.float32(-np.inf), False
+    if x == np.inf:
+        return np.float32(np.inf), False
+    y = math.log2(np.float64(x))
+    if y == 0.0:  # x == 1 exactly (log2 is never 0 elsewhere)
+        return np.float32(0.0), False
+    r, hard = round_f64(abs(y), prec, qmin, k_ulp)
+    return np.float32(r if y > 0.0 else -r), hard
+
+
+# --- rcp: IEEE division is correctly rounded in float64, and a hard case is decided exactly -----------------
+@njit(cache=True)
+def rcp_rounded(x, prec, qmin):
+    """Correctly rounded 1/x (x float32) with ``prec`` bits and smallest quantum 2^qmin, as float32."""
+    if x != x:
+        return u32_to_f32(CANONICAL_NAN_BITS)
+    if x == 0.0:
+        return np.float32(np.inf) if (f32_to_u32(x) >> np.uint32(31)) == 0 else np.float32(-np.inf)
+    if x == np.inf or x == -np.inf:
+        return np.float32(0.0) if x > 0.0 else np.float32(-0.0)
+    a = abs(np.float64(x))
+    y = 1.0 / a
+    r, hard = round_f64(y, prec, qmin, 1)  # RN64 division errs by at most 1/2 ulp64
+    if hard:
+        e1 = math.frexp(y)[1]
+        qe = e1 - prec
+        if qe < qmin:
+            qe = qmin
+        lo = math.floor(math.ldexp(y, -qe))
+        mid = math.ldexp(lo + 0.5, qe)
+        # a * mid is exact (24-bit a times a (prec+1)-bit midpoint) and never 1: that would need a = 2^(1-qmin),
+        # which is above the float32 range, so 1/x is never a tie
+        r = math.ldexp(lo if a * mid > 1.0 else lo + 1.0, qe)
+    v = np.float32(r)
+    return v if x > 0.0 else -v
+
+
+@njit(cache=True)
+def rcp_cr_f32(x):
+    """Correctly rounded 1/x to float32 (numba scalar); returns (value, True) -- never needs the slow path."""
+    return rcp_rounded(x, _F32_PREC, _F32_QMIN), True
+
+
+@njit(cache=True)
+def rcp_cr_bf16(x):
+    """Correctly rounded 1/x to bfloat16, held in a float32 (numba scalar); returns (value, True)."""
+    return rcp_rounded(x, _BF16_PREC, _BF16_QMIN), True
+
+
+# --- hard-case tables ---------------------------------------------------------------------------------------
+def _load_tables():
+    """{name: (sorted uint32 input bits, float32 results)}; empty tables when the file is absent (the array
+    functions then resolve every hard case with gmpy2, and the scalar kernels report ok=False)."""
+    names = ("exp2_float32", "exp2_bfloat16", "log2_float32", "log2_bfloat16")
+    empty = (np.zeros(0, np.uint32), np.zeros(0, np.float32))
+    if not TABLE_PATH.exists():
+        return {n: empty for n in names}
+    with np.load(TABLE_PATH) as z:
+        return {n: (np.ascontiguousarray(z[n + "_x"]), np.ascontiguousarray(z[n + "_y"])) for n in names}
+
+
+_TABLES = _load_tables()
+_EXP2_F32_X, _EXP2_F32_Y = _TABLES["exp2_float32"]
+_EXP2_BF16_X, _EXP2_BF16_Y = _TABLES["exp2_bfloat16"]
+_LOG2_F32_X, _LOG2_F32_Y = _TABLES["log2_float32"]
+_LOG2_BF16_X, _LOG2_BF16_Y = _TABLES["log2_bfloat16"]
+
+
+@njit(cache=True)
+def exp2_cr_f32(x):
+    """Correctly rounded 2^x to float32 (numba scalar); returns (value, ok)."""
+    v, hard = exp2_approx(x, _F32_PREC, _F32_QMIN, _EXP2_F32_CUT, K_RUN)
+    if hard:
+        return _lookup(_EXP2_F32_X, _EXP2_F32_Y, x)
+    return v, True
+
+
+@njit(cache=True)
+def exp2_cr_bf16(x):
+    """Correctly rounded 2^x to bfloat16, held in a float32 (numba scalar); returns (value, ok)."""
+    v, hard = exp2_approx(x, _BF16_PREC, _BF16_QMIN, _EXP2_BF16_CUT, K_RUN)
+    if hard:
+        return _lookup(_EXP2_BF16_X, _EXP2_BF16_Y, x)
+    return v, True
+
+
+@njit(cache=True)
+def log2_cr_f32(x):
+    """Correctly rounded log2(x) to float32 (numba scalar); returns (value, ok)."""
+    v, hard = log2_approx(x, _F32_PREC, _F32_QMIN, K_RUN)
+    if hard:
+        return _lookup(_LOG2_F32_X, _LOG2_F32_Y, x)
+    return v, True
+
+
+@njit(cache=True)
+def log2_cr_bf16(x):
+    """Correctly rounded log2(x) to bfloat16, held in a float32 (numba scalar); returns (value, ok)."""
+    v, hard = log2_approx(x, _BF16_PREC, _BF16_QMIN, K_RUN)
+    if hard:
+        return _lookup(_LOG2_BF16_X, _LOG2_BF16_Y, x)
+    return v, True
+
+
+# --- the oracle for the slow path ---------------------------------------------------------------------------
+def gmpy2_context(target: str):
+    """MPFR context whose rounding is the target format's: precision, subnormals, overflow to inf."""
+    prec, qmin = TARGETS[target]
+    # MPFR writes numbers as 0.1xxx * 2^e: the smallest subnormal 2^qmin is 0.1 * 2^(qmin+1)
+    return gmpy2.context(precision=prec, emin=qmin + 1, emax=128, subnormalize=True,
+                         round=gmpy2.RoundToNearest)
+
+
+def gmpy2_reference(func: str, x: np.ndarray, target: str) -> np.ndarray:
+    """Correctly rounded func(x) for each float32 x by MPFR (slow: ~0.1-0.5 M elem/s); float32 out."""
+    op = {"exp2": gmpy2.exp2, "log2": gmpy2.log2, "rcp": lambda v: 1 / v}[func]
+    out = np.empty(x.size, np.float32)
+    with gmpy2_context(target):
+        for i, v in enumerate(np.asarray(x, np.float32).reshape(-1).tolist()):
+            out[i] = float(op(gmpy2.mpfr(v, 53)))  # the input at 53 bits: exact, not rounded to the target
+    out[np.isnan(out)] = np.uint32(CANONICAL_NAN_BITS).view(np.float32)
+    return out.reshape(np.shape(x))
+
+
+# --- array functions ----------------------------------------------------------------------------------------
+@njit(parallel=True, cache=True)
+def _exp2_f32_loop(x, out, ok):
+    for i in prange(x.size):
+        out[i], ok[i] = exp2_cr_f32(x[i])
+
+
+@njit(parallel=True, cache=True)
+def _exp2_bf16_loop(x, out, ok):
+    for i in prange(x.size):
+        out[i], ok[i] = exp2_cr_bf16(x[i])
+
+
+@njit(parallel=True, cache=True)
+def _log2_f32_loop(x, out, ok):
+    for i in prange(x.size):
+        out[i], ok[i] = log2_cr_f32(x[i])
+
+
+@njit(parallel=True, cache=True)
+def _log2_bf16_loop(x, out, ok):
+    for i in prange(x.size):
+        out[i], ok[i] = log2_cr_bf16(x[i])
+
+
+@njit(parallel=True, cache=True)
+def _rcp_f32_loop(x, out, ok):
+    for i in prange(x.size):
+        out[i], ok[i] = rcp_cr_f32(x[i])
+
+
+@njit(parallel=True, cache=True)
+def _rcp_bf16_loop(x, out, ok):
+    for i in prange(x.size):
+        out[i], ok[i] = rcp_cr_bf16(x[i])
+
+
+_LOOPS = {("exp2", "float32"): _exp2_f32_loop, ("exp2", "bfloat16"): _exp2_bf16_loop,
+          ("log2", "float32"): _log2_f32_loop, ("log2", "bfloat16"): _log2_bf16_loop,
+          ("rcp", "float32"): _rcp_f32_loop, ("rcp", "bfloat16"): _rcp_bf16_loop}
+
+
+def _reference(func, x, dtype):
+    if dtype not in TARGETS:
+        raise ValueError(f"dtype must be one of {sorted(TARGETS)}, got {dtype!r}")
+    arr = as_float32(x, "x")
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    out = np.empty(flat.size, np.float32)
+    ok = np.empty(flat.size, np.bool_)
+    _LOOPS[func, dtype](flat, out, ok)
+    if not ok.all():
+        slow = np.flatnonzero(~ok)
+        out[slow] = gmpy2_reference(func, flat[slow], dtype)
+    if dtype == "bfloat16":  # the values are bf16 values: the upper 16 bits are exact
+        out = (out.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(ml_dtypes.bfloat16)
+    return wrap(out.reshape(arr.shape), tensor_device(x))
+
+
+def exp2_cr(x, dtype="float32"):
+    """2^x correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x."""
+    return _reference("exp2", x, dtype)
+
+
+def log2_cr(x, dtype="float32"):
+    """log2(x) correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x."""
+    return _reference("log2", x, dtype)
+
+
+def rcp_cr(x, dtype="float32"):
+    """1/x correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x."""
+    return _reference("rcp", x, dtype)
