@@ -1,0 +1,275 @@
+"""Objectives measured through the bit-exact FA4 exp2 emulation (fa4num.ex2.fa4_emulated, packed variant =
+``ex2_emulation_2`` of flash_attn/cute/utils.py, the SM100 softmax path), and the searches that use them.
+
+evaluated_error(coeffs)
+    max over EVERY fp32 x in [0, 1) (bit patterns 0x00000000-0x3F7FFFFF, 1,065,353,216 inputs) of
+    |P(x)/2^x - 1|, P the emulated fp32 result; 2^x in float64 (error ~1e-16, far below what is measured).
+bf16_mismatch_share(coeffs)
+    share of the softmax domain x in [-127, 0], under the uniform (Lebesgue) measure, whose bf16 P
+    (cvt.rn.bf16.f32 of the emulated P, fa4num.fp.to_bf16) differs from the correctly rounded bf16 of 2^x.
+    Every fp32 x stands for the length it occupies (its spacing), so the share is exact on the fp32 lattice:
+      * x in [-126, -1]: P = 2^n p(f) and RN_bf16(2^x) = 2^n RN_bf16(2^f) with n = floor(x), f = x - n exact,
+        so within the binade 2^(k-1) <= |x| < 2^k (spacing 2^(k-24)) the share is the share over every
+        fraction f in [0, 1) on the grid 2^(k-24); these grids are sub-grids of the 2^-23 grid, which is
+        evaluated once (8,388,608 fractions) and averaged per binade with weights 1, 2, 4, 8, 16, 32, 62;
+      * x in [-127, -126): every fp32 value evaluated directly (P is subnormal; weight 1);
+      * x in (-1, 0): every fp32 value in each binade 2^-(j+1) <= |x| < 2^-j, j = 0..23, evaluated directly
+        (the fraction f = RN(1 + x) is rounded there; weights 2^-(j+1)); |x| < 2^-24 (a 3.7e-10 share of the
+        domain) is left out.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from fa4num.ex2 import fa4_emulated
+from fa4num.fp.convert import f32_to_bf16_bits
+
+_EVAL_INPUTS = 0x3F800000  # fp32 bit patterns of [0, 1)
+_CHUNK = 1 << 24
+_FRAC_GRID = (np.arange(1 << 23, dtype=np.float64) * 2.0 ** -23).astype(np.float32)  # k * 2^-23, k < 2^23
+
+
+@njit(parallel=True, cache=True)
+def _max_rel(x, p, best_so_far):
+    """(max |p/2^x - 1|, its index) over the chunk, or (best_so_far, -1) when nothing beats it.
+
+    Where P == 1 the error is 1 - 2^-x <= x ln 2 (x >= 0), so those inputs need no exp2 unless that bound
+    beats the best so far (most of [0, 2^-24), where Horner's last fma rounds 1 + c1*x to 1)."""
+    nthreads = 64
+    best = np.full(nthreads, best_so_far)
+    where = np.full(nthreads, -1, dtype=np.int64)
+    step = (x.size + nthreads - 1) // nthreads
+    ln2_up = 0.6931471805599454  # > ln 2
+    for t in prange(nthreads):
+        for i in range(t * step, min(x.size, (t + 1) * step)):
+            xi = np.float64(x[i])
+            if p[i] == np.float32(1.0) and xi >= 0.0 and xi * ln2_up <= best[t]:
+                continue
+            e = abs(np.float64(p[i]) / np.exp2(xi) - 1.0)
+            if e > best[t]:
+                best[t] = e
+                where[t] = i
+    t = np.argmax(best)
+    return best[t], where[t]
+
+
+def evaluated_error(coeffs, *, inputs: str = "all") -> dict:
+    """Max relative error of FA4's fp32 evaluation of ``coeffs`` (c0 first) over fp32 inputs in [0, 1).
+
+    inputs="all": every fp32 in [0, 1) (the definition); inputs="grid": the 2^-23 grid k*2^-23 (8,388,608
+    values, every fp32 in [0.5, 1) and a share of the smaller ones), the fast proxy used inside searches.
+    """
+    degree = len(coeffs) - 1
+    c = tuple(coeffs)
+    if inputs == "grid":
+        chunks = [_FRAC_GRID]
+        count = _FRAC_GRID.size
+    elif inputs == "all":
+        # largest inputs first, so the running max prunes the many tiny inputs (see _max_rel)
+        chunks = (np.arange(max(e - _CHUNK, 0), e, dtype=np.uint32).view(np.float32)
+                  for e in range(_EVAL_INPUTS, 0, -_CHUNK))
+        count = _EVAL_INPUTS
+    else:
+        raise ValueError(f"inputs: must be 'all' or 'grid', got {inputs!r}")
+    best, arg = 0.0, 0.0
+    for x in chunks:
+        e, i = _max_rel(x, fa4_emulated(x, degree, coeffs=c), best)
+        if i >= 0:
+            best, arg = float(e), float(x[i])
+    return {"value": best, "argmax": arg, "inputs": count,
+            "definition": "max |P/2^x - 1| over " + ("every fp32 x in [0, 1)" if inputs == "all"
+                                                      else "x = k*2^-23, k < 2^23")}
+
+
+def _bf16_round_f64(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """RN-even of float64 values to bf16 (8-bit significand, subnormals from 2^-126 down with spacing 2^-133),
+    and a mask of the values too close to a rounding midpoint for a float64 input to decide."""
+    mant, e2 = np.frexp(y)                          # y = mant * 2^e2, mant in [0.5, 1)
+    q_exp = np.maximum(e2 - 1, -126) - 7            # spacing exponent of bf16 at y
+    n = np.ldexp(y, -q_exp)                         # exact scaling: y / spacing
+    r = np.rint(n)
+    ambiguous = np.abs(np.abs(n - np.floor(n)) - 0.5) < 2.0 ** -40
+    return np.ldexp(r, q_exp), ambiguous
+
+
+def exp2_bf16_cr(x: np.ndarray) -> np.ndarray:
+    """Correctly rounded bf16 of 2^x for float32 x in [-133, 128), as float64 values.
+
+    Rounded once from 2^x: float64 exp2 (error < 1 ulp, 2^-52 relative) decides every input not within 2^-40
+    bf16 spacings of a rounding midpoint; those few are recomputed at 100 bits with mpmath."""
+    import mpmath
+    xd = np.asarray(x, dtype=np.float32).astype(np.float64)
+    out, amb = _bf16_round_f64(np.exp2(xd))
+    for i in np.flatnonzero(amb):
+        with mpmath.workprec(100):
+            y = mpmath.mpf(2) ** mpmath.mpf(float(xd[i]))
+            mant, e2 = mpmath.frexp(y)
+            q = mpmath.mpf(2) ** (max(int(e2) - 1, -126) - 7)
+            n = y / q
+            r = mpmath.floor(n)
+            if n - r > 0.5 or (n - r == 0.5 and int(r) % 2):
+                r += 1
+            out[i] = float(r * q)
+    return out
+
+
+# binade 2^(k-1) <= |x| < 2^k, k = 1..7, clipped at |x| = 126: its fractions are the multiples of 2^(k-24),
+# i.e. every 2^(k-1)-th point of the 2^-23 grid; its weight is its length
+_BINADE_WEIGHTS = np.array([min(2 ** k, 126) - 2 ** (k - 1) for k in range(1, 8)], dtype=np.float64)
+# below this |x| (x < 0), 2^x > 1 - 2^-9 ln 2 > 1 - 2^-9, the bf16 midpoint under 1.0, so RN_bf16(2^x) = 1.0
+_ONE_BELOW = 2.0 ** -9
+_cache = {}
+
+
+def _bf16_bits_of(values: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns of float64 values that are bf16 numbers (exact through float32)."""
+    return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _frac_reference() -> np.ndarray:
+    if "frac" not in _cache:
+        _cache["frac"] = _bf16_bits_of(exp2_bf16_cr(_FRAC_GRID))
+    return _cache["frac"]
+
+
+@njit(parallel=True, cache=True)
+def _binade_counts(p, ref):
+    """Mismatches of bf16(p[i]) vs ref[i] on each sub-grid i % 2^s == 0, s = 0..6 (one pass)."""
+    nthreads = 64
+    counts = np.zeros((nthreads, 7), dtype=np.int64)
+    step = (p.size + nthreads - 1) // nthreads
+    for t in prange(nthreads):
+        for i in range(t * step, min(p.size, (t + 1) * step)):
+            if f32_to_bf16_bits(p[i]) != ref[i]:
+                for s in range(7):
+                    if i & ((1 << s) - 1) == 0:
+                        counts[t, s] += 1
+    return counts.sum(axis=0)
+
+
+@njit(parallel=True, cache=True)
+def _count_mismatch(p, ref):
+    n = 0
+    for i in prange(p.size):
+        n += f32_to_bf16_bits(p[i]) != ref[i]
+    return n
+
+
+def _frac_share(coeffs) -> float:
+    """Mismatch share over x in [-126, -1] (uniform): binade shares from one pass over the 2^-23 grid."""
+    p = fa4_emulated(_FRAC_GRID, len(coeffs) - 1, coeffs=tuple(coeffs))
+    counts = _binade_counts(p, _frac_reference())
+    sizes = np.array([_FRAC_GRID.size >> s for s in range(7)], dtype=np.float64)
+    return float(np.dot(_BINADE_WEIGHTS, counts / sizes) / _BINADE_WEIGHTS.sum())
+
+
+def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
+    """Share of x whose bf16 P differs from RN_bf16(2^x), uniform measure (module docstring for the inputs).
+
+    domain="softmax": x in [-126, 0) (``value``), and with the coefficient-independent [-127, -126) piece
+    (``value_with_subnormal``: there FA4's bit add yields a mis-decoded subnormal for any polynomial, see
+    reference/fa4-numerics.md section A); domain="frac": only x in [-126, -1], the proxy used in searches."""
+    c = tuple(coeffs)
+    degree = len(c) - 1
+    share = _frac_share(c)
+    weight = float(_BINADE_WEIGHTS.sum())
+    if domain == "frac":
+        return {"value": share, "definition": "uniform measure on x in [-126, -1], exact on the fp32 lattice"}
+    if domain != "softmax":
+        raise ValueError(f"domain: must be 'softmax' or 'frac', got {domain!r}")
+    parts = {"[-126,-1]": share}
+    num, total = share * weight, weight
+    # x in (-1, 0): every fp32 value of each binade 2^-(j+1) <= |x| < 2^-j, j = 0..23
+    for j in range(24):
+        lo_bits = np.float32(2.0 ** -(j + 1)).view(np.uint32)
+        x = -np.arange(lo_bits, lo_bits + (1 << 23), dtype=np.uint32).view(np.float32)
+        if 2.0 ** -j <= _ONE_BELOW:
+            ref = np.full(x.size, np.float32(1.0).view(np.uint32) >> 16, dtype=np.uint16)
+        else:
+            ref = _bf16_bits_of(exp2_bf16_cr(x))
+        part = _count_mismatch(fa4_emulated(x, degree, coeffs=c), ref) / x.size
+        parts[f"[-2^-{j},-2^-{j + 1})"] = part
+        num, total = num + 2.0 ** -(j + 1) * part, total + 2.0 ** -(j + 1)
+    value = num / total
+    # x in [-127, -126): every fp32 value (spacing 2^-17)
+    x = (-127.0 + np.arange(1 << 17, dtype=np.float64) * 2.0 ** -17).astype(np.float32)
+    sub = _count_mismatch(fa4_emulated(x, degree, coeffs=c), _bf16_bits_of(exp2_bf16_cr(x))) / x.size
+    parts["[-127,-126)"] = sub
+    return {"value": value, "value_with_subnormal": (num + sub) / (total + 1.0), "parts": parts,
+            "definition": "uniform measure on x in [-126, -2^-24] (value) and [-127, -2^-24] "
+                          "(value_with_subnormal), exact on the fp32 lattice"}
+
+
+def measure(objective: str, coeffs) -> dict:
+    """The objective's full measurement of one coefficient set (the definitions above)."""
+    if objective == "evaluated":
+        return evaluated_error(coeffs)
+    if objective == "bf16":
+        return bf16_mismatch_share(coeffs)
+    raise ValueError(f"objective: {objective!r} has no emulation measurement (use 'evaluated' or 'bf16')")
+
+
+def search(objective: str, candidates, *, prob, fmt, optimum) -> list:
+    """Pick the coefficient set for an emulation objective.
+
+    evaluated: ``candidates`` (the minimax neighbourhood, best real-arithmetic error first) re-ranked on
+        the 2^-23-grid proxy of evaluated_error.
+    bf16: the mismatch share of x in [-126, -1] is, to first order, 2^7 * mean |p(f) - 2^f| over f in
+        [0, 1) (a bf16 midpoint lies between p and 2^f with probability |p - 2^f| / 2^-7), so the start is
+        the L1-optimal polynomial (a linear program, scipy HiGHS) with the fixed coefficients, rounded; a
+        pattern search in coefficient spacings then lowers the exact share (the "frac" proxy). The best of
+        that and the minimax candidates is returned.
+    """
+    if objective == "evaluated":
+        top = candidates[:12]
+        return min(top, key=lambda c: evaluated_error(c, inputs="grid")["value"])
+    if objective == "bf16":
+        start = [fmt.round(v) for v in _l1_optimum(prob)]
+        for k, v in prob.fixed.items():
+            start[k] = v
+        best, score = _pattern_search(start, prob, fmt, _frac_share)
+        for c in candidates[:4]:
+            s = _frac_share(c)
+            if s < score:
+                best, score = c, s
+        return best
+    raise ValueError(f"objective: unknown {objective!r}")
+
+
+def _l1_optimum(prob, points: int = 2001) -> list:
+    """Real coefficients minimising mean |p(f) - 2^f| over ``points`` equispaced f (linear program)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import bmat, identity
+    f = np.linspace(float(prob.a), float(prob.b), points)
+    y = np.exp2(f)
+    free = prob.free
+    fixed_part = sum(v * f ** k for k, v in prob.fixed.items()) if prob.fixed else np.zeros_like(f)
+    V = np.stack([f ** k for k in free], axis=1)
+    t = y - fixed_part
+    eye = identity(points, format="csr")
+    A = bmat([[V, -eye], [-V, -eye]], format="csr")
+    cost = np.r_[np.zeros(len(free)), np.ones(points)]
+    res = linprog(cost, A_ub=A, b_ub=np.r_[t, -t], bounds=[(None, None)] * len(free) + [(0, None)] * points,
+                  method="highs")
+    if not res.success:
+        raise RuntimeError(f"L1 fit failed: {res.message}")
+    return [float(c) for c in prob.full(res.x[:len(free)])]
+
+
+def _pattern_search(coeffs, prob, fmt, score, steps=(1024, 256, 64, 16, 4, 1)):
+    """Coordinate pattern search: move one free coefficient by +-step spacings while the score drops."""
+    c = list(coeffs)
+    best = score(c)
+    for step in steps:
+        improved = True
+        while improved:
+            improved = False
+            for k in prob.free:
+                for d in (1, -1):
+                    cand = list(c)
+                    cand[k] = fmt.round(c[k] + d * step * float(fmt.quantum(c[k])))
+                    s = score(cand)
+                    if s < best:
+                        best, c, improved = s, cand, True
+    return c, best
