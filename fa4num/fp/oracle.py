@@ -14,7 +14,7 @@ import numpy as np
 
 from ._core import CANONICAL_NAN_BITS
 
-__all__ = ["gmpy2_arith", "MPFR_ROUNDING"]
+__all__ = ["gmpy2_arith", "gmpy2_arith_modes", "MPFR_ROUNDING"]
 
 MPFR_ROUNDING = {"rn": gmpy2.RoundToNearest, "rz": gmpy2.RoundToZero, "rm": gmpy2.RoundDown,
                  "rp": gmpy2.RoundUp}
@@ -23,20 +23,29 @@ _OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b
 
 def gmpy2_arith(op, *operands, rounding="rn") -> np.ndarray:
     """op (add/sub/mul/fma) of float32 arrays of one shape, each result rounded once by MPFR in binary32."""
+    return gmpy2_arith_modes(op, *operands, roundings=(rounding,))[rounding]
+
+
+def gmpy2_arith_modes(op, *operands, roundings=tuple(MPFR_ROUNDING)) -> dict:
+    """{rounding: gmpy2_arith(op, *operands, rounding=rounding)}, converting the operands to MPFR once (the
+    conversion costs several times the operation itself)."""
     if op not in _OPS:
         raise ValueError(f"op must be one of {sorted(_OPS)}, got {op!r}")
-    if rounding not in MPFR_ROUNDING:
-        raise ValueError(f"rounding must be one of {sorted(MPFR_ROUNDING)}, got {rounding!r}")
+    for r in roundings:
+        if r not in MPFR_ROUNDING:
+            raise ValueError(f"rounding must be one of {sorted(MPFR_ROUNDING)}, got {r!r}")
     arrays = [np.asarray(x) for x in operands]
-    if any(a.dtype != np.float32 for a in arrays):
-        raise ValueError("operands must be float32 arrays")
+    if len(arrays) != (3 if op == "fma" else 2) or any(a.dtype != np.float32 for a in arrays):
+        raise ValueError(f"{op} takes {3 if op == 'fma' else 2} float32 arrays")
     f = _OPS[op]
-    ctx = gmpy2.ieee(32)
-    ctx.round = MPFR_ROUNDING[rounding]
-    mpfr = gmpy2.mpfr
-    with ctx:
-        # float32 -> Python float is exact, and so is mpfr at 53 bits; only the operation rounds
-        columns = [[mpfr(v, 53) for v in a.reshape(-1).tolist()] for a in arrays]
-        out = np.array([float(f(*args)) for args in zip(*columns)], np.float64).astype(np.float32)
-    out[np.isnan(out)] = np.uint32(CANONICAL_NAN_BITS).view(np.float32)
-    return out.reshape(arrays[0].shape)
+    with gmpy2.context(precision=53):  # float32 -> Python float -> 53-bit mpfr: exact
+        columns = [list(map(gmpy2.mpfr, a.reshape(-1).tolist())) for a in arrays]
+    results = {}
+    for r in roundings:
+        ctx = gmpy2.ieee(32)
+        ctx.round = MPFR_ROUNDING[r]
+        with ctx:
+            out = np.array(list(map(float, map(f, *columns))), np.float64).astype(np.float32)
+        out[np.isnan(out)] = np.uint32(CANONICAL_NAN_BITS).view(np.float32)
+        results[r] = out.reshape(arrays[0].shape)
+    return results
