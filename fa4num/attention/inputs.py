@@ -68,3 +68,39 @@ def make_inputs(spec: CaseSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             key = np.arange(spec.seqlen_k)
             v[:, key, :, key % spec.head_dim] = 1.0
     return q.astype(dt), k.astype(dt), v.astype(dt)
+
+
+SCORE_DISTS = ("gaussian", "outliers", "sink", "jumps", "masked")
+
+
+def softmax_scores(dist: str, rows: int, blocks: int, *, scale_log2: float, seed: int = 0,
+                   block: int = 128) -> np.ndarray:
+    """S rows (float32, (rows, blocks * block)) for the softmax-stage checks, blocks in the order the kernel
+    visits them (first = the rightmost KV block). Drawn as z = S * scale_log2 (log2 units), then S = RN(z / scale).
+
+    gaussian: z ~ N(0, 4^2). outliers: N(0, 2^2) plus U(10, 40) on 0.1% of the entries. sink: N(0, 2^2) plus
+    U(5, 40) on key 0 (the last block visited). jumps: N(0, 2^2) plus a per-block offset growing by U(0, 16)
+    from block to block (lazy rescale both skipped and taken). masked: gaussian with a random suffix of the first
+    block at -inf, 1/16 of rows with the whole first block masked and 1/64 with every block masked.
+    """
+    if dist not in SCORE_DISTS:
+        raise ValueError(f"dist must be one of {SCORE_DISTS}, got {dist!r}")
+    rng = np.random.default_rng([seed, SCORE_DISTS.index(dist)])
+    n = blocks * block
+    z = rng.standard_normal((rows, n), dtype=np.float32) * np.float32(4 if dist in ("gaussian", "masked") else 2)
+    if dist == "outliers":
+        hit = rng.random((rows, n), dtype=np.float32) < 1e-3
+        z = np.where(hit, z + rng.uniform(10, 40, (rows, n)).astype(np.float32), z)
+    elif dist == "sink":
+        z[:, (blocks - 1) * block] += rng.uniform(5, 40, rows).astype(np.float32)
+    elif dist == "jumps":
+        steps = rng.uniform(0, 16, (rows, blocks)).astype(np.float32)
+        steps[:, 0] = 0
+        z += np.repeat(np.cumsum(steps, axis=1), block, axis=1)
+    s = (z / np.float32(scale_log2)).astype(np.float32)
+    if dist == "masked":
+        cut = rng.integers(0, block + 1, rows)
+        s[:, :block][np.arange(block)[None, :] >= cut[:, None]] = -np.inf
+        s[rng.random(rows) < 1 / 16, :block] = -np.inf
+        s[rng.random(rows) < 1 / 64, :] = -np.inf
+    return s

@@ -1,0 +1,153 @@
+"""References and accuracy metrics for attention outputs.
+
+- ``attention_fp64``: softmax(scale * Q K^T) V in float64 from the exact input values (GQA, causal with FA's
+  bottom-right alignment), plus its LSE; ``round_once`` rounds it to bf16/fp16 correctly (one rounding:
+  float64 -> fp32 with round-to-odd, then RNE, which cannot double-round because 24 >= 8 + 2 and 11 + 2).
+- ``attention_fa_reference``: FA's own test references (``flash_attn/cute/testing.py`` ``attention_ref``):
+  ``out_ref`` = fp32 math rounded to the input dtype, ``out_pt`` = the same math in the input dtype with
+  ``reorder_ops`` (q @ (k * scale)^T), used by the "no worse than 2x a naive same-precision implementation" rule.
+- ``metrics`` (max/mean abs, relative L2, cosine) and ``fa_rule`` (FA's pass criterion, tests/cute/
+  test_flash_attn.py: max|out - out_ref| <= 2 max|out_pt - out_ref| + 2 max|out_ref + 0.3 - 0.3 - out_ref|).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .forward import _to_numpy
+
+
+def _causal_mask(sq: int, sk: int) -> np.ndarray:
+    """True where key j is hidden from query i (j > i + sk - sq)."""
+    return np.arange(sk)[None, :] > (np.arange(sq) + sk - sq)[:, None]
+
+
+def _expand_kv(x: np.ndarray, heads: int) -> np.ndarray:
+    return np.repeat(x, heads // x.shape[2], axis=2)
+
+
+def attention_fp64(q, k, v, *, softmax_scale=None, causal=False) -> tuple[np.ndarray, np.ndarray]:
+    """(out float64 (batch, seqlen_q, heads, head_dim), lse float64 (batch, heads, seqlen_q)).
+    Rows with no visible key give out 0 and lse -inf, as FA4 does."""
+    qa, _ = _to_numpy(q, "q")
+    ka, _ = _to_numpy(k, "k")
+    va, _ = _to_numpy(v, "v")
+    h = qa.shape[2]
+    qf = qa.astype(np.float64)
+    kf = _expand_kv(ka.astype(np.float64), h)
+    vf = _expand_kv(va.astype(np.float64), h)
+    scale = 1.0 / math.sqrt(qa.shape[3]) if softmax_scale is None else float(softmax_scale)
+    s = np.einsum("bihd,bjhd->bhij", qf, kf) * scale
+    if causal:
+        s = np.where(_causal_mask(qa.shape[1], ka.shape[1]), -np.inf, s)
+    m = s.max(axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m_safe)
+    z = e.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(z > 0, e / z, 0.0)
+        lse = np.where(z[..., 0] > 0, m_safe[..., 0] + np.log(z[..., 0]), -np.inf)
+    out = np.einsum("bhij,bjhd->bihd", p, vf)
+    return out, lse
+
+
+def round_once(x: np.ndarray, dtype) -> np.ndarray:
+    """float64 -> ``dtype`` (bfloat16 or float16) with a single round-to-nearest-even."""
+    x = np.asarray(x, np.float64)
+    t = x.astype(np.float32)
+    inexact = (t.astype(np.float64) != x) & np.isfinite(x)
+    bits = t.view(np.uint32)
+    even = (bits & 1) == 0
+    toward = np.where(x > t.astype(np.float64), np.float32(np.inf), np.float32(-np.inf))
+    t = np.where(inexact & even, np.nextafter(t, toward), t)   # round to odd at 24 bits
+    return t.astype(np.dtype(dtype))
+
+
+def attention_fa_reference(q, k, v, *, softmax_scale=None, causal=False):
+    """(out_ref, out_pt) as FA's tests build them (testing.attention_ref): out_ref = fp32 math cast to the
+    input dtype; out_pt = math in the input dtype with q @ (k * scale)^T. numpy arrays of the input dtype."""
+    import torch
+    qa, _ = _to_numpy(q, "q")
+    ka, _ = _to_numpy(k, "k")
+    va, _ = _to_numpy(v, "v")
+    tdt = torch.bfloat16 if qa.dtype == np.dtype(ml_dtypes.bfloat16) else torch.float16
+    h, d = qa.shape[2], qa.shape[3]
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+
+    def t(a):
+        return torch.from_numpy(_expand_kv(a, h).astype(np.float32))
+
+    def run(qt, kt, vt, reorder):
+        if reorder:
+            s = torch.einsum("bthd,bshd->bhts", qt, kt * scale)
+        else:
+            s = torch.einsum("bthd,bshd->bhts", qt * scale, kt)
+        if causal:
+            s = s.masked_fill(torch.from_numpy(_causal_mask(qa.shape[1], ka.shape[1])), float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        p = torch.nan_to_num(p, nan=0.0).to(vt.dtype)
+        return torch.einsum("bhts,bshd->bthd", p, vt)
+
+    qf, kf, vf = t(qa), t(ka), t(va)
+    out_ref = run(qf, kf, vf, False).to(tdt)
+    out_pt = run(qf.to(tdt), kf.to(tdt), vf.to(tdt), True).to(tdt)
+    to_np = (lambda x: x.view(torch.int16).numpy().view(qa.dtype))
+    return to_np(out_ref), to_np(out_pt)
+
+
+def _as_f64(x) -> np.ndarray:
+    if type(x).__module__.startswith("torch"):
+        return x.detach().double().cpu().numpy().ravel()
+    return np.asarray(x).astype(np.float64).ravel()
+
+
+@dataclass
+class Metrics:
+    max_abs: float
+    mean_abs: float
+    rel_l2: float
+    cosine: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def metrics(out, ref) -> Metrics:
+    """Errors of ``out`` against ``ref`` (both converted to float64)."""
+    o, r = _as_f64(out), _as_f64(ref)
+    if o.shape != r.shape:
+        raise ValueError(f"out and ref must have the same number of elements, got {o.size} and {r.size}")
+    d = o - r
+    nr = np.linalg.norm(r)
+    no = np.linalg.norm(o)
+    return Metrics(max_abs=float(np.abs(d).max(initial=0)), mean_abs=float(np.abs(d).mean()) if d.size else 0.0,
+                   rel_l2=float(np.linalg.norm(d) / nr) if nr else float(np.linalg.norm(d)),
+                   cosine=float(o @ r / (no * nr)) if no and nr else float(no == nr))
+
+
+@dataclass
+class FaRule:
+    """FA's forward test: passed iff max_err <= rtol * max_err_pt + atol."""
+    max_err: float
+    max_err_pt: float
+    atol: float
+    rtol: float
+    passed: bool
+
+
+def fa_rule(out, out_ref, out_pt, *, rtol: float = 2.0) -> FaRule:
+    """FA's criterion (tests/cute/test_flash_attn.py): atol = 2 max|out_ref + 0.3 - 0.3 - out_ref| computed in
+    the reference's dtype (the rounding-noise floor), errors against out_ref."""
+    ref = np.asarray(out_ref)
+    dt = ref.dtype
+    out = _as_f64(out).reshape(ref.shape)
+    out_pt = _as_f64(out_pt).reshape(ref.shape)
+    r64 = ref.astype(np.float64)
+    noise = ((ref.astype(np.float32) + np.float32(0.3)).astype(dt).astype(np.float32) - np.float32(0.3)).astype(dt)
+    atol = 2 * float(np.abs(noise.astype(np.float64) - r64).max(initial=0))
+    err = float(np.abs(np.asarray(out).astype(np.float64) - r64).max(initial=0))
+    err_pt = float(np.abs(np.asarray(out_pt).astype(np.float64) - r64).max(initial=0))
+    return FaRule(err, err_pt, atol, rtol, err <= rtol * err_pt + atol)

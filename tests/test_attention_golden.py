@@ -1,0 +1,42 @@
+"""fa4num.attention.forward(kernel="fa4-sm90") against the real FA4 kernel's bits captured on an H200
+(tests/golden/attention/fa4_sm90_h200.npz, written by experiments/gpu/fa4_golden_sm90.py from a run of
+experiments/gpu/fa4_capture_sm90.py; provenance inside the file). Every output element and every LSE must match."""
+import hashlib
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from fa4num.attention import forward, inputs
+
+GOLDEN = pathlib.Path(__file__).parent / "golden/attention/fa4_sm90_h200.npz"
+_Z = np.load(GOLDEN)
+_META = json.loads(str(_Z["meta"]))
+CASES = {c["spec"]["name"]: c for c in _META["cases"]}
+
+
+def test_golden_file_has_provenance():
+    cap = _META["capture"]
+    assert cap["gpu"] == "NVIDIA H200" and cap["packages"]["flash-attn-4"]
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fa4_sm90_matches_h200_bits(name):
+    case = CASES[name]
+    spec = inputs.CaseSpec(**case["spec"])
+    q, k, v = inputs.make_inputs(spec)
+    digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (q, k, v))).hexdigest()
+    assert digest == case["input_sha256"], "the seeded inputs differ from the ones the GPU saw"
+    res = forward(q, k, v, softmax_scale=spec.softmax_scale, causal=spec.causal, kernel="fa4-sm90")
+    bits = np.ascontiguousarray(res.out).view(np.uint16)
+    gold = _Z[f"{name}.out_bits"]
+    if case["out_full"]:
+        bad = int((bits != gold).sum())
+    else:
+        bad = int((bits[:, :8] != gold).sum())
+        bad += hashlib.sha256(bits.tobytes()).hexdigest() != case["out_sha256"]
+    lse_gold = _Z[f"{name}.lse"]
+    bad_lse = int((res.lse.view(np.uint32) != lse_gold.view(np.uint32)).sum())
+    assert (bad, bad_lse) == (0, 0), f"{name}: {bad} output and {bad_lse} LSE mismatches"
