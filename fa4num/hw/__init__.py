@@ -1,0 +1,9 @@
+"""Models of NVIDIA instructions that IEEE does not define: MUFU ex2/rcp/lg2 (tables measured per GPU arch).
+
+``mufu_ex2/mufu_rcp/mufu_lg2(x, *, arch="sm90", ftz=True)`` are bit-exact on every fp32 input (checked on an
+H200 over all 2^32 inputs). The tensor-core MMA model lives in fa4num.hw.mma (owned separately).
+"""
+from .mufu import mufu_ex2, mufu_lg2, mufu_rcp, table_provenance
+from .tables import available_archs
+
+__all__ = ["mufu_ex2", "mufu_rcp", "mufu_lg2", "table_provenance", "available_archs"]

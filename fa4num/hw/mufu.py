@@ -1,0 +1,254 @@
+"""Bit-exact models of the MUFU (SFU) instructions ``ex2/rcp/lg2.approx{.ftz}.f32``, from tables measured on GPUs.
+
+Structure (found on the H200, sm_90, and confirmed there over all 2^32 inputs; see experiments/gpu/):
+
+- ``ex2.approx.ftz.f32``: the argument is cut to fixed point with 23 fractional bits, truncated toward zero
+  (sign-magnitude): t = trunc(|x| 2^23) = k 2^23 + g. Then ex2 = ex2_pos[g] * 2^k for x >= 0 and
+  ex2_neg[g] * 2^-k for x < 0 (the exponent field is shifted; the tables hold the results for g 2^-23 and
+  -g 2^-23). Results below 2^-126 flush to +0, results from 2^128 on are +inf; NaN gives NaN.
+- ``rcp.approx.ftz.f32``: rcp(m 2^e) = rcp[m] * 2^-e for the 23-bit mantissa m (the table holds rcp(1.m));
+  subnormal inputs count as zero (-> signed inf), results below 2^-126 flush to signed zero.
+- ``lg2.approx.ftz.f32``: a fixed-point sum e + F(m), converted to fp32 by truncation. For e >= 0 that is
+  RZ(e + lg2_e0[m]) (the table is the output on [1, 2)). For e < 0 the hardware negates in one's complement,
+  so the magnitude is RZ((|e| - 1) + H[m]) with H[m] = -lg2_e-1[m] (the output on [0.5, 1)); e.g.
+  lg2(0.5) = -(1 - 2^-23). Computed here in exact 64-bit fixed point. x < 0 gives NaN, 0 and subnormals -inf.
+- The non-ftz forms are what ptxas (Triton 3.6, CUDA 13; sm_90a) emits around the bare MUFU instruction, read
+  off the SASS: ex2: if x < -126 (FSETP.GEU, so not for NaN) y = MUFU(x*0.5), result y*y (FMUL, RN, subnormals
+  kept). rcp: s = 2^24 if |x| < 2^-126, 0.25 if |x| > 2^126, else 1; result MUFU(x*s)*s. lg2: if |x| < 2^-126,
+  result MUFU(x*2^24) - 24 (FADD, RN). So they differ from the ftz forms only at the subnormal ends.
+- Every NaN result is NVIDIA's canonical NaN, bits 0x7FFFFFFF.
+
+Architecture differences are data: each arch has its own table file (fa4num/hw/data/mufu_<arch>.npz.xz,
+written by ``fa4num mufu build`` on that GPU, which also checks this structure over all 2^32 inputs).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..fp._core import f32_to_u32 as _b32, u32_to_f32 as _f32
+from . import tables as _tables
+
+CANONICAL_NAN = np.uint32(0x7FFFFFFF)
+TABLE_NAMES = ("ex2_pos", "ex2_neg", "rcp", "lg2_e0", "lg2_e-1")
+_cache: dict = {}
+
+
+def _load(arch: str) -> dict:
+    if arch not in _cache:
+        tabs, meta = _tables.load(arch)
+        missing = [n for n in TABLE_NAMES if n not in tabs]
+        if missing:
+            raise ValueError(f"MUFU tables for arch {arch!r} lack {missing}")
+        _cache[arch] = (tabs, meta)
+    return _cache[arch][0]
+
+
+def table_provenance(arch: str = "sm90") -> dict:
+    """Provenance of the GPU run that measured ``arch``'s tables."""
+    _load(arch)
+    return _cache[arch][1]["provenance"]
+
+
+# ---- scalar kernels on bits ------------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _ex2_ftz(b, tpos, tneg):
+    E = (b >> 23) & 0xFF
+    M = b & 0x7FFFFF
+    if E == 0xFF and M != 0:
+        return np.uint32(0x7FFFFFFF)
+    # t = trunc(|x| * 2^23): the significand shifted by the unbiased exponent (|x| >= 2^16 saturates: inf/0)
+    t = np.int64(0)
+    if E > 0:
+        sig = np.int64(M | 0x800000)
+        sh = np.int64(E) - 127
+        if sh >= 0:
+            t = sig << min(sh, np.int64(16))
+        elif sh > -40:
+            t = sig >> (-sh)
+    k = t >> 23
+    g = t & 0x7FFFFF
+    if (b >> 31) == 0:
+        r = np.int64(tpos[g])
+        if (r >> 23) + k >= 255:
+            return np.uint32(0x7F800000)
+        return np.uint32(r + (k << 23))
+    r = np.int64(tneg[g])
+    if (r >> 23) - k <= 0:        # below 2^-126: .ftz flushes to +0
+        return np.uint32(0)
+    return np.uint32(r - (k << 23))
+
+
+@njit(cache=True, inline="always")
+def _rcp_ftz(b, trcp):
+    s = b & np.uint32(0x80000000)
+    E = np.int64((b >> 23) & 0xFF)
+    M = b & 0x7FFFFF
+    if E == 0xFF:
+        return np.uint32(0x7FFFFFFF) if M != 0 else s           # rcp(+-inf) = +-0
+    if E == 0:
+        return s | np.uint32(0x7F800000)                        # zero or (flushed) subnormal -> +-inf
+    r = np.int64(trcp[M])
+    Eo = (r >> 23) - (E - 127)
+    if Eo <= 0:
+        return s                                                # result below 2^-126: flush
+    return s | np.uint32((Eo << 23) | (r & 0x7FFFFF))
+
+
+@njit(cache=True, inline="always")
+def _fixed52(bits):
+    """A positive fp32 value (bits) as an integer multiple of 2^-52 (exact for the lg2 tables' range)."""
+    E = np.int64((bits >> 23) & 0xFF)
+    if E == 0:
+        return np.int64(0)
+    sig = np.int64((bits & 0x7FFFFF) | 0x800000)
+    sh = E - 150 + 52
+    return sig << sh if sh >= 0 else sig >> (-sh)
+
+
+@njit(cache=True, inline="always")
+def _rz_int_plus_fixed52(k, frac):
+    """fp32 bits of k + frac * 2^-52 (integer k >= 1, 0 <= frac < 2^52), truncated (RZ) to 24 bits."""
+    p = 52                      # bit position of the leading 1 of k * 2^52 + frac (frac < 2^52 cannot carry)
+    kk = k >> 1
+    while kk:
+        p += 1
+        kk >>= 1
+    v = (k << 52) + frac
+    return np.uint32(((p - 52 + 127) << 23) | ((v >> (p - 23)) & 0x7FFFFF))
+
+
+@njit(cache=True, inline="always")
+def _lg2_ftz(b, l0, lm1):
+    E = np.int64((b >> 23) & 0xFF)
+    M = b & 0x7FFFFF
+    if E == 0xFF and M != 0:
+        return np.uint32(0x7FFFFFFF)
+    if E == 0:
+        return np.uint32(0xFF800000)                # +-0 and flushed subnormals: -inf
+    if (b >> 31) != 0:
+        return np.uint32(0x7FFFFFFF)                # negative: NaN
+    if E == 0xFF:
+        return np.uint32(0x7F800000)
+    e = E - 127
+    if e == 0:
+        return l0[M]                                # the tables are the outputs on [1, 2) and [0.5, 1)
+    if e == -1:
+        return lm1[M]
+    if e > 0:
+        return _rz_int_plus_fixed52(e, _fixed52(l0[M]))
+    return np.uint32(0x80000000) | _rz_int_plus_fixed52(-e - 1, _fixed52(lm1[M] & np.uint32(0x7FFFFFFF)))
+
+
+@njit(cache=True, inline="always")
+def _canon(r):
+    """NVIDIA's canonical NaN for any NaN an fp32 instruction (FMUL/FADD/MUFU) produces."""
+    return np.uint32(0x7FFFFFFF) if ((r >> 23) & 0xFF) == 0xFF and (r & 0x7FFFFF) != 0 else r
+
+
+@njit(cache=True, inline="always")
+def _ex2_full(b, tpos, tneg):
+    # ptxas: FSETP.GEU p, x, -126; @!p FMUL x, x, 0.5; MUFU.EX2 y, x; @!p FMUL y, y, y
+    x = _f32(b)
+    if x < np.float32(-126.0):
+        y = _f32(_ex2_ftz(_b32(x * np.float32(0.5)), tpos, tneg))
+        return _canon(_b32(y * y))
+    return _ex2_ftz(b, tpos, tneg)
+
+
+@njit(cache=True, inline="always")
+def _rcp_full(b, trcp):
+    # ptxas: s = |x| < 2^-126 ? 2^24 : 1; s = |x| > 2^126 ? 0.25 : s; FMUL; MUFU.RCP; FMUL by s
+    x = _f32(b)
+    ax = abs(x)
+    s = np.float32(16777216.0) if ax < np.float32(1.1754943508222875e-38) else np.float32(1.0)
+    if ax > np.float32(8.507059173023462e+37):
+        s = np.float32(0.25)
+    r = _f32(_rcp_ftz(_b32(x * s), trcp))
+    return _canon(_b32(r * s))
+
+
+@njit(cache=True, inline="always")
+def _lg2_full(b, l0, lm1):
+    # ptxas: if |x| < 2^-126 { x *= 2^24; MUFU.LG2; FADD -24 } else MUFU.LG2
+    x = _f32(b)
+    if abs(x) < np.float32(1.1754943508222875e-38):
+        r = _f32(_lg2_ftz(_b32(x * np.float32(16777216.0)), l0, lm1))
+        return _canon(_b32(r - np.float32(24.0)))
+    return _lg2_ftz(b, l0, lm1)
+
+
+@njit(parallel=True, cache=True)
+def _map_ex2(bits, out, ftz, t1, t2):
+    for i in prange(bits.size):
+        out[i] = _ex2_ftz(bits[i], t1, t2) if ftz else _ex2_full(bits[i], t1, t2)
+
+
+@njit(parallel=True, cache=True)
+def _map_rcp(bits, out, ftz, t1):
+    for i in prange(bits.size):
+        out[i] = _rcp_ftz(bits[i], t1) if ftz else _rcp_full(bits[i], t1)
+
+
+@njit(parallel=True, cache=True)
+def _map_lg2(bits, out, ftz, t1, t2):
+    for i in prange(bits.size):
+        out[i] = _lg2_ftz(bits[i], t1, t2) if ftz else _lg2_full(bits[i], t1, t2)
+
+
+# ---- public API ----------------------------------------------------------------------------------------------
+def _as_bits(x):
+    """(flat uint32 bits, shape, was_torch) of a float32 array-like or torch tensor."""
+    was_torch = type(x).__module__.startswith("torch")
+    a = x.detach().cpu().numpy() if was_torch else np.asarray(x)
+    if a.dtype != np.float32:
+        raise ValueError(f"x must be a float32 array, got dtype {a.dtype}")
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint32), a.shape, was_torch
+
+
+def _finish(out, shape, was_torch):
+    res = out.view(np.float32).reshape(shape)
+    if was_torch:
+        import torch
+        return torch.from_numpy(res)
+    return res
+
+
+def _check(arch, ftz):
+    if not isinstance(ftz, (bool, np.bool_)):
+        raise ValueError(f"ftz must be True or False, got {ftz!r}")
+    if arch not in _tables.available_archs():
+        raise ValueError(f"arch must be one of {_tables.available_archs()}, got {arch!r}")
+
+
+def mufu_ex2(x, *, arch: str = "sm90", ftz: bool = True):
+    """Bit-exact ``ex2.approx.ftz.f32`` (ftz=True) or ``ex2.approx.f32`` of a float32 array on ``arch``.
+
+    FA4 uses it for most P = 2^x elements (softmax.py ``apply_exp2_convert``, ``cute.math.exp2(fastmath)``)
+    and for the rescale factor acc_scale."""
+    _check(arch, ftz)
+    t = _load(arch)
+    bits, shape, tt = _as_bits(x)
+    out = np.empty_like(bits)
+    _map_ex2(bits, out, bool(ftz), t["ex2_pos"], t["ex2_neg"])
+    return _finish(out, shape, tt)
+
+
+def mufu_rcp(x, *, arch: str = "sm90", ftz: bool = True):
+    """Bit-exact ``rcp.approx.ftz.f32`` (ftz=True) or ``rcp.approx.f32`` (FA4's final 1/row_sum)."""
+    _check(arch, ftz)
+    t = _load(arch)
+    bits, shape, tt = _as_bits(x)
+    out = np.empty_like(bits)
+    _map_rcp(bits, out, bool(ftz), t["rcp"])
+    return _finish(out, shape, tt)
+
+
+def mufu_lg2(x, *, arch: str = "sm90", ftz: bool = True):
+    """Bit-exact ``lg2.approx.ftz.f32`` (ftz=True) or ``lg2.approx.f32`` (FA4's LSE, log2 of row_sum)."""
+    _check(arch, ftz)
+    t = _load(arch)
+    bits, shape, tt = _as_bits(x)
+    out = np.empty_like(bits)
+    _map_lg2(bits, out, bool(ftz), t["lg2_e0"], t["lg2_e-1"])
+    return _finish(out, shape, tt)
