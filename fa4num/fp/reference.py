@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._args import as_float32, tensor_device, wrap
-from ._core import CANONICAL_NAN_BITS, f32_to_u32, u32_to_f32
+from ._core import CANONICAL_NAN_BITS, f32_to_u32, f64_to_u64, u32_to_f32, u64_to_f64
 
 __all__ = ["exp2_cr", "log2_cr", "rcp_cr", "exp2_cr_f32", "exp2_cr_bf16", "log2_cr_f32", "log2_cr_bf16",
            "rcp_cr_f32", "rcp_cr_bf16", "K_RUN", "K_TABLE", "TARGETS"]
@@ -70,6 +70,22 @@ def round_f64(y, prec, qmin, k_ulp):
 
 
 @njit(cache=True)
+def round_f64_fast(y, prec, qmin, k_ulp):
+    """round_f64 on the bits of y where the result is normal in the target (the common case): the low 53 - prec
+    bits of y's significand are its distance past the last kept bit, in ulp64."""
+    b = f64_to_u64(y)
+    if (b >> np.uint64(52)) < np.uint64(1023 + qmin + prec - 1):  # below the target's smallest normal
+        return round_f64(y, prec, qmin, k_ulp)
+    drop = np.uint64(53 - prec)
+    half = np.uint64(1) << (drop - np.uint64(1))
+    low = b & ((np.uint64(1) << drop) - np.uint64(1))
+    hard = abs(np.int64(low) - np.int64(half)) <= k_ulp
+    # round half to even on the bits; a carry into the exponent is the right result (up to 2^128 -> inf)
+    rb = (b + (half - np.uint64(1)) + ((b >> drop) & np.uint64(1))) & ~((np.uint64(1) << drop) - np.uint64(1))
+    return u64_to_f64(rb), hard
+
+
+@njit(cache=True)
 def _lookup(xs, ys, x):
     key = f32_to_u32(x)
     i = np.searchsorted(xs, key)
@@ -88,7 +104,7 @@ def exp2_approx(x, prec, qmin, cut, k_ulp):
         return np.float32(np.inf), False
     if x < cut:  # also -inf
         return np.float32(0.0), False
-    r, hard = round_f64(math.exp2(np.float64(x)), prec, qmin, k_ulp)
+    r, hard = round_f64_fast(math.exp2(np.float64(x)), prec, qmin, k_ulp)
     return np.float32(r), hard
 
 
@@ -105,7 +121,7 @@ def log2_approx(x, prec, qmin, k_ulp):
     y = math.log2(np.float64(x))
     if y == 0.0:  # x == 1 exactly (log2 is never 0 elsewhere)
         return np.float32(0.0), False
-    r, hard = round_f64(abs(y), prec, qmin, k_ulp)
+    r, hard = round_f64_fast(abs(y), prec, qmin, k_ulp)
     return np.float32(r if y > 0.0 else -r), hard
 
 
@@ -215,10 +231,12 @@ def gmpy2_context(target: str):
 def gmpy2_reference(func: str, x: np.ndarray, target: str) -> np.ndarray:
     """Correctly rounded func(x) for each float32 x by MPFR (slow: ~0.1-0.5 M elem/s); float32 out."""
     op = {"exp2": gmpy2.exp2, "log2": gmpy2.log2, "rcp": lambda v: 1 / v}[func]
-    out = np.empty(x.size, np.float32)
+    # convert outside the target's context: inside it gmpy2 rounds the new mpfr to the target (even when given a
+    # precision); float32 -> Python float -> 53-bit mpfr in a default context is exact
+    with gmpy2.context(precision=53):
+        args = list(map(gmpy2.mpfr, np.asarray(x, np.float32).reshape(-1).tolist()))
     with gmpy2_context(target):
-        for i, v in enumerate(np.asarray(x, np.float32).reshape(-1).tolist()):
-            out[i] = float(op(gmpy2.mpfr(v, 53)))  # the input at 53 bits: exact, not rounded to the target
+        out = np.array([float(op(v)) for v in args], np.float64).astype(np.float32)
     out[np.isnan(out)] = np.uint32(CANONICAL_NAN_BITS).view(np.float32)
     return out.reshape(np.shape(x))
 
