@@ -418,3 +418,22 @@ def exhaustive_inputs(chunk: int) -> np.ndarray:
     if not 0 <= chunk < 256:
         raise ValueError(f"chunk must be in 0..255, got {chunk}")
     return np.arange(chunk * EXHAUSTIVE_CHUNK, (chunk + 1) * EXHAUSTIVE_CHUNK, dtype=np.uint64).astype(np.uint32)
+
+
+EXHAUSTIVE_FORMAT = "fa4num-exhaustive-digests/1"
+
+
+def write_exhaustive(path, ops: dict, provenance: dict) -> Path:
+    """ops: name -> {"ptx", "meta", "digests": 256 hex SHA-256 of the outputs of each exhaustive chunk}."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"format": EXHAUSTIVE_FORMAT, "provenance": provenance, "chunk": EXHAUSTIVE_CHUNK, "ops": ops}
+    path.write_bytes(lzma.compress(json.dumps(doc, separators=(",", ":")).encode(), preset=9))
+    return path
+
+
+def read_exhaustive(path) -> dict:
+    doc = json.loads(lzma.decompress(Path(path).read_bytes()))
+    if doc.get("format") != EXHAUSTIVE_FORMAT:
+        raise ValueError(f"{path}: format must be {EXHAUSTIVE_FORMAT!r}, got {doc.get('format')!r}")
+    return doc

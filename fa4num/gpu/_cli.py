@@ -62,3 +62,16 @@ def register(subparsers) -> None:
                    help="also write per-2^24-chunk SHA-256 digests of the unary GPU outputs to this file")
     q.set_defaults(func=_verify)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def main(argv=None) -> int:
+    """``python -m fa4num.gpu._cli SUBCOMMAND ...``: the gpu commands without the rest of the fa4num CLI."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="fa4num")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["gpu", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -42,6 +42,9 @@ def emulator(meta: dict):
         return lambda a, b: _u(f(_f(a), _f(b), ftz=meta["ftz"]))
     if op.startswith("to_"):
         fmt = op[3:]
+        if meta.get("packed") == "hi=x,lo=-x":          # fa4num.gpu.ptx.fp8_pair_neg
+            f = getattr(fp, f"to_{fmt}x2")
+            return lambda x: np.asarray(f(_f(x), _f(x ^ np.uint32(0x80000000)))).astype(np.uint32)
         if meta.get("packed"):
             f = getattr(fp, f"to_{fmt}x2")
             return lambda a, b: np.asarray(f(_f(a), _f(b))).astype(np.uint32)

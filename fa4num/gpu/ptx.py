@@ -76,6 +76,17 @@ CONVERSIONS = {
                               "{ .reg .b16 h; cvt.u16.u32 h, $1; cvt.rn.f16x2.e5m2x2 $0, h; }"),
 }
 
+
+def fp8_pair_neg(fmt: str) -> Op:
+    """``cvt.rn.satfinite.{fmt}x2.f32 d, x, -x`` as a unary op (for exhaustive sweeps of the fp8 conversion):
+    the upper byte is the conversion of x, the lower byte that of x with its sign bit flipped."""
+    if fmt not in ("e4m3", "e5m2"):
+        raise ValueError(f"fmt must be 'e4m3' or 'e5m2', got {fmt!r}")
+    return Op(f"cvt.rn.satfinite.{fmt}x2.f32(x,-x)", 1,
+              f"{{ .reg .b16 h; .reg .b32 n; xor.b32 n, $1, 0x80000000; "
+              f"cvt.rn.satfinite.{fmt}x2.f32 h, $1, n; cvt.u32.u16 $0, h; }}")
+
+
 # MUFU instructions. ptxas (Triton 3.6's, CUDA 13) compiles the .ftz forms to a bare MUFU.EX2 / MUFU.RCP /
 # MUFU.LG2 and wraps the non-ftz forms in fp32 scaling code (see fa4num.hw.mufu for the exact SASS).
 MUFU = {f"{fn}.approx{f}.f32": Op(f"{fn}.approx{f}.f32", 1, f"{fn}.approx{f}.f32 $0, $1;")

@@ -35,3 +35,20 @@ def measure_tables(names=None) -> dict:
     from ..gpu.kernels import run, to_numpy
     return {name: to_numpy(run(op, x)) for name, (op, x) in table_inputs().items()
             if names is None or name in names}
+
+
+def check_tables(arch: str, path=None) -> dict:
+    """Mismatches of the six MUFU models (tables of ``arch``) against this GPU over all 2^32 inputs."""
+    require_gpu()
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..gpu.verify import _sweep_unary
+    from . import mufu, tables
+    if path is not None:
+        mufu._cache[arch] = tables.load(arch, path)   # a table file outside the package's data folder
+    out = {}
+    with ThreadPoolExecutor(4) as pool:
+        for name, op in ptx.MUFU.items():
+            meta = {"op": "mufu", "fn": name.split(".")[0], "ftz": ".ftz" in name, "arch": arch}
+            out[name] = _sweep_unary(op, meta, digests=False, pool=pool)[0]
+    return out

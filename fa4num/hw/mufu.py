@@ -217,7 +217,7 @@ def _finish(out, shape, was_torch):
 def _check(arch, ftz):
     if not isinstance(ftz, (bool, np.bool_)):
         raise ValueError(f"ftz must be True or False, got {ftz!r}")
-    if arch not in _tables.available_archs():
+    if arch not in _cache and arch not in _tables.available_archs():
         raise ValueError(f"arch must be one of {_tables.available_archs()}, got {arch!r}")
 
 
