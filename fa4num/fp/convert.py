@@ -15,8 +15,11 @@ target format at that magnitude is a power of two, so ``rint(|x| / q) * q`` is t
 with an unbounded exponent; overflow and saturation are then applied. ml_dtypes would give the same finite
 values but neither saturates nor makes the GPU's NaN bits; the tests compare with it where both agree.
 
-NaN bit patterns written by the GPU are constants here (NAN_BITS), to be confirmed by the golden vectors captured
-on the H200 (helper "gpu"): a NaN input gives that pattern whatever its sign and payload.
+NaN bit patterns written by the GPU are constants here (NAN_BITS): a NaN input gives that pattern whatever its
+sign and payload. The H200 golden vectors (tests/golden/convert.json.xz) confirm them for cvt.rn.bf16.f32,
+cvt.rn.f16.f32, cvt.rn.bf16x2.f32 and cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32, and confirm from_bf16 (a shift that
+keeps the payload) and from_fp16 (cvt.f32.f16: NaN -> 0x7FFFFFFF). PTX has no direct fp8 -> f32 cvt (it widens
+e4m3x2/e5m2x2 to f16x2), so from_e4m3 / from_e5m2 give the values of that path, with NaN -> NAN_FROM_NARROW.
 """
 from __future__ import annotations
 
@@ -34,9 +37,9 @@ __all__ = ["to_bf16", "to_fp16", "to_e4m3", "to_e5m2", "to_bf16x2", "to_fp16x2",
            "from_bf16", "from_fp16", "from_e4m3", "from_e5m2", "from_bf16x2", "from_fp16x2", "from_e4m3x2",
            "from_e5m2x2", "NAN_BITS", "NAN_FROM_NARROW", "FORMATS"]
 
-# NaN produced by cvt from float32 (positive quiet NaN with all payload bits set, by analogy with 0x7FFFFFFF).
+# NaN produced by cvt from float32 on the H200: positive, all payload bits set (like the fp32 0x7FFFFFFF).
 NAN_BITS = {"bf16": 0x7FFF, "fp16": 0x7FFF, "e4m3": 0x7F, "e5m2": 0x7F}
-# NaN produced when widening fp16 / e4m3 / e5m2 to float32 (cvt.f32.f16, cvt.rn.f16x2.e4m3x2 then widening).
+# NaN produced when widening fp16 / e4m3 / e5m2 to float32 (cvt.f32.f16 on the H200).
 NAN_FROM_NARROW = int(CANONICAL_NAN_BITS)
 
 
