@@ -46,8 +46,9 @@ DIAG_ROWS = 256
 
 
 def scale_log2():
-    from fa4num.softmax._ops import scale_log2_of
-    return scale_log2_of(1.0 / np.sqrt(128.0))
+    """RN32(RN32(1/sqrt(128)) * RN32(log2 e)), as fa4num.softmax._ops.scale_log2_of (numpy only: the device
+    machine runs this file without fa4num's CPU dependencies)."""
+    return np.float32(np.float32(1.0 / np.sqrt(128.0)) * np.float32(np.log2(np.e)))
 
 
 def emulated_mask(cfg):
@@ -115,9 +116,40 @@ def check(directory: str) -> dict:
     return report
 
 
+GOLDEN = ROOT / "tests/golden/attention/fa4_sm100_softmax_twin_h200.npz"
+GOLDEN_ROWS = 2048
+KEYS = ("m", "row_sum", "lse", "rcp", "hash_p", "hash_pq", "hash_scale")
+
+
+def write_golden(directory: str, report: dict | None = None) -> None:
+    """Keep the first GOLDEN_ROWS rows of every per-row output explicitly and a SHA-256 of each full array."""
+    import hashlib
+    from fa4num.provenance import provenance
+    d = pathlib.Path(directory)
+    arrays, cases = {}, []
+    capture = None
+    for name, cfg in CONFIGS.items():
+        for dist in cfg["dists"]:
+            z = np.load(d / f"twin_{name}_{dist}.npz")
+            capture = json.loads(str(z["meta"]))["provenance"]
+            for k in KEYS:
+                arrays[f"{name}.{dist}.{k}"] = z[k][:GOLDEN_ROWS]
+            cases.append({"config": name, "dist": dist, "rows": cfg["rows"],
+                          "sha256": {k: hashlib.sha256(np.ascontiguousarray(z[k]).tobytes()).hexdigest()
+                                     for k in KEYS}})
+    doc = {"format": "fa4num-sm100-softmax-twin/1", "configs": CONFIGS, "seed": 2026, "golden_rows": GOLDEN_ROWS,
+           "capture": capture, "written_by": provenance(), "check_report": report, "cases": cases}
+    np.savez_compressed(GOLDEN, meta=json.dumps(doc, default=list), **arrays)
+    print(f"wrote {GOLDEN} ({GOLDEN.stat().st_size / 1e6:.2f} MB)")
+
+
 def _scores(dist, cfg):
-    from fa4num.attention.inputs import softmax_scores
-    return softmax_scores(dist, cfg["rows"], cfg["blocks"], scale_log2=float(scale_log2()), seed=2026)
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fa4num_inputs", ROOT / "fa4num/attention/inputs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fa4num_inputs"] = mod
+    spec.loader.exec_module(mod)
+    return mod.softmax_scores(dist, cfg["rows"], cfg["blocks"], scale_log2=float(scale_log2()), seed=2026)
 
 
 # ---------------------------------------------------------------------------------------------- GPU side
@@ -290,8 +322,7 @@ def run(out_dir: str) -> None:
                        USE_THR=cfg["threshold"] > 0, EMU_ASM=emu_asm(), BLOCK_R=128)
             torch.cuda.synchronize()
             o = out.cpu().numpy().view(np.uint32)
-            keys = ("m", "row_sum", "lse", "rcp", "hash_p", "hash_pq", "hash_scale")
-            np.savez_compressed(out_dir / f"twin_{name}_{dist}.npz", **{k: o[:, i] for i, k in enumerate(keys)},
+            np.savez_compressed(out_dir / f"twin_{name}_{dist}.npz", **{k: o[:, i] for i, k in enumerate(KEYS)},
                                 diag_p=diag[:DIAG_ROWS].cpu().numpy().view(np.uint32),
                                 meta=json.dumps({"config": {k: v for k, v in cfg.items()}, "dist": dist,
                                                  "provenance": prov, "scale_log2_bits": int(sl2.view(np.uint32))}))
@@ -306,9 +337,14 @@ def main() -> int:
     c = sub.add_parser("check")
     c.add_argument("dir")
     c.add_argument("--json", default=None)
+    g = sub.add_parser("golden", help="write the CI golden file from a run's files (and a check report)")
+    g.add_argument("dir")
+    g.add_argument("--report", default=None)
     args = ap.parse_args()
     if args.cmd == "run":
         run(args.out)
+    elif args.cmd == "golden":
+        write_golden(args.dir, json.loads(pathlib.Path(args.report).read_text()) if args.report else None)
     else:
         rep = check(args.dir)
         if args.json:
