@@ -23,7 +23,7 @@ from ._certify import certify
 from ._formats import FORMATS, Format, get_format
 from ._lattice import GridScorer, lattice_round, neighbourhood
 from ._remez import PREC, Problem, remez, sup_error
-from ._target import EXP2, check_target, make_target
+from ._target import EXP2, check_target, make_target, takes_balls
 
 ERRORS = ("relative", "absolute")
 OBJECTIVES = ("minimax", "evaluated", "bf16")
@@ -180,11 +180,12 @@ def fit(f, degree: int, interval=(0.0, 1.0), *, error: str = "relative", coeff_f
     max_error, argmax = sup_error(prob, coeffs, extra=opt.extrema)
     timings["sup_norm"] = time.perf_counter() - t0
     cert_up = cert_lo = None
-    if certify_bound and _takes_balls(target):
+    if certify_bound and takes_balls(target):
         t0 = time.perf_counter()
         cert = certify(prob, coeffs, extrema=[argmax])
         timings["certify"] = time.perf_counter() - t0
         cert_up, cert_lo = cert.upper, cert.lower
+        max_error, argmax = _consistent(prob, coeffs, max_error, argmax, cert)
         if cert_up < float(max_error) * (1 - 1e-12):
             raise RuntimeError(f"certified bound {cert_up!r} below the observed max {float(max_error)!r}")
     metrics = {}
@@ -199,11 +200,6 @@ def fit(f, degree: int, interval=(0.0, 1.0), *, error: str = "relative", coeff_f
                      fixed if method != "fa4" else {}, objective, method, path, float(max_error),
                      float(argmax), cert_up, cert_lo, optimum, objective_value, metrics, regeneration,
                      timings, provenance())
-
-
-def _takes_balls(target) -> bool:
-    from ._target import _takes_balls as takes
-    return takes(target)
 
 
 def _search(prob: Problem, fmt: Format, opt, bases, radius: int, objective: str) -> list:
@@ -223,10 +219,13 @@ def _search(prob: Problem, fmt: Format, opt, bases, radius: int, objective: str)
             c[k] = v
         if c not in cands:
             cands.append(c)
+    # the bases themselves (the lattice point: what fpminimax returns) always reach the final comparison
+    finalists = cands[:4] + [list(b) for b in bases if list(b) not in cands[:4]]
+    best = min(finalists, key=lambda c: sup_error(prob, c, extra=opt.extrema)[0])
     if objective == "minimax":
-        return min(cands[:4], key=lambda c: sup_error(prob, c, extra=opt.extrema)[0])
+        return best
     from ._objectives import search
-    return search(objective, cands, prob=prob, fmt=fmt, optimum=opt)
+    return search(objective, [best] + [c for c in cands if c != best], prob=prob, fmt=fmt)
 
 
 def _fa4_recipe(target, degree, interval, error, fmt: Format, timings):
@@ -276,3 +275,44 @@ def fit_exp2(degree: int = 3, *, interval=(0.0, 1.0), error: str = "relative", c
         fixed = {0: 1.0}
     return fit(EXP2, degree, interval, error=error, coeff_format=coeff_format, fixed=fixed,
                objective=objective, method=method, certify_bound=certify_bound, radius=radius)
+
+
+@dataclass(frozen=True)
+class SupNorm:
+    """sup over the interval of the error of a given polynomial: ``max_error`` found by search (mpmath),
+    ``certified_bound`` >= the true sup (ball arithmetic), ``certified_lower`` <= it."""
+    max_error: float
+    argmax: float
+    certified_bound: float | None
+    certified_lower: float | None
+
+
+def sup_norm(f, coeffs, interval=(0.0, 1.0), *, error: str = "relative", rel_tol: float = 1e-4) -> SupNorm:
+    """The error of the polynomial ``coeffs`` (c0 first) against ``f`` on ``interval``, with a certificate
+    (like Sollya's ``supnorm``); ``rel_tol`` is how close the certified bounds must close in."""
+    degree = len(coeffs) - 1
+    if degree < 0:
+        raise ValueError("coeffs: need at least one coefficient")
+    a, b = _check_args(max(degree, 1), interval, error, "fp32", "minimax", "remez")
+    target = make_target(f)
+    check_target(target, a, b, relative=error == "relative")
+    prob = Problem(target, a, b, degree, {}, error == "relative")
+    coeffs = [float(c) if isinstance(c, (int, float, np.floating)) else c for c in coeffs]
+    max_error, argmax = sup_error(prob, coeffs)
+    up = lo = None
+    if takes_balls(target):
+        cert = certify(prob, coeffs, extrema=[argmax], rel_tol=rel_tol)
+        up, lo = cert.upper, cert.lower
+        max_error, argmax = _consistent(prob, coeffs, max_error, argmax, cert)
+    return SupNorm(float(max_error), float(argmax), up, lo)
+
+
+def _consistent(prob, coeffs, max_error, argmax, cert):
+    """The certificate evaluates the error on a finer, adaptive subdivision than the scan: when it saw a
+    larger error (a peak narrower than the scan's spacing), refine the search around that point."""
+    if cert.lower <= max_error:
+        return max_error, argmax
+    x = cert.lower_at
+    width = (float(prob.b) - float(prob.a)) * 2.0 ** -20
+    near = [min(max(x + d * width, float(prob.a)), float(prob.b)) for d in (-1, -0.5, 0, 0.5, 1)]
+    return sup_error(prob, coeffs, extra=near)

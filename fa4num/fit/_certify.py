@@ -26,6 +26,7 @@ from ._target import to_arb
 class Certificate:
     upper: float       # rigorous upper bound of sup |e| (rounded up to a float)
     lower: float       # rigorous lower bound (rounded down to a float)
+    lower_at: float    # the point whose error gave ``lower``
     pieces: int        # pieces in the final subdivision
     order: int         # Taylor order K
 
@@ -39,7 +40,7 @@ def _err_series(prob: Problem, coeffs_arb, x: flint.arb, length: int) -> flint.a
     return p / fx - 1 if prob.relative else p - fx
 
 
-def certify(prob: Problem, coeffs, *, extrema=(), rel_tol: float = 1e-3, order: int = 6, prec: int = 160,
+def certify(prob: Problem, coeffs, *, extrema=(), rel_tol: float = 1e-4, order: int = 6, prec: int = 160,
             max_pieces: int = 200_000) -> Certificate:
     """Certified bound for the error of the polynomial ``coeffs`` (c0 first, exact floats or mpf).
 
@@ -50,9 +51,11 @@ def certify(prob: Problem, coeffs, *, extrema=(), rel_tol: float = 1e-3, order: 
     try:
         cs = [to_arb(c) for c in coeffs]
         a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
-        lower = 0.0
+        lower, lower_at = 0.0, a
         for x in list(extrema) + [a, b]:
-            lower = max(lower, _float_down(abs(_err_series(prob, cs, to_arb(x), 1)[0])))
+            v = _float_down(abs(_err_series(prob, cs, to_arb(x), 1)[0]))
+            if v > lower:
+                lower, lower_at = v, x
         with mpmath.workprec(prec):
             n0 = 16
             todo = [(a + (b - a) * i / n0, a + (b - a) * (i + 1) / n0) for i in range(n0)]
@@ -69,7 +72,9 @@ def certify(prob: Problem, coeffs, *, extrema=(), rel_tol: float = 1e-3, order: 
                     ub = abs(_err_series(prob, cs, piece, order + 1)[order]) * r ** order
                     for j in range(order):
                         ub += abs(taylor[j]) * r ** j
-                    lower = max(lower, _float_down(abs(taylor[0])))
+                    v = _float_down(abs(taylor[0]))
+                    if v > lower:
+                        lower, lower_at = v, mid
                     bounds.append((lo, hi, _float_up(ub)))
                 todo = []
                 for lo, hi, ub in bounds:
@@ -78,7 +83,7 @@ def certify(prob: Problem, coeffs, *, extrema=(), rel_tol: float = 1e-3, order: 
                         todo += [(lo, mid), (mid, hi)]
                     else:
                         done.append(ub)
-            return Certificate(max(done), lower, len(done), order)
+            return Certificate(max(done), lower, float(lower_at), len(done), order)
     finally:
         flint.ctx.prec = old
 

@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit, prange
 
 from fa4num.ex2 import fa4_emulated
+from fa4num.fp import exp2_cr
 from fa4num.fp.convert import f32_to_bf16_bits
 
 _EVAL_INPUTS = 0x3F800000  # fp32 bit patterns of [0, 1)
@@ -82,38 +83,6 @@ def evaluated_error(coeffs, *, inputs: str = "all") -> dict:
                                                       else "x = k*2^-23, k < 2^23")}
 
 
-def _bf16_round_f64(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """RN-even of float64 values to bf16 (8-bit significand, subnormals from 2^-126 down with spacing 2^-133),
-    and a mask of the values too close to a rounding midpoint for a float64 input to decide."""
-    mant, e2 = np.frexp(y)                          # y = mant * 2^e2, mant in [0.5, 1)
-    q_exp = np.maximum(e2 - 1, -126) - 7            # spacing exponent of bf16 at y
-    n = np.ldexp(y, -q_exp)                         # exact scaling: y / spacing
-    r = np.rint(n)
-    ambiguous = np.abs(np.abs(n - np.floor(n)) - 0.5) < 2.0 ** -40
-    return np.ldexp(r, q_exp), ambiguous
-
-
-def exp2_bf16_cr(x: np.ndarray) -> np.ndarray:
-    """Correctly rounded bf16 of 2^x for float32 x in [-133, 128), as float64 values.
-
-    Rounded once from 2^x: float64 exp2 (error < 1 ulp, 2^-52 relative) decides every input not within 2^-40
-    bf16 spacings of a rounding midpoint; those few are recomputed at 100 bits with mpmath."""
-    import mpmath
-    xd = np.asarray(x, dtype=np.float32).astype(np.float64)
-    out, amb = _bf16_round_f64(np.exp2(xd))
-    for i in np.flatnonzero(amb):
-        with mpmath.workprec(100):
-            y = mpmath.mpf(2) ** mpmath.mpf(float(xd[i]))
-            mant, e2 = mpmath.frexp(y)
-            q = mpmath.mpf(2) ** (max(int(e2) - 1, -126) - 7)
-            n = y / q
-            r = mpmath.floor(n)
-            if n - r > 0.5 or (n - r == 0.5 and int(r) % 2):
-                r += 1
-            out[i] = float(r * q)
-    return out
-
-
 # binade 2^(k-1) <= |x| < 2^k, k = 1..7, clipped at |x| = 126: its fractions are the multiples of 2^(k-24),
 # i.e. every 2^(k-1)-th point of the 2^-23 grid; its weight is its length
 _BINADE_WEIGHTS = np.array([min(2 ** k, 126) - 2 ** (k - 1) for k in range(1, 8)], dtype=np.float64)
@@ -122,14 +91,14 @@ _ONE_BELOW = 2.0 ** -9
 _cache = {}
 
 
-def _bf16_bits_of(values: np.ndarray) -> np.ndarray:
-    """bf16 bit patterns of float64 values that are bf16 numbers (exact through float32)."""
-    return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+def _ref_bits(x: np.ndarray) -> np.ndarray:
+    """Bits of RN_bf16(2^x), fa4num.fp.exp2_cr (correctly rounded once from 2^x)."""
+    return exp2_cr(x, dtype="bfloat16").view(np.uint16)
 
 
 def _frac_reference() -> np.ndarray:
     if "frac" not in _cache:
-        _cache["frac"] = _bf16_bits_of(exp2_bf16_cr(_FRAC_GRID))
+        _cache["frac"] = _ref_bits(_FRAC_GRID)
     return _cache["frac"]
 
 
@@ -187,14 +156,14 @@ def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
         if 2.0 ** -j <= _ONE_BELOW:
             ref = np.full(x.size, np.float32(1.0).view(np.uint32) >> 16, dtype=np.uint16)
         else:
-            ref = _bf16_bits_of(exp2_bf16_cr(x))
+            ref = _ref_bits(x)
         part = _count_mismatch(fa4_emulated(x, degree, coeffs=c), ref) / x.size
         parts[f"[-2^-{j},-2^-{j + 1})"] = part
         num, total = num + 2.0 ** -(j + 1) * part, total + 2.0 ** -(j + 1)
     value = num / total
     # x in [-127, -126): every fp32 value (spacing 2^-17)
     x = (-127.0 + np.arange(1 << 17, dtype=np.float64) * 2.0 ** -17).astype(np.float32)
-    sub = _count_mismatch(fa4_emulated(x, degree, coeffs=c), _bf16_bits_of(exp2_bf16_cr(x))) / x.size
+    sub = _count_mismatch(fa4_emulated(x, degree, coeffs=c), _ref_bits(x)) / x.size
     parts["[-127,-126)"] = sub
     return {"value": value, "value_with_subnormal": (num + sub) / (total + 1.0), "parts": parts,
             "definition": "uniform measure on x in [-126, -2^-24] (value) and [-127, -2^-24] "
@@ -210,30 +179,25 @@ def measure(objective: str, coeffs) -> dict:
     raise ValueError(f"objective: {objective!r} has no emulation measurement (use 'evaluated' or 'bf16')")
 
 
-def search(objective: str, candidates, *, prob, fmt, optimum) -> list:
+def search(objective: str, candidates, *, prob, fmt) -> list:
     """Pick the coefficient set for an emulation objective.
 
-    evaluated: ``candidates`` (the minimax neighbourhood, best real-arithmetic error first) re-ranked on
-        the 2^-23-grid proxy of evaluated_error.
+    ``candidates``: the minimax fit first, then its neighbourhood by increasing real-arithmetic error.
+    evaluated: the first 12 re-ranked on the 2^-23-grid proxy of evaluated_error (ties keep the earlier).
     bf16: the mismatch share of x in [-126, -1] is, to first order, 2^7 * mean |p(f) - 2^f| over f in
         [0, 1) (a bf16 midpoint lies between p and 2^f with probability |p - 2^f| / 2^-7), so the start is
         the L1-optimal polynomial (a linear program, scipy HiGHS) with the fixed coefficients, rounded; a
-        pattern search in coefficient spacings then lowers the exact share (the "frac" proxy). The best of
-        that and the minimax candidates is returned.
+        pattern search in coefficient spacings then lowers the exact share (the "frac" proxy). The minimax
+        fit is kept if it is better.
     """
     if objective == "evaluated":
-        top = candidates[:12]
-        return min(top, key=lambda c: evaluated_error(c, inputs="grid")["value"])
+        return min(candidates[:12], key=lambda c: evaluated_error(c, inputs="grid")["value"])
     if objective == "bf16":
         start = [fmt.round(v) for v in _l1_optimum(prob)]
         for k, v in prob.fixed.items():
             start[k] = v
         best, score = _pattern_search(start, prob, fmt, _frac_share)
-        for c in candidates[:4]:
-            s = _frac_share(c)
-            if s < score:
-                best, score = c, s
-        return best
+        return best if score < _frac_share(candidates[0]) else list(candidates[0])
     raise ValueError(f"objective: unknown {objective!r}")
 
 

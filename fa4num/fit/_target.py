@@ -52,7 +52,7 @@ class Target:
     """A function f(x) with its two evaluators. ``name`` is how results and the registry show it."""
     name: str
     mp: Callable          # mpf -> mpf
-    ball: Callable | None  # flint.arb_series -> flint.arb_series (None: no certificate possible)
+    ball: Callable         # flint.arb_series -> flint.arb_series (may fail for a callable: takes_balls)
 
 
 def _compile(expr: str):
@@ -111,7 +111,7 @@ def check_target(target: Target, a, b, *, relative: bool, samples: int = 257) ->
                 raise ValueError(f"f: {target.name} has {what} at x={float(x)!r} in interval [{a}, {b}]")
             if isinstance(y, mpmath.mpc):
                 raise ValueError(f"f: {target.name} is complex at x={float(x)!r} in interval [{a}, {b}]")
-    if target.ball is None or not _takes_balls(target):
+    if not takes_balls(target):
         return
     old = flint.ctx.prec
     flint.ctx.prec = 80
@@ -143,7 +143,8 @@ def to_arb(x) -> flint.arb:
     return flint.arb(flint.fmpz(int(man))) * flint.arb(2) ** int(exp)
 
 
-def _takes_balls(target: Target) -> bool:
+def takes_balls(target: Target) -> bool:
+    """Whether the target evaluates on flint ball series (string targets always do)."""
     try:
         y = target.ball(flint.arb_series([flint.arb(0.5), 1], prec=2))
     except Exception:  # noqa: BLE001 -- any failure means "cannot certify this callable"

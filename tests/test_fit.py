@@ -1,0 +1,202 @@
+"""fa4num.fit against independent anchors: Sollya 8.0 (FA4's fpminimax call, supnorm, remez), the published
+real-coefficient optima (reference/fitters.md section 5.1, external values), FA4's POLY_EX2 as shipped
+(fa4num.ex2.POLY_EX2, bit patterns copied from flash_attn/cute/utils.py), and analytic sup norms."""
+from __future__ import annotations
+
+import ast
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from fa4num.ex2 import POLY_EX2
+from fa4num.fit import _sollya, export, fit, fit_exp2, load_poly, sup_norm
+from fa4num.fit import registry as reg
+
+needs_sollya = pytest.mark.skipif(not _sollya.available(), reason="sollya not installed (apt-get install sollya)")
+
+# Published optimum (fitters.md 5.1): best max relative error of 2^x on [0, 1] with p(0) = 1, and c1..cn.
+PUBLISHED_OPTIMUM = {
+    1: (3.8221581e-2, [0.923556839]),
+    2: (2.0533273e-3, [0.665960941, 0.329932404]),
+    3: (8.5590194e-5, [0.695116786, 0.227644991, 0.0770670420]),
+    4: (2.8959251e-6, [0.693044845, 0.241280205, 0.0522424742, 0.0134266843]),
+    5: (8.2272126e-8, [0.693151312, 0.240164450, 0.0557999131, 0.00901703032, 0.00186713007]),
+    6: (2.0123620e-9, [0.693147044, 0.240229306, 0.0554852806, 0.00967545157, 0.00124678464, 0.000216129150]),
+}
+
+
+@pytest.fixture(scope="module")
+def default_fits():
+    return {n: fit_exp2(n) for n in range(1, 6)}
+
+
+def _is_fp32(c: float) -> bool:
+    return float(np.float32(c)) == c
+
+
+@pytest.mark.parametrize("n", sorted(PUBLISHED_OPTIMUM))
+def test_real_optimum_matches_published(n):
+    level, coeffs = PUBLISHED_OPTIMUM[n]
+    opt = fit_exp2(n, certify_bound=False, radius=0).optimum
+    assert opt.max_error == pytest.approx(level, rel=1e-7)
+    assert opt.coeffs_float[0] == 1.0
+    np.testing.assert_allclose(opt.coeffs_float[1:], coeffs, rtol=2e-8)
+
+
+def test_defaults_fp32_c0_one_certified(default_fits):
+    for n, r in default_fits.items():
+        assert len(r.coeffs) == n + 1 and r.coeffs[0] == 1.0
+        assert all(_is_fp32(c) for c in r.coeffs)
+        assert r.certified_lower <= r.max_error <= r.certified_bound <= 1.01 * r.max_error
+        assert r.max_error >= r.optimum.max_error
+        assert r.path == "remez+lattice+search" and r.provenance["code_revision"]
+
+
+@needs_sollya
+def test_defaults_beat_fa4_per_sollya_supnorm(default_fits):
+    """Sollya certifies both sets: our upper end is below the lower end of FA4's enclosure, and our own
+    max and certified bound agree with Sollya's enclosure."""
+    for n, r in default_fits.items():
+        lo, hi = _sollya.supnorm(r.coeffs, accuracy=2.0 ** -40)
+        fa4_lo, _ = _sollya.supnorm(POLY_EX2[n], accuracy=2.0 ** -40)
+        assert hi < fa4_lo
+        assert lo * (1 - 1e-9) <= r.max_error <= hi * (1 + 1e-9)
+        assert r.certified_bound >= lo
+
+
+@pytest.mark.parametrize("n", range(1, 6))
+def test_fa4_method_regenerates_poly_ex2(n):
+    r = fit_exp2(n, method="fa4")
+    assert r.coeffs == tuple(POLY_EX2[n])
+    assert tuple(r.regeneration["own"]) == tuple(POLY_EX2[n])  # fa4num's own fpminimax, bit for bit
+    if _sollya.available():
+        assert r.path == "sollya" and r.regeneration["bit_identical"] is True
+    else:
+        assert r.path == "own-fpminimax" and r.regeneration["bit_identical"] is None
+
+
+@needs_sollya
+def test_fa4_method_knob_changed_matches_sollya():
+    """One knob changed (bf16-precision coefficients): our own recipe vs Sollya's fpminimax."""
+    r = fit_exp2(3, method="fa4", coeff_format="bf16")
+    assert r.regeneration["sollya"] == _sollya.fpminimax_fa4(3, precision=8)
+    own_err = sup_norm("2^x", r.regeneration["own"]).max_error
+    assert own_err <= r.max_error * (1 + 1e-12)
+
+
+@needs_sollya
+def test_general_fit_matches_sollya_remez():
+    """exp on [-1, 1], absolute error, nothing fixed: our real optimum vs Sollya's remez + supnorm."""
+    r = fit("exp(x)", 4, (-1.0, 1.0), error="absolute", coeff_format="fp32")
+    out = _sollya.run("display=hexadecimal!; p = remez(exp(x), 4, [-1;1], 1, 2^-60); s = supnorm(p, exp(x), [-1;1], "
+                      "absolute, 2^-40); print(sup(s));")
+    sollya_level = float.fromhex(out.split()[-1])
+    assert r.optimum.max_error == pytest.approx(sollya_level, rel=1e-9)
+    lo, hi = _sollya.supnorm(r.coeffs, "exp(x)", interval=(-1.0, 1.0), error="absolute")
+    assert lo <= r.certified_bound and lo * (1 - 1e-9) <= r.max_error <= hi * (1 + 1e-9)
+    assert all(_is_fp32(c) for c in r.coeffs)
+
+
+def test_certificate_sound_on_analytic_sup():
+    """|x + 1e-3 sin(50x) - x| has sup exactly 1e-3; a 1e-4-wide bump between scan points is still bounded."""
+    s = sup_norm("x + 0.001*sin(50*x)", [0.0, 1.0], error="absolute")
+    assert s.certified_lower <= 1e-3 <= s.certified_bound <= 1e-3 * (1 + 1e-3)
+    bump = sup_norm("x + 0.001*exp(-((x - 0.31370001)/0.0001)^2)", [0.0, 1.0], error="absolute")
+    assert bump.certified_lower <= 1e-3 <= bump.certified_bound
+    assert bump.max_error == pytest.approx(1e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+def test_other_formats_exact_and_not_worse_than_naive(fmt):
+    import ml_dtypes
+    dtype = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}[fmt]
+    r = fit_exp2(3, coeff_format=fmt)
+    assert all(float(dtype(c)) == c for c in r.coeffs)
+    naive = [1.0] + [float(dtype(float(c))) for c in r.optimum.coeffs_float[1:]]
+    assert r.max_error <= sup_norm("2^x", naive).max_error * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("kwargs, arg", [
+    (dict(degree=0), "degree"), (dict(degree=9), "degree"), (dict(degree=2.5), "degree"),
+    (dict(interval=(1.0, 0.0)), "interval"), (dict(interval=(0.5, 0.5)), "interval"),
+    (dict(interval=(0.0, math.inf)), "interval"), (dict(interval=(0.0,)), "interval"),
+    (dict(coeff_format="fp8"), "coeff_format"), (dict(objective="l2"), "objective"),
+    (dict(method="lolremez"), "method"), (dict(error="ulp"), "error"),
+    (dict(fixed={0: 0.1}), "fixed"), (dict(fixed={7: 1.0}), "fixed"),
+])
+def test_bad_requests_name_the_argument(kwargs, arg):
+    with pytest.raises(ValueError, match=arg):
+        fit_exp2(**kwargs)
+
+
+@pytest.mark.parametrize("f, interval, error", [
+    ("1/(x-0.3)", (0.0, 1.0), "absolute"),     # pole inside
+    ("log(x)", (0.0, 1.0), "absolute"),        # -inf at an endpoint
+    ("sqrt(x - 0.5)", (0.0, 1.0), "absolute"),  # not real on part of the interval
+    ("x - 0.5", (0.0, 1.0), "relative"),       # relative error undefined at the zero
+    ("foo(x)", (0.0, 1.0), "absolute"),        # unknown function
+])
+def test_bad_functions(f, interval, error):
+    with pytest.raises(ValueError, match="^f:"):
+        fit(f, 3, interval, error=error)
+
+
+def test_emulation_objective_needs_exp2_setting():
+    with pytest.raises(ValueError, match="objective"):
+        fit("exp(x)", 3, (0.0, 1.0), objective="bf16")
+
+
+def test_registry_fa4_entries_and_loader(tmp_path):
+    for n in range(1, 6):
+        assert load_poly(f"fa4-deg{n}") == tuple(POLY_EX2[n])
+    path = tmp_path / "reg.json"
+    coeffs = (1.0, 0.6951461434364319, 0.22756439447402954, 0.07711908966302872)
+    reg.write_entry("mine-3", coeffs, source="test", metrics={}, provenance={}, registry=path)
+    assert load_poly("mine-3", registry=path) == coeffs
+    with pytest.raises(ValueError, match="name"):
+        load_poly("missing", registry=path)
+    with pytest.raises(ValueError, match="name"):
+        reg.write_entry("bad name", coeffs, source="", metrics={}, provenance={}, registry=path)
+
+
+def test_exports_round_trip():
+    coeffs = tuple(POLY_EX2[5])
+    cute = export(coeffs, "cute", name="P")
+    assert ast.literal_eval(cute.split("=", 1)[1].split("#")[0].strip()) == coeffs
+    c = export(coeffs, "c", name="P")
+    lits = c[c.index("{") + 1:c.index("}")].split(",")
+    assert tuple(float.fromhex(s.strip().rstrip("f")) for s in lits) == coeffs
+    ptx = [ln for ln in export(coeffs, "ptx").splitlines() if ln.startswith("0f")]
+    assert tuple(struct.unpack("<f", struct.pack("<I", int(h[2:], 16)))[0] for h in ptx) == coeffs
+    assert ptx[1] == "0f3F31725F"   # FA4's own constant for c1 of the degree-5 set
+    triton = export(coeffs, "triton", name="P")
+    vals = [float(ln.split("tl.constexpr(")[1].split(")")[0]) for ln in triton.splitlines() if "constexpr(" in ln]
+    assert tuple(vals) == coeffs
+    with pytest.raises(ValueError, match="coeffs"):
+        export((1.0, 0.1), "c")
+    with pytest.raises(ValueError, match="fmt"):
+        export(coeffs, "verilog")
+
+
+def test_evaluated_objective_not_worse_than_minimax_set():
+    """Degree 5, where fp32 evaluation error is as large as the approximation error: the evaluated-objective
+    fit is no worse than the minimax fit on the search's grid, and beats FA4's set on every fp32 of [0, 1)."""
+    from fa4num.fit import evaluated_error
+    r = fit_exp2(5, objective="evaluated")
+    grid = evaluated_error(r.coeffs, inputs="grid")["value"]
+    assert grid <= evaluated_error(fit_exp2(5).coeffs, inputs="grid")["value"]
+    full = r.metrics["evaluated"]
+    assert full["inputs"] == 0x3F800000 and full["value"] >= grid
+    assert full["value"] < evaluated_error(POLY_EX2[5])["value"]
+    assert full["value"] >= r.max_error * (1 - 1e-3)  # fp32 inputs sit densely around the real peak
+
+
+def test_bf16_objective_beats_fa4_cubic():
+    from fa4num.fit import bf16_mismatch_share
+    r = fit_exp2(3, objective="bf16")
+    assert r.coeffs[0] == 1.0 and all(_is_fp32(c) for c in r.coeffs)
+    fa4 = bf16_mismatch_share(POLY_EX2[3])
+    assert r.metrics["bf16"]["value"] <= 0.9 * fa4["value"]
+    assert r.objective_value == r.metrics["bf16"]["value"]
