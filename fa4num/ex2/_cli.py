@@ -1,0 +1,97 @@
+"""``fa4num report`` and ``fa4num sweep``."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+def _coeffs(text: str):
+    """'c0,c1,...' (decimal or 0x hex fp32 bit patterns) -> tuple of floats; anything else is a polys/ name."""
+    import numpy as np
+    if "," not in text:
+        return text
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.lower().startswith("0x"):
+            out.append(float(np.array(int(part, 16), dtype=np.uint32).view(np.float32)))
+        else:
+            out.append(float(part))
+    return tuple(out)
+
+
+def _report(args) -> int:
+    from .report import write_report
+    path = write_report(args.out, quick=args.quick, progress=not args.no_progress)
+    print(f"wrote {path} (+ report.json, figures) ")
+    return 0
+
+
+def _sweep(args) -> int:
+    from .plots import plot_error_vs_x, plot_ulp_histogram
+    from .sweep import Domain, fa4_implementation, mufu_implementation, sweep
+    if args.impl == "fa4":
+        coeffs = _coeffs(args.coeffs) if args.coeffs else None
+        degree = args.degree
+        if degree is None:
+            degree = len(coeffs) - 1 if isinstance(coeffs, tuple) else 3
+        impl = fa4_implementation(degree, coeffs=coeffs, variant=args.variant)
+    else:
+        impl = mufu_implementation(arch=args.arch, ftz=not args.no_ftz)
+    if args.grid is not None:
+        if args.range is None:
+            raise SystemExit("--grid needs --range LO HI")
+        domain = Domain(kind="grid", lo=args.range[0], hi=args.range[1], grid_bits=args.grid)
+    else:
+        lo, hi = args.range if args.range is not None else (-math.inf, math.inf)
+        domain = Domain(lo=lo, hi=hi, stride=args.stride)
+    result = sweep(impl, domain, chunk=args.chunk, xbins=args.xbins, progress=not args.no_progress)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = args.name or impl.name
+    result.to_json(out / f"{stem}.json")
+    plot_error_vs_x(result, out / f"{stem}_error_vs_x.png")
+    plot_ulp_histogram(result, out / f"{stem}_ulp_histogram.png")
+    print(result.summary())
+    print(f"wrote {out / (stem + '.json')} and two figures")
+    return 0
+
+
+def register(subparsers) -> None:
+    rep = subparsers.add_parser(
+        "report", help="write the FA4 exp2 accuracy report (Markdown + JSON + PNG) from embedded defaults",
+        description="Sweep FA4's software exp2 (cubic, packed form) over every fp32 x in [-126, 0] and below, "
+                    "compare degrees 1-5, the three forms and the MUFU model, and write report.md, report.json "
+                    "and figures. About 1-2 minutes on 2 cores.")
+    rep.add_argument("--out", default="fa4num-report", help="output directory (default: ./fa4num-report)")
+    rep.add_argument("--quick", action="store_true",
+                     help="subsample the exhaustive [-126, 0] sweep (every 257th bit pattern) for a fast look")
+    rep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    rep.set_defaults(func=_report)
+
+    sw = subparsers.add_parser(
+        "sweep", help="ulp/bf16 error statistics of an exp2 implementation over all 2^32 fp32 inputs or a range",
+        description="Run an exp2 implementation over fp32 inputs against the correctly rounded 2^x: ulp "
+                    "histogram, max error and where, bf16 mismatch share, per-binade table; JSON with "
+                    "provenance plus figures.")
+    sw.add_argument("--impl", choices=("fa4", "mufu"), default="fa4",
+                    help="fa4: FA4's software exp2 (fa4num.ex2.fa4_emulated); mufu: fa4num.hw.mufu_ex2 model")
+    sw.add_argument("--variant", default="packed", help="fa4 form: packed (default), scalar or asm")
+    sw.add_argument("--degree", type=int, default=None, help="fa4 polynomial degree (default 3, FA4's)")
+    sw.add_argument("--coeffs", default=None,
+                    help="fa4 coefficients c0,c1,... (decimal or 0x fp32 bit patterns, each exact in fp32), "
+                         "or a polys/ entry name")
+    sw.add_argument("--arch", default="sm90", help="mufu: architecture of the measured tables (default sm90)")
+    sw.add_argument("--no-ftz", action="store_true", help="mufu: model ex2.approx.f32 instead of .ftz")
+    sw.add_argument("--range", nargs=2, type=float, metavar=("LO", "HI"),
+                    help="only x in [LO, HI] (default: all 2^32 bit patterns, NaNs included)")
+    sw.add_argument("--stride", type=int, default=1, help="every STRIDE-th bit pattern of the range (default 1)")
+    sw.add_argument("--grid", type=int, default=None, metavar="BITS",
+                    help="instead of bit patterns: x = k*2^-BITS in [LO, HI] (uniform in x)")
+    sw.add_argument("--chunk", type=int, default=1 << 24, help="inputs per fused pass (default 2^24)")
+    sw.add_argument("--xbins", type=int, default=512, help="bins in x for the error-vs-x figure (finite ranges)")
+    sw.add_argument("--out", default="fa4num-sweep", help="output directory (default: ./fa4num-sweep)")
+    sw.add_argument("--name", default=None, help="file stem (default: the implementation's name)")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sw.set_defaults(func=_sweep)
+

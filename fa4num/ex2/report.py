@@ -1,0 +1,195 @@
+"""``fa4num report``: a short Markdown + JSON + PNG report on FA4's software exp2, from embedded defaults.
+
+The report is a list of sections. This module writes the exp2 sections; any fa4num subpackage can add its own
+by defining ``report_sections(ctx: ReportContext) -> list[Section]`` in a module ``fa4num.<pkg>._report``
+(packages listed in SECTION_PROVIDERS, in report order); a provider that is absent is skipped, one that fails
+is reported in the output rather than stopping the report.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .emulate import POLY_EX2, VARIANTS, fa4_emulated, poly_coeffs
+from .sweep import Domain, SweepResult, _json_default, fa4_implementation, mufu_implementation, sweep
+
+# packages whose fa4num.<pkg>._report may contribute sections, after the exp2 ones
+SECTION_PROVIDERS = ("fit", "hw", "softmax", "attention")
+
+# Embedded defaults. The softmax feeds exp2 with x = S*scale_log2 - max <= 0 (plus max_offset/threshold <= 8),
+# so the main sweep covers every fp32 x in [-126, 0], where 2^x is a normal number.
+MAIN_DOMAIN = Domain(lo=-126.0, hi=0.0)
+UNDERFLOW_DOMAIN = Domain(lo=-150.0, hi=-126.0, stride=1)
+GRID_BITS = 16                       # comparison grid: x = k * 2^-16 in [-126, 0] (8.3 M points, uniform in x)
+QUICK_MAIN_STRIDE = 257              # --quick: every 257th bit pattern of the main domain ...
+QUICK_GRID_BITS = 10                 # ... and a grid of k * 2^-10
+
+
+@dataclass
+class Section:
+    """One part of the report: Markdown text, figure files (relative to the output dir), JSON-able data."""
+    title: str
+    markdown: str
+    figures: list = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class ReportContext:
+    out_dir: Path
+    quick: bool
+    progress: bool
+
+    @property
+    def grid_bits(self) -> int:
+        return QUICK_GRID_BITS if self.quick else GRID_BITS
+
+
+def _pct(a: int, n: int) -> str:
+    return f"{100.0 * a / n:.4g} %" if n else "n/a"
+
+
+def _row(label: str, r: SweepResult) -> str:
+    n = max(r.count - r.nan_mismatch, 1)
+    mean = sum(i * c for i, c in enumerate(r.ulp_hist_linear)) / n
+    return (f"| {label} | {r.max_ulp} | {r.max_rel:.3e} | {mean:.1f} | {_pct(r.exact, r.count)} | "
+            f"{_pct(r.bf16_mismatch, r.count)} |")
+
+
+_TABLE_HEAD = ("| implementation | max error (ulp) | max rel. error | mean error (ulp) | correctly rounded | "
+               "bf16 mismatch |\n|---|---|---|---|---|---|")
+
+
+def _main_section(ctx: ReportContext) -> Section:
+    from .plots import plot_error_vs_x, plot_ulp_histogram
+    impl = fa4_implementation(3, variant="packed")
+    dom = Domain(lo=MAIN_DOMAIN.lo, hi=MAIN_DOMAIN.hi, stride=QUICK_MAIN_STRIDE if ctx.quick else 1)
+    full = sweep(impl, dom, progress=ctx.progress)
+    grid = sweep(impl, Domain(kind="grid", lo=-126.0, hi=0.0, grid_bits=ctx.grid_bits), progress=ctx.progress)
+    plot_error_vs_x(grid, ctx.out_dir / "exp2_error_vs_x.png",
+                    title=f"FA4 cubic exp2 (ex2_emulation_2) vs correctly rounded 2^x, x = k*2^-{ctx.grid_bits}")
+    plot_ulp_histogram(grid, ctx.out_dir / "exp2_ulp_histogram.png",
+                       title=f"FA4 cubic exp2, x = k*2^-{ctx.grid_bits} in [-126, 0]")
+    coeffs = ", ".join(f"{float(c):.9g}" for c in poly_coeffs(3))
+    p1 = float(fa4_emulated(np.array([-1e-30], np.float32))[0])
+    md = f"""FA4 computes 2^x for some softmax columns in software (`flash_attn/cute/utils.py`, `ex2_emulation_2`):
+clamp at -127, split x = n + f with `add.rm` against 1.5*2^23, evaluate the cubic p(f) = {coeffs} (c0 first)
+with three `fma.rn`, then add n to the exponent bits. Emulated here bit for bit and compared with 2^x rounded
+once to fp32 (and to bf16 for the bf16 column).
+
+{_TABLE_HEAD}
+{_row(f"all fp32 x in [-126, 0]{' (every %dth bit pattern)' % QUICK_MAIN_STRIDE if ctx.quick else ''}", full)}
+{_row(f"x = k*2^-{ctx.grid_bits} in [-126, 0] (uniform in x)", grid)}
+
+- Max error {full.max_ulp} ulp at x = {full.max_ulp_x!r}; max relative error {full.max_rel:.4g} at
+  x = {full.max_rel_x!r}.
+- "bf16 mismatch": the RN bf16 cast of the result (what FA4 feeds the P·V MMA) differs from the correctly rounded
+  bf16 of 2^x; {full.bf16_mismatch_far + grid.bf16_mismatch_far} of these differ by more than one bf16 ulp.
+- Counting every fp32 bit pattern weights tiny |x| heavily: for -2^-24 < x < 0 the floor is -1 and f rounds to 1,
+  so the result is p(1)/2 = {p1!r} instead of ~1 (the largest errors). The grid row weights x uniformly.
+- Sweep times on this machine: {full.seconds:.1f} s ({full.count:,} inputs) and {grid.seconds:.1f} s.
+
+![error vs x](exp2_error_vs_x.png)
+![ulp histogram](exp2_ulp_histogram.png)
+"""
+    return Section("FA4's cubic exp2 against the correctly rounded 2^x", md,
+                   ["exp2_error_vs_x.png", "exp2_ulp_histogram.png"],
+                   {"all_fp32": full.to_dict(), "grid": grid.to_dict()})
+
+
+def _underflow_section(ctx: ReportContext) -> Section:
+    r = sweep(fa4_implementation(3, variant="packed"), UNDERFLOW_DOMAIN, progress=ctx.progress)
+    x = np.array([-126.5], np.float32)
+    got, exact = float(fa4_emulated(x)[0]), 2.0 ** -126.5
+    md = f"""Every fp32 x in [-150, -126] ({r.count:,} inputs). FA4 assumes its inputs stay above -127. For x in
+(-127, -126) the exponent field becomes 0 and the bits decode as a wrong subnormal (x = -126.5 gives {got:.4g}
+instead of {exact:.4g}); x <= -127 gives +0 (MUFU's ex2.approx.ftz flushes these outputs to 0 as well).
+
+{_TABLE_HEAD}
+{_row("all fp32 x in [-150, -126]", r)}
+"""
+    return Section("Below the normal range", md, [], {"underflow": r.to_dict()})
+
+
+def _comparison_section(ctx: ReportContext) -> Section:
+    grid = Domain(kind="grid", lo=-126.0, hi=0.0, grid_bits=ctx.grid_bits)
+    rows, data = [], {}
+    for degree in sorted(POLY_EX2):
+        r = sweep(fa4_implementation(degree, variant="packed"), grid, progress=ctx.progress, xbins=0)
+        rows.append(_row(f"FA4 degree {degree} (POLY_EX2)", r))
+        data[f"degree{degree}"] = r.to_dict()
+    mufu_note = ""
+    try:
+        m = sweep(mufu_implementation(arch="sm90", ftz=True), grid, progress=ctx.progress, xbins=0)
+        rows.append(_row("MUFU ex2.approx.ftz.f32 (sm90 table model)", m))
+        data["mufu_sm90"] = m.to_dict()
+    except (ImportError, ValueError, OSError) as err:
+        mufu_note = f"\n(MUFU model not available here: {err})\n"
+    sub = np.array([-(2.0 ** -140), -(2.0 ** -130)], np.float32)
+    variants = []
+    for name, v in VARIANTS.items():
+        vals = fa4_emulated(sub, variant=name)
+        same = all(np.array_equal(fa4_emulated(np.arange(-126, 1, 2.0 ** -8, dtype=np.float32), d, variant=name),
+                                  fa4_emulated(np.arange(-126, 1, 2.0 ** -8, dtype=np.float32), d))
+                   for d in sorted(POLY_EX2))
+        variants.append(f"| {name} | `{v.fa4_function}` | {v.description} | {float(vals[0])!r} | "
+                        f"{'yes' if same else 'no'} |")
+    md = f"""Same grid, x = k*2^-{ctx.grid_bits} in [-126, 0], every degree of FA4's POLY_EX2 (packed form).
+{mufu_note}
+{_TABLE_HEAD}
+{chr(10).join(rows)}
+
+The three forms of the emulation differ only in PTX's `.ftz` (flush subnormals): on normal inputs and FA4's
+coefficients they agree bit for bit; a negative subnormal x shows the difference.
+
+| form | FA4 function | instructions | result at x = -2^-140 | equal to packed on the grid (all degrees) |
+|---|---|---|---|---|
+{chr(10).join(variants)}
+"""
+    return Section("Degrees, forms and MUFU", md, [], data)
+
+
+def _provider_sections(ctx: ReportContext) -> list:
+    out = []
+    for pkg in SECTION_PROVIDERS:
+        name = f"fa4num.{pkg}._report"
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        try:
+            out.extend(mod.report_sections(ctx))
+        except Exception:   # a broken contributed section is shown, not fatal to the whole report
+            out.append(Section(f"{pkg}: section failed", "```\n" + traceback.format_exc() + "```\n"))
+    return out
+
+
+def write_report(out_dir="fa4num-report", *, quick: bool = False, progress: bool = True) -> Path:
+    """Run the embedded default studies and write report.md, report.json and PNG figures into out_dir."""
+    from fa4num.provenance import provenance
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = ReportContext(out, bool(quick), bool(progress))
+    t0 = time.perf_counter()
+    sections = [_main_section(ctx), _underflow_section(ctx), _comparison_section(ctx)]
+    sections += _provider_sections(ctx)
+    seconds = time.perf_counter() - t0
+    prov = provenance(report_seconds=round(seconds, 1), quick=bool(quick))
+    md = ["# fa4num report: FlashAttention-4's software exp2\n",
+          f"Generated {prov['date']} at code revision `{prov['code_revision']}` in {seconds:.0f} s"
+          f"{' (quick mode: subsampled)' if quick else ''}. Data: `report.json`.\n"]
+    for s in sections:
+        md.append(f"## {s.title}\n\n{s.markdown}")
+    (out / "report.md").write_text("\n".join(md))
+    payload = {"provenance": prov, "sections": [{"title": s.title, "figures": s.figures, "data": s.data}
+                                                 for s in sections]}
+    (out / "report.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
+    return out / "report.md"
