@@ -9,8 +9,8 @@ import pytest
 
 from fa4num import fp
 from fa4num.ex2 import fa4_emulated
-from fa4num.ex2 import sweep as S
-from fa4num.ex2.sweep import Domain, Implementation, fa4_implementation, sweep
+from fa4num.ex2 import engine as S
+from fa4num.ex2.engine import Domain, Implementation, fa4_implementation, sweep
 
 
 def domain_inputs(domain: Domain) -> np.ndarray:
@@ -44,6 +44,7 @@ def brute_force(x: np.ndarray, y: np.ndarray) -> dict:
     binade = x.view(np.uint32) >> 23
     return {"count": x.size, "exact": int((ok & (d == 0)).sum()), "max_ulp": int(dd.max()),
             "max_ulp_x": float(x[np.argmax(dd)]), "max_rel": float(rel.max()),
+            "mean_ulp": float(d[ok].sum()) / max(int(ok.sum()), 1),
             "bf16": int(bf.sum()), "bf16_far": int((bf & (nan_mis | (bf_d > 1))).sum()), "nan": int(nan_mis.sum()),
             "hist": np.bincount(np.minimum(dd[ok], S.LINEAR_BINS), minlength=S.LINEAR_BINS + 1),
             "binade_count": np.bincount(binade, minlength=512), "binade_bf16": np.bincount(binade[bf], minlength=512),
@@ -57,6 +58,7 @@ def check_against_brute_force(result, x, y):
     assert result.exact == want["exact"]
     assert result.max_ulp == want["max_ulp"]
     assert result.max_ulp_x == want["max_ulp_x"]
+    assert math.isclose(result.mean_ulp, want["mean_ulp"], rel_tol=1e-12)
     assert math.isclose(result.max_rel, want["max_rel"], rel_tol=1e-12, abs_tol=0.0) or want["max_rel"] < 0
     assert result.bf16_mismatch == want["bf16"]
     assert result.bf16_mismatch_far == want["bf16_far"]

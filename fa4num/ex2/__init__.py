@@ -2,12 +2,12 @@
 engine that measures an exp2 implementation against the correctly rounded 2^x over all fp32 inputs.
 
     fa4_emulated(x, degree=3, *, coeffs=None, variant="packed")    bit-exact FA4 exp2 (emulate.py)
-    sweep(impl, domain) -> SweepResult                             ulp / bf16 statistics (sweep.py)
+    sweep(impl, domain) -> SweepResult                             ulp / bf16 statistics (engine.py)
     fa4_implementation(...), mufu_implementation(...), Domain(...) what a sweep runs, and over which inputs
     write_report(out_dir)                                          the `fa4num report` command (report.py)
 """
 from .emulate import POLY_EX2, VARIANTS, Variant, fa4_emulated, poly_coeffs
-from .sweep import Domain, Implementation, SweepResult, fa4_implementation, mufu_implementation, sweep
+from .engine import Domain, Implementation, SweepResult, fa4_implementation, mufu_implementation, sweep
 
 
 def write_report(out_dir="fa4num-report", *, quick=False, progress=True):

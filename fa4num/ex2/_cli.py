@@ -29,12 +29,16 @@ def _report(args) -> int:
 
 def _sweep(args) -> int:
     from .plots import plot_error_vs_x, plot_ulp_histogram
-    from .sweep import Domain, fa4_implementation, mufu_implementation, sweep
+    from .engine import Domain, fa4_implementation, mufu_implementation, sweep
     if args.impl == "fa4":
         coeffs = _coeffs(args.coeffs) if args.coeffs else None
         degree = args.degree
-        if degree is None:
-            degree = len(coeffs) - 1 if isinstance(coeffs, tuple) else 3
+        if degree is None:   # FA4's default, or the degree the coefficients have
+            if isinstance(coeffs, str):
+                from .emulate import _registry_coeffs
+                degree = len(_registry_coeffs(coeffs)) - 1
+            else:
+                degree = 3 if coeffs is None else len(coeffs) - 1
         impl = fa4_implementation(degree, coeffs=coeffs, variant=args.variant)
     else:
         impl = mufu_implementation(arch=args.arch, ftz=not args.no_ftz)

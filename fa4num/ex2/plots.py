@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from .sweep import SweepResult
+from .engine import SweepResult
 
 
 def _pyplot():

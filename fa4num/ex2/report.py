@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .emulate import POLY_EX2, VARIANTS, fa4_emulated, poly_coeffs
-from .sweep import Domain, SweepResult, _json_default, fa4_implementation, mufu_implementation, sweep
+from .engine import Domain, SweepResult, _json_default, fa4_implementation, mufu_implementation, sweep
 
 # packages whose fa4num.<pkg>._report may contribute sections, after the exp2 ones
 SECTION_PROVIDERS = ("fit", "hw", "softmax", "attention")
@@ -56,14 +56,13 @@ def _pct(a: int, n: int) -> str:
 
 
 def _row(label: str, r: SweepResult) -> str:
-    n = max(r.count - r.nan_mismatch, 1)
-    mean = sum(i * c for i, c in enumerate(r.ulp_hist_linear)) / n
-    return (f"| {label} | {r.max_ulp} | {r.max_rel:.3e} | {mean:.1f} | {_pct(r.exact, r.count)} | "
+    rel = f"{r.max_rel:.3e}" if r.max_rel_x is not None else "n/a"
+    return (f"| {label} | {r.max_ulp} | {rel} | {r.mean_ulp:.1f} | {_pct(r.exact, r.count)} | "
             f"{_pct(r.bf16_mismatch, r.count)} |")
 
 
-_TABLE_HEAD = ("| implementation | max error (ulp) | max rel. error | mean error (ulp) | correctly rounded | "
-               "bf16 mismatch |\n|---|---|---|---|---|---|")
+_TABLE_HEAD = ("| implementation | max error (ulp) | max rel. error (normal 2^x) | mean error (ulp) | "
+               "correctly rounded | bf16 mismatch |\n|---|---|---|---|---|---|")
 
 
 def _main_section(ctx: ReportContext) -> Section:

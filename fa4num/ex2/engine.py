@@ -172,6 +172,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
         nbf_far = 0
         nnan = 0
         npend = 0
+        sumd = 0.0
         cur_b = -1
         b_cnt = b_exact = b_bf = b_nan = 0
         b_maxd = np.int64(-1)
@@ -253,6 +254,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
             b_maxd = max(b_maxd, d)
             x_maxd = max(x_maxd, d)
             x_sumd += d
+            sumd += d
             if rel > maxrel:
                 maxrel = rel
                 maxrel_bits = np.int64(xbits)
@@ -287,6 +289,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
         acc_i[blk, _PENDING] = npend
         acc_i[blk, _MAXREL_BITS] = maxrel_bits
         acc_f[blk, 0] = maxrel
+        acc_f[blk, 1] = sumd
 
 
 @njit(parallel=True, cache=True)
@@ -415,6 +418,7 @@ class SweepResult:
     exact: int                     # outputs equal to the correctly rounded fp32 2^x (NaN counts as equal to NaN)
     max_ulp: int
     max_ulp_x: float | None
+    mean_ulp: float                # over inputs without a NaN mismatch
     max_rel: float
     max_rel_x: float | None
     bf16_mismatch: int             # RN bf16 of the output != correctly rounded bf16 of 2^x
@@ -454,7 +458,7 @@ class _Accumulators:
     def __init__(self, nblk: int, nxb: int):
         self.acc_i = np.zeros((nblk, 8), np.int64)
         self.acc_i[:, _MAXD] = -1
-        self.acc_f = np.full((nblk, 1), -1.0)
+        self.acc_f = np.full((nblk, 2), -1.0)   # max rel, sum of ulp distances
         self.hist = np.zeros((nblk, _NH), np.int64)
         self.bin_i = np.zeros((nblk, _NBINADE, 5), np.int64)
         self.bin_i[:, :, _B_MAXD] = -1
@@ -473,6 +477,7 @@ class _Totals:
     """Running totals over chunks; maxima keep the first input (in sweep order) where they occur."""
     def __init__(self, nxb):
         self.count = self.bf16 = self.bf16_far = self.nan = 0
+        self.sumd = 0.0
         self.maxd, self.maxd_bits, self.maxrel, self.maxrel_bits = -1, None, -1.0, None
         self.hist = np.zeros(_NH, np.int64)
         self.bin_i = np.zeros((_NBINADE, 5), np.int64)
@@ -489,6 +494,7 @@ class _Totals:
         self.bf16 += int(a[:, _BF16].sum())
         self.bf16_far += int(a[:, _BF16_FAR].sum())
         self.nan += int(a[:, _NAN].sum())
+        self.sumd += float(acc.acc_f[:, 1].sum())
         for blk in range(a.shape[0]):   # blocks are in input order: strict '>' keeps the first occurrence
             if a[blk, _MAXD] > self.maxd:
                 self.maxd, self.maxd_bits = int(a[blk, _MAXD]), int(a[blk, _MAXD_BITS])
@@ -578,7 +584,8 @@ def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, c
 def _reset(acc: _Accumulators):
     acc.acc_i[:] = 0
     acc.acc_i[:, _MAXD] = -1
-    acc.acc_f[:] = -1.0
+    acc.acc_f[:, 0] = -1.0
+    acc.acc_f[:, 1] = 0.0
     acc.hist[:] = 0
     acc.bin_i[:] = 0
     acc.bin_i[:, :, _B_MAXD] = -1
@@ -622,6 +629,7 @@ def _result(impl, domain, tot: _Totals, nxb, seconds, provenance) -> SweepResult
     return SweepResult(
         implementation=impl.name, params=impl.params, domain=domain.describe(), count=tot.count,
         exact=int(tot.hist[0]), max_ulp=max(tot.maxd, 0),
+        mean_ulp=tot.sumd / max(tot.count - tot.nan, 1),
         max_ulp_x=_x_of(tot.maxd_bits) if tot.maxd_bits is not None else None,
         max_rel=max(tot.maxrel, 0.0), max_rel_x=_x_of(tot.maxrel_bits) if tot.maxrel_bits is not None else None,
         bf16_mismatch=tot.bf16, bf16_mismatch_far=tot.bf16_far, nan_mismatch=tot.nan,

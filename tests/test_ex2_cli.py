@@ -1,0 +1,49 @@
+"""`fa4num sweep` and `fa4num report` end to end (small domains / quick mode), and registry coefficients."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fa4num.cli import main
+from fa4num.ex2 import POLY_EX2, fa4_emulated
+
+
+def test_registry_name_as_coeffs():
+    pytest.importorskip("fa4num.fit")
+    from fa4num.fit import load_poly
+    x = np.random.default_rng(1).uniform(-20, 0, 1000).astype(np.float32)
+    assert np.array_equal(fa4_emulated(x, 3, coeffs="fa4-deg3").view(np.uint32),
+                          fa4_emulated(x, 3).view(np.uint32))
+    assert load_poly("fa4-deg4") == POLY_EX2[4]
+
+
+def test_sweep_command_writes_json_and_figures(tmp_path, capsys):
+    rc = main(["sweep", "--range", "-1", "-0.98", "--variant", "scalar", "--coeffs",
+               "0x3F800000,0x3F2A70E4,0x3EA903CA", "--out", str(tmp_path), "--name", "s", "--no-progress"])
+    assert rc == 0
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert data["params"]["degree"] == 2 and data["params"]["variant"] == "scalar"
+    assert data["count"] > 0 and data["provenance"]["implementation"] == "fa4-scalar-deg2"
+    assert (tmp_path / "s_error_vs_x.png").exists() and (tmp_path / "s_ulp_histogram.png").exists()
+    assert "max error" in capsys.readouterr().out
+
+
+def test_sweep_command_rejects_bad_coefficient(tmp_path):
+    with pytest.raises(ValueError, match=r"coeffs\[1\]"):
+        main(["sweep", "--range", "-1", "0", "--coeffs", "1.0,0.1", "--out", str(tmp_path), "--no-progress"])
+
+
+def test_report_quick(tmp_path):
+    assert main(["report", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    md = (tmp_path / "report.md").read_text()
+    data = json.loads((tmp_path / "report.json").read_text())
+    titles = [s["title"] for s in data["sections"]]
+    assert titles[0] == "FA4's cubic exp2 against the correctly rounded 2^x"
+    for s in data["sections"]:
+        for fig in s["figures"]:
+            assert (tmp_path / fig).stat().st_size > 0
+            assert fig in md
+    main_stats = data["sections"][0]["data"]["grid"]
+    assert main_stats["count"] == 126 * 2 ** 10 + 1
