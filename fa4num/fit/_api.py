@@ -125,7 +125,8 @@ def fit(f, degree: int, interval=(0.0, 1.0), *, error: str = "relative", coeff_f
         certify_bound: bool = True, radius: int | None = None) -> FitResult:
     """Minimax polynomial of ``degree`` for ``f`` on ``interval`` with coefficients in ``coeff_format``.
 
-    f            expression string in x (``"2^x"``, ``"exp(x)"``, ``"log1p(x)/x"``) or a callable taking
+    f            expression string in x (``"2^x"``, ``"exp(x)"``, ``"log1p(x)"``; finite at every point of the
+                 interval, so no removable singularities like log1p(x)/x at 0) or a callable taking
                  mpmath numbers (and flint ball series, for the certificate)
     error        "relative" (p/f - 1) or "absolute" (p - f)
     coeff_format "fp32", "bf16" or "fp16"
@@ -225,7 +226,7 @@ def _search(prob: Problem, fmt: Format, opt, bases, radius: int, objective: str)
     if objective == "minimax":
         return best
     from ._objectives import search
-    return search(objective, [best] + [c for c in cands if c != best], prob=prob, fmt=fmt)
+    return search(objective, [best] + [c for c in cands if c != best], prob=prob, fmt=fmt, extrema=opt.extrema)
 
 
 def _fa4_recipe(target, degree, interval, error, fmt: Format, timings):

@@ -89,7 +89,7 @@ class GridScorer:
     mpmath (sup_error) and certified.
     """
 
-    def __init__(self, prob: Problem, extrema, *, points: int = 4096):
+    def __init__(self, prob: Problem, extrema, *, points: int = 1024):
         a, b = float(prob.a), float(prob.b)
         xs = [np.linspace(a, b, points + 1)]
         width = (b - a) / points

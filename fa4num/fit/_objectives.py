@@ -179,11 +179,23 @@ def measure(objective: str, coeffs) -> dict:
     raise ValueError(f"objective: {objective!r} has no emulation measurement (use 'evaluated' or 'bf16')")
 
 
-def search(objective: str, candidates, *, prob, fmt) -> list:
+def _near_extrema(extrema, half_width: int = 1 << 19) -> np.ndarray:
+    """The 2^-23 grid plus every fp32 within ``half_width`` ulps of each extremum of the real-arithmetic
+    error: where the evaluated error peaks (its maximum is a real-arithmetic peak plus rounding)."""
+    parts = [_FRAC_GRID]
+    for x in extrema:
+        b = int(np.float32(float(x)).view(np.uint32))
+        parts.append(np.arange(max(b - half_width, 0), min(b + half_width, _EVAL_INPUTS),
+                               dtype=np.uint32).view(np.float32))
+    return np.concatenate(parts)
+
+
+def search(objective: str, candidates, *, prob, fmt, extrema=()) -> list:
     """Pick the coefficient set for an emulation objective.
 
     ``candidates``: the minimax fit first, then its neighbourhood by increasing real-arithmetic error.
-    evaluated: the first 12 re-ranked on the 2^-23-grid proxy of evaluated_error (ties keep the earlier).
+    evaluated: the first 12 re-ranked on every fp32 input near the real-arithmetic extrema (``extrema``)
+        plus the 2^-23 grid, a proxy of evaluated_error that finds its maximum (ties keep the earlier).
     bf16: the mismatch share of x in [-126, -1] is, to first order, 2^7 * mean |p(f) - 2^f| over f in
         [0, 1) (a bf16 midpoint lies between p and 2^f with probability |p - 2^f| / 2^-7), so the start is
         the L1-optimal polynomial (a linear program, scipy HiGHS) with the fixed coefficients, rounded; a
@@ -191,7 +203,8 @@ def search(objective: str, candidates, *, prob, fmt) -> list:
         fit is kept if it is better.
     """
     if objective == "evaluated":
-        return min(candidates[:12], key=lambda c: evaluated_error(c, inputs="grid")["value"])
+        x = _near_extrema(extrema)
+        return min(candidates[:12], key=lambda c: _max_rel(x, fa4_emulated(x, len(c) - 1, coeffs=tuple(c)), 0.0)[0])
     if objective == "bf16":
         start = [fmt.round(v) for v in _l1_optimum(prob)]
         for k, v in prob.fixed.items():

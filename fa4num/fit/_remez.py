@@ -117,7 +117,7 @@ def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=())
     """Every local extremum of the error, one per sign segment: list of (x, e(x)) sorted by x.
 
     A scan on ``points`` equispaced points (plus ``extra``) brackets each segment's peak; golden-section
-    search refines it to 1e-25 of the interval width (the peak value is then exact to ~1e-50 relative).
+    search refines it to 2^-60 of the interval width (the peak value is then exact to ~1e-36 relative).
     """
     a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
     n = points or max(256, 64 * (prob.degree + 2))
@@ -136,7 +136,7 @@ def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=())
         cur_sign = s
     if cur:
         runs.append(cur)
-    tol = (b - a) * mpmath.mpf(2) ** -83
+    tol = (b - a) * mpmath.mpf(2) ** -60
     out = []
     for run in runs:
         i = max(run, key=lambda j: abs(es[j]))

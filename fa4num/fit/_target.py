@@ -2,7 +2,7 @@
 python-flint ball arithmetic (certified bounds).
 
 A target is given either as a string expression in ``x`` (like Sollya: ``"2^x"``, ``"exp(x)"``,
-``"log1p(x)/x"``) or as a Python callable. A string is evaluated in a namespace whose names map to mpmath
+``"log1p(x)"``) or as a Python callable. A string is evaluated in a namespace whose names map to mpmath
 functions or to flint ball methods, so the same text serves both arithmetics and the bound is always
 rigorous. A callable is called with mpmath numbers for the fit and with ``flint.arb_series`` for the
 certificate; if it cannot take a ball series (it calls ``math.exp``, say) the fit still works and the
@@ -139,8 +139,10 @@ def check_target(target: Target, a, b, *, relative: bool, samples: int = 257) ->
 
 def to_arb(x) -> flint.arb:
     """Exact conversion of an mpmath number or Python float to a flint ball of radius 0."""
-    man, exp = mpmath.mpf(x).man_exp
-    return flint.arb(flint.fmpz(int(man))) * flint.arb(2) ** int(exp)
+    sign, man, exp, _ = mpmath.mpf(x)._mpf_   # man is the magnitude; the sign is separate
+    if not man:
+        return flint.arb(0)
+    return flint.arb(flint.fmpz(-int(man) if sign else int(man))) * flint.arb(2) ** int(exp)
 
 
 def takes_balls(target: Target) -> bool:
