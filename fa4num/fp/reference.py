@@ -137,7 +137,7 @@ def rcp_rounded(x, prec, qmin):
         return np.float32(0.0) if x > 0.0 else np.float32(-0.0)
     a = abs(np.float64(x))
     y = 1.0 / a
-    r, hard = round_f64(y, prec, qmin, 1)  # RN64 division errs by at most 1/2 ulp64
+    r, hard = round_f64_fast(y, prec, qmin, 1)  # RN64 division errs by at most 1/2 ulp64
     if hard:
         e1 = math.frexp(y)[1]
         qe = e1 - prec
