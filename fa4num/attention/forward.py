@@ -150,12 +150,14 @@ def _run_head(qh, kh, vh, *, kernel, opts, causal, sl2, dt, stats_rows):
     tn = opts.tile_n
     dp = config.head_dim_padded(d)
     arch = "sm90" if kernel == "fa4-sm90" else "sm100"
-    q_pad = np.zeros((sq, dp), qh.dtype)
+    # BLAS mode multiplies float32 copies (exact conversions) once instead of per block
+    in_dt = np.dtype(np.float32) if opts.gemm == "blas" else qh.dtype
+    q_pad = np.zeros((sq, dp), in_dt)
     q_pad[:, :d] = qh
     nblk = -(-sk // tn)
-    k_pad = np.zeros((nblk * tn, dp), kh.dtype)
+    k_pad = np.zeros((nblk * tn, dp), in_dt)
     k_pad[:sk, :d] = kh
-    vt_pad = np.zeros((d, nblk * tn), vh.dtype)
+    vt_pad = np.zeros((d, nblk * tn), in_dt)
     vt_pad[:, :sk] = vh.T
     o = np.zeros((sq, d), np.float32)
     diag = sk - sq   # causal: key j is visible from row i iff j <= i + diag
@@ -166,13 +168,20 @@ def _run_head(qh, kh, vh, *, kernel, opts, causal, sl2, dt, stats_rows):
         emu = _sm100.emulated_columns(tn, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
                                       start_frg=opts.ex2_emu_start_frg)
     started = np.zeros(sq, bool)
+    blas = opts.gemm == "blas"
+    if blas:
+        # statistical mode: S in one BLAS product; P V after the loop as one product of P with every block's
+        # columns weighted by the product of the later blocks' row scales (the kernel rescales O instead)
+        s_all = q_pad @ k_pad.T
+        p_all = np.zeros((sq, nblk * tn), np.float32)
+        scales = np.ones((nblk, sq), np.float32)
     for n in range(nblk - 1, -1, -1):
         c0 = n * tn
         r0 = min(max(c0 - diag, 0), sq) if causal else 0
         if r0 >= sq:
             continue
         rows = slice(r0, sq)
-        s = _gemm(q_pad[rows], k_pad[c0:c0 + tn], None, opts.gemm, arch)
+        s = s_all[rows, c0:c0 + tn] if blas else _gemm(q_pad[rows], k_pad[c0:c0 + tn], None, opts.gemm, arch)
         col = c0 + np.arange(tn)
         masked = np.broadcast_to(col[None, :] >= sk, s.shape)
         if causal:
@@ -198,8 +207,17 @@ def _run_head(qh, kh, vh, *, kernel, opts, causal, sl2, dt, stats_rows):
         started[rows] |= ~masked.all(axis=1)
         p_q, sat = _cast_p(p, dt)
         stats_rows["p_saturated"][rows] += sat.sum(axis=1).astype(np.int32)
+        if blas:
+            p_all[rows, c0:c0 + tn] = p_q.astype(np.float32)
+            scales[n, rows] = scale
+            continue
         o_rows = o[rows] * scale[:, None]
         o[rows] = _gemm(p_q, vt_pad[:, c0:c0 + tn], o_rows, opts.gemm, arch)
+    if blas:
+        # block n's P V is multiplied by the scales of every block visited after it (blocks n-1 .. 0)
+        later = np.cumprod(np.vstack([np.ones((1, sq), np.float32), scales[:-1]]), axis=0, dtype=np.float32)
+        p_all *= np.repeat(later.T, tn, axis=1)
+        o = p_all @ vt_pad.T
     if kernel == "fa4-sm90":
         rcp, lse = _sm90.finalize(state, scale_log2=sl2, arch=opts.mufu_arch)
     else:
@@ -216,7 +234,17 @@ def _store_state(state, sub, rows):
         getattr(state, k)[rows] = v
 
 
+MODES = ("bitexact", "statistical")
+
+
 def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options):
+    options = dict(options)
+    mode = options.pop("mode", "bitexact")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "statistical":
+        # GEMMs through fp32 BLAS, MUFU through numpy's libm: vectorised and fast, not bit-exact
+        options = {"gemm": "blas", "mufu_arch": "libm", **options}
     if kernel == "fa4-sm90":
         tm, tn = config.sm90_tile(d, causal)
         opts = config.Sm90Options(tile_m=tm, tile_n=tn)
@@ -242,8 +270,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", **o
     softmax_scale: default 1/sqrt(head_dim) (interface.py), applied as Float32 (scale_log2 = RN(scale * log2 e)).
     causal: bottom-right aligned (key j visible from query i iff j <= i + seqlen_k - seqlen_q).
     kernel: "fa4-sm90" (Hopper path as the H200 runs it) or "fa4-sm100" (Blackwell path per FA4's source).
-    options: override knobs: both kernels ``gemm`` ("wgmma" bit-accurate, "exact", "blas" = fast statistical
-        mode), ``tile_m``, ``tile_n``, ``mufu_arch``; fa4-sm90 ``ffma_exponent``; fa4-sm100
+    options: ``mode`` = "bitexact" (default) or "statistical" (gemm="blas" and mufu_arch="libm": fp32 BLAS
+        GEMMs and numpy exp2/rcp/log2, for large studies); knobs of both kernels: ``gemm`` ("wgmma" bit-accurate
+        tensor-core model, "exact" = exact sums rounded once, "blas"), ``tile_m``, ``tile_n``, ``mufu_arch``
+        ("sm90" H200 tables, or "libm"); fa4-sm90 ``ffma_exponent``; fa4-sm100
         ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``, ``ex2_emu_start_frg``,
         ``poly_degree``, ``coeffs`` (tuple or polys/ entry name), ``use_2cta_instrs``, ``fused_bias``.
     """

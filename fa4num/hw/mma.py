@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
+from fa4num.fp._core import f64_to_u64, u64_to_f64
+
 MODELS = ("wgmma", "exact", "blas")
 
 
@@ -50,7 +52,7 @@ ACCUMULATORS = {
 
 # exponent of the smallest normal number of each input format: subnormal significands are scaled to it
 _MIN_EXP = {"bfloat16": -126, "float16": -14, "float8_e4m3fn": -6, "float8_e5m2": -14, "float32": -126}
-_ZERO_EXP = -10000   # marks a zero factor; any product with it lands far below _ZERO_THRESHOLD
+_ZERO_EXP = -20000   # marks a zero factor; any product with it lands far below _ZERO_THRESHOLD
 _ZERO_THRESHOLD = -2000
 
 
@@ -92,33 +94,48 @@ def _rz_to_f32(v):
 
 
 @njit(cache=True, parallel=True)
-def _chain_wgmma(ax, ae, bx, be, c, out, chunk, frac_bits, e_zero):
+def _chain_wgmma(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero):
+    """Rows of D in parallel; within a row every loop runs over the N columns (contiguous in b^T), so the
+    alignment max and the truncated sums vectorise."""
     m, kdim = ax.shape
-    n = bx.shape[0]
+    n = bxt.shape[1]
     for i in prange(m):
+        acc = np.empty(n, np.float64)
+        emax = np.empty(n, np.int64)
+        scale = np.empty(n, np.float64)
+        s = np.empty(n, np.float64)
+        anyzero = np.empty(n, np.bool_)
         for j in range(n):
-            acc = c[i, j]
-            for k0 in range(0, kdim, chunk):
-                k1 = min(k0 + chunk, kdim)
-                # the accumulator's exponent (fp32 subnormals pinned at -126, zero -> e_zero)
-                accd = np.float64(acc)
-                if accd == 0.0:
-                    emax = e_zero
-                else:
-                    _, ec = math.frexp(accd)
-                    emax = max(ec - 1, -126)
-                for k in range(k0, k1):
-                    t = ae[i, k] + be[j, k]
-                    if t < _ZERO_THRESHOLD:
-                        t = e_zero
-                    if t > emax:
-                        emax = t
-                scale = 2.0 ** (frac_bits - emax)
-                s = np.trunc(accd * scale)
-                for k in range(k0, k1):
-                    s += np.trunc(ax[i, k] * bx[j, k] * scale)
-                acc = _rz_to_f32(s * 2.0 ** (emax - frac_bits))
-            out[i, j] = acc
+            acc[j] = c[i, j]
+        for k0 in range(0, kdim, chunk):
+            k1 = min(k0 + chunk, kdim)
+            for j in range(n):
+                # the accumulator's exponent (fp32 subnormals pinned at -126; zero carries e_zero)
+                v = acc[j]
+                ex = np.int64((f64_to_u64(v) >> np.uint64(52)) & np.uint64(0x7FF)) - 1023
+                emax[j] = max(ex, -126) if v != 0.0 else e_zero
+                anyzero[j] = False
+            for k in range(k0, k1):
+                ea = ae[i, k]
+                for j in range(n):
+                    t = ea + bet[k, j]
+                    if t > emax[j]:
+                        emax[j] = t
+                    anyzero[j] |= t < _ZERO_THRESHOLD
+            for j in range(n):
+                if anyzero[j] and emax[j] < e_zero:
+                    emax[j] = e_zero
+                # 2^(F - E) built from its bits; every term times it is exact in float64
+                scale[j] = u64_to_f64(np.uint64(1023 + frac_bits - emax[j]) << np.uint64(52))
+                s[j] = np.trunc(acc[j] * scale[j])
+            for k in range(k0, k1):
+                a = ax[i, k]
+                for j in range(n):
+                    s[j] += np.trunc(a * bxt[k, j] * scale[j])
+            for j in range(n):
+                acc[j] = np.float64(_rz_to_f32(s[j] / scale[j]))
+        for j in range(n):
+            out[i, j] = np.float32(acc[j])
 
 
 @njit(cache=True, parallel=True)
@@ -176,7 +193,7 @@ def mma_chain(a, b, c=None, *, model: str = "wgmma", arch: str = "sm90", chunk: 
         if c.shape != (m, n):
             raise ValueError(f"c must have shape {(m, n)}, got {c.shape}")
     if model == "blas":
-        return (c + a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float32)
+        return c + np.asarray(a, np.float32) @ np.asarray(b, np.float32).T
     acc = ACCUMULATORS[arch]
     if chunk is None:
         chunk = chunk_elements(a.dtype, arch)
@@ -189,7 +206,8 @@ def mma_chain(a, b, c=None, *, model: str = "wgmma", arch: str = "sm90", chunk: 
         return out
     ax, ae = split_exponents(a)
     bx, be = split_exponents(b)
-    _chain_wgmma(ax, ae, bx, be, c, out, chunk, acc.fraction_bits, acc.e_zero)
+    _chain_wgmma(ax, ae, np.ascontiguousarray(bx.T), np.ascontiguousarray(be.T), c, out, chunk,
+                 acc.fraction_bits, acc.e_zero)
     return out
 
 

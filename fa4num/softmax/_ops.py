@@ -27,8 +27,38 @@ def f32(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
+_TINY = np.float32(2.0 ** -126)
+_LIBM = {"ex2": np.exp2, "rcp": np.reciprocal, "lg2": np.log2}
+
+
+def _flush(x):
+    return np.where(np.abs(x) < _TINY, np.float32(0), x).astype(np.float32)
+
+
+def _libm(name):
+    """numpy's float32 exp2 / reciprocal / log2 with the .ftz flushes: within ~2 ulp of MUFU, not bit-exact
+    (the fast statistical mode)."""
+    fn = _LIBM[name]
+    if name == "ex2":
+        def ex2(x):
+            # exp2 of a subnormal is 1 either way, so only the result needs the flush; results are >= 0
+            with np.errstate(over="ignore"):
+                y = np.exp2(f32(x))
+            y[y < _TINY] = 0
+            return y
+        return ex2
+
+    def call(x):
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            return _flush(fn(_flush(f32(x))))
+    return call
+
+
 def mufu(name: str, arch: str):
-    """The fa4num.hw table model of MUFU.<name> (ex2, rcp or lg2) with .ftz, as a function of an fp32 array."""
+    """MUFU.<name> (ex2, rcp or lg2) with .ftz as a function of an fp32 array: the fa4num.hw table model of
+    ``arch`` (bit-exact), or numpy's libm when arch == "libm" (fast, statistical)."""
+    if arch == "libm":
+        return _libm(name)
     from fa4num import hw  # the "gpu" helper's package; imported here so softmax never caches a stale model
     fn = getattr(hw, f"mufu_{name}")
 
