@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from fa4num.ex2 import POLY_EX2
+from fa4num.ex2 import POLY_EX2, fa4_emulated
 from fa4num.fit import _sollya, export, fit, fit_exp2, load_poly, sup_norm
 from fa4num.fit import registry as reg
 
@@ -198,6 +198,20 @@ def test_evaluated_objective_beats_fa4_on_every_fp32_input():
     assert full["value"] >= evaluated_error(r.coeffs, inputs="grid")["value"]  # a subset cannot exceed it
     assert full["value"] < evaluated_error(POLY_EX2[5])["value"]
     assert full["value"] >= r.max_error * (1 - 1e-3)  # fp32 inputs sit densely around the real peak
+
+
+def test_bf16_share_decomposition_matches_direct_count():
+    """The per-binade shares come from the 2^-23 fraction grid; counting every fp32 x of the binade
+    [-126, -64) directly with the emulator and the correctly rounded reference gives the same share."""
+    from fa4num.fit import bf16_mismatch_share
+    from fa4num.fp import exp2_cr, to_bf16
+    parts = bf16_mismatch_share(POLY_EX2[3], domain="frac")["parts"]
+    # every fp32 x in [-126, -64) is -y for y in (64, 126]: consecutive bit patterns
+    y_bits = np.arange(np.float32(64.0).view(np.uint32) + 1, np.float32(126.0).view(np.uint32) + 1,
+                       dtype=np.uint32)
+    x = -y_bits.view(np.float32)
+    mismatch = to_bf16(fa4_emulated(x, 3)).view(np.uint16) != exp2_cr(x, dtype="bfloat16").view(np.uint16)
+    assert np.mean(mismatch) == parts["[-126,-64)"]
 
 
 def test_bf16_objective_beats_fa4_cubic():

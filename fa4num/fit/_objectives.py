@@ -16,6 +16,10 @@ bf16_mismatch_share(coeffs)
       * x in (-1, 0): every fp32 value in each binade 2^-(j+1) <= |x| < 2^-j, j = 0..23, evaluated directly
         (the fraction f = RN(1 + x) is rounded there; weights 2^-(j+1)); |x| < 2^-24 (a 3.7e-10 share of the
         domain) is left out.
+    ``value`` is the share over [-126, 0) and ``value_with_subnormal`` over [-127, 0). On [-127, -126) FA4's
+    exponent add produces a mis-decoded subnormal (0.m * 2^-126 instead of 1.m * 2^-127) for ANY polynomial,
+    so about 99.5 % of that slice mismatches whatever the coefficients; it is reported but is not what a
+    coefficient search can change. ``parts`` holds the share of each piece.
 """
 from __future__ import annotations
 
@@ -125,12 +129,17 @@ def _count_mismatch(p, ref):
     return n
 
 
-def _frac_share(coeffs) -> float:
-    """Mismatch share over x in [-126, -1] (uniform): binade shares from one pass over the 2^-23 grid."""
+def _binade_shares(coeffs) -> np.ndarray:
+    """Mismatch share of each binade 2^(k-1) <= |x| < 2^k, k = 1..7 (x in [-126, -1]), from one pass over
+    the 2^-23 fraction grid (see the module docstring)."""
     p = fa4_emulated(_FRAC_GRID, len(coeffs) - 1, coeffs=tuple(coeffs))
     counts = _binade_counts(p, _frac_reference())
-    sizes = np.array([_FRAC_GRID.size >> s for s in range(7)], dtype=np.float64)
-    return float(np.dot(_BINADE_WEIGHTS, counts / sizes) / _BINADE_WEIGHTS.sum())
+    return counts / np.array([_FRAC_GRID.size >> s for s in range(7)], dtype=np.float64)
+
+
+def _frac_share(coeffs) -> float:
+    """Mismatch share over x in [-126, -1] (uniform measure)."""
+    return float(np.dot(_BINADE_WEIGHTS, _binade_shares(coeffs)) / _BINADE_WEIGHTS.sum())
 
 
 def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
@@ -141,13 +150,16 @@ def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
     reference/fa4-numerics.md section A); domain="frac": only x in [-126, -1], the proxy used in searches."""
     c = tuple(coeffs)
     degree = len(c) - 1
-    share = _frac_share(c)
-    weight = float(_BINADE_WEIGHTS.sum())
-    if domain == "frac":
-        return {"value": share, "definition": "uniform measure on x in [-126, -1], exact on the fp32 lattice"}
-    if domain != "softmax":
+    if domain not in ("softmax", "frac"):
         raise ValueError(f"domain: must be 'softmax' or 'frac', got {domain!r}")
-    parts = {"[-126,-1]": share}
+    binades = _binade_shares(c)
+    share = float(np.dot(_BINADE_WEIGHTS, binades) / _BINADE_WEIGHTS.sum())
+    weight = float(_BINADE_WEIGHTS.sum())
+    parts = {f"[-{min(2 ** k, 126)},-{2 ** (k - 1)})": float(v) for k, v in enumerate(binades, start=1)}
+    parts["[-126,-1]"] = share
+    if domain == "frac":
+        return {"value": share, "parts": parts,
+                "definition": "uniform measure on x in [-126, -1], exact on the fp32 lattice"}
     num, total = share * weight, weight
     # x in (-1, 0): every fp32 value of each binade 2^-(j+1) <= |x| < 2^-j, j = 0..23
     for j in range(24):
