@@ -198,19 +198,19 @@ def _map_lg2(bits, out, ftz, t1, t2):
 
 # ---- public API ----------------------------------------------------------------------------------------------
 def _as_bits(x):
-    """(flat uint32 bits, shape, was_torch) of a float32 array-like or torch tensor."""
-    was_torch = type(x).__module__.startswith("torch")
-    a = x.detach().cpu().numpy() if was_torch else np.asarray(x)
+    """(flat uint32 bits, shape, torch device or None) of a float32 array-like or torch tensor."""
+    device = x.device if type(x).__module__.startswith("torch") else None
+    a = x.detach().cpu().numpy() if device is not None else np.asarray(x)
     if a.dtype != np.float32:
         raise ValueError(f"x must be a float32 array, got dtype {a.dtype}")
-    return np.ascontiguousarray(a).reshape(-1).view(np.uint32), a.shape, was_torch
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint32), a.shape, device
 
 
-def _finish(out, shape, was_torch):
+def _finish(out, shape, device):
     res = out.view(np.float32).reshape(shape)
-    if was_torch:
+    if device is not None:
         import torch
-        return torch.from_numpy(res)
+        return torch.from_numpy(res).to(device)
     return res
 
 
