@@ -14,9 +14,11 @@ operation of fa4num.fp._core (round-to-odd exact rounding, NVIDIA's canonical Na
 there), and the final add is integer arithmetic on the bits modulo 2^32, so inputs FA4 never feeds it
 (NaN, +-inf, x >= 128, subnormals) give what the GPU gives.
 
-Speed: ``_fast_steps`` computes the same bits with vectorisable native operations for the inputs where that is
-proven equal (a <= 2^22; with ftz arithmetic, every Horner value at least 2^-125 in magnitude) and reports the
-other inputs, which ``_exact_steps`` recomputes with the _core operations.
+Speed: ``_fast_steps`` computes the same bits with vectorisable native operations, proven equal for every input
+except, with ftz arithmetic (asm form), where a Horner value falls below 2^-125 in magnitude (only with unusual
+coefficients); it reports those inputs, which ``_exact_steps`` recomputes with the _core operations. A first
+pass takes the floor form of add.rm, which covers x <= 2^22 (the softmax range); only if some input lies above
+does a second pass use the general form.
 """
 from __future__ import annotations
 
@@ -47,8 +49,7 @@ POLY_EX2 = {d: tuple(float(v) for v in np.array(bits, dtype=np.uint32).view(np.f
 # FA4's constants: 0fC2FE0000 (the clamp) and 0f4B400000 = 2^23 + 2^22 (the rounding shifter, fp32_round_int).
 CLAMP = np.float32(-127.0)
 SHIFTER = np.float32(12582912.0)
-# add.rm(a, SHIFTER) == SHIFTER + floor(a) whenever -127 <= a <= 2^22: a + SHIFTER then lies in [2^23, 2^24],
-# where consecutive fp32 values are 1 apart, so rounding down is taking the floor.
+# below this, add.rm(a, SHIFTER) == SHIFTER + floor(a) (see _add_rm_shifter)
 _FAST_MAX = np.float32(4194304.0)
 # ftz arithmetic equals plain IEEE arithmetic while no operand or result is below 2^-126; a Horner value of at
 # least 2^-125 after rounding came from an exact value above 2^-126.
@@ -159,35 +160,64 @@ def _exact_steps(x, rc, ftz_max, ftz_round, ftz_arith):
 
 
 @njit(cache=True, inline="always")
-def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith):
+def _add_rm_shifter(a):
+    """add.rm.f32(a, SHIFTER) for any a >= -127 (+inf included; the clamp has removed NaN), branch-free.
+
+    a <= 2^22: a + SHIFTER lies in [2^23, 2^24], where fp32 values are 1 apart, so rounding down is the floor.
+    a > 2^22: a and SHIFTER (a multiple of 2^22) have all their bits within 53 places while a < 2^74, so their
+    float64 sum s is exact; above that s = RN64(a + SHIFTER) stays within [a, a + ulp32(a)), whose fp32 floor is
+    a either way. Rounding s to fp32 (nearest) and stepping down where that went above s gives RM32(s)."""
+    small = SHIFTER + np.floor(a)
+    s = np.float64(a) + np.float64(SHIFTER)
+    big = np.float32(s)
+    if np.float64(big) > s:   # big is positive and finite here, so one below is its bits minus one
+        big = _core.u32_to_f32(_core.f32_to_u32(big) - np.uint32(1))
+    return small if a <= _FAST_MAX else big
+
+
+@njit(cache=True, inline="always")
+def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide):
     """(bits-identical result, False) where the native operations provably equal the PTX ones, else (junk, True).
 
-    Branch-free so that the loop vectorises. Holds for a <= 2^22 (the add.rm is a floor, every sub is exact or
-    a plain RN sub) and, with ftz arithmetic, Horner values of magnitude >= 2^-125 (no operand or result
-    is subnormal; coefficients are flushed beforehand by the caller)."""
+    Branch-free so that the loop vectorises. The add.rm is _add_rm_shifter (exact for every a >= -127, inf
+    included) when ``wide``, else only its floor branch, and then inputs with a > 2^22 are reported; t = r -
+    SHIFTER and f = a - t are plain RN subs (never subnormal: f is 0 or at least 2^-24); fma.rn is the hardware
+    FMA. With ftz arithmetic (asm form) this holds only while every Horner value has magnitude >= 2^-125 (no
+    operand or result is subnormal; coefficients are flushed beforehand), other inputs are reported too."""
     xin = _flush(x) if ftz_max else x
     a = xin if xin > CLAMP else CLAMP            # max(x, -127): NaN compares false -> -127
     ar = _flush(a) if ftz_round else a
-    r = SHIFTER + np.floor(ar)                   # add.rm(a, SHIFTER) for -127 <= a <= 2^22
+    r = _add_rm_shifter(ar) if wide else SHIFTER + np.floor(ar)
     t = r - SHIFTER
-    f = a - t                                    # never subnormal: 0, or >= 2^-24 (see module docstring)
+    f = a - t
     p = rc[0]
     smallest = abs(p)
     for k in range(1, len(rc)):
         p = _core.fma_rn_f32(p, f, rc[k])
         smallest = min(smallest, abs(p))
-    if p != p:
+    if p != p:                                   # inf - inf in f (x = +inf), or overflowing coefficients
         p = _core.canonical_nan()
-    bad = a > _FAST_MAX or (ftz_arith and smallest < _FTZ_SAFE)
+    bad = (ftz_arith and smallest < _FTZ_SAFE) or (not wide and a > _FAST_MAX)
     return _core.u32_to_f32((_core.f32_to_u32(r) << np.uint32(23)) + _core.f32_to_u32(p)), bad
 
 
 @njit(parallel=True, cache=True)
-def _fast_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
-    """Fast path on every element; returns how many need the exact path."""
+def _narrow_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
+    """Fast path with the floor form of add.rm (the softmax range); returns how many inputs it could not take."""
     nbad = 0
     for i in prange(x.size):
-        v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
+        v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, False)
+        out[i] = v
+        nbad += b
+    return nbad
+
+
+@njit(parallel=True, cache=True)
+def _wide_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
+    """Fast path for every input (add.rm of large a through float64); returns how many need the exact path."""
+    nbad = 0
+    for i in prange(x.size):
+        v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, True)
         out[i] = v
         nbad += b
     return nbad
@@ -195,10 +225,10 @@ def _fast_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
 
 @njit(parallel=True, cache=True)
 def _fix_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
-    """Recompute with the exact sequence the elements the fast path cannot take (rare: x > 2^22, or with
-    ftz arithmetic a Horner value below 2^-125)."""
+    """Recompute with the exact sequence the inputs the wide fast path cannot take (with ftz arithmetic, a
+    Horner value below 2^-125)."""
     for i in prange(x.size):
-        if _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)[1]:
+        if _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, True)[1]:
             out[i] = _exact_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
 
 
@@ -237,8 +267,9 @@ def fa4_emulated(x, degree=3, *, coeffs=None, variant="packed", exact_only=False
     if exact_only:
         _exact_loop(flat, rc, out, v.ftz_max, v.ftz_round, v.ftz_arith)
     else:
-        if _fast_loop(flat, rc, out, v.ftz_max, v.ftz_round, v.ftz_arith):
-            _fix_loop(flat, rc, out, v.ftz_max, v.ftz_round, v.ftz_arith)
+        flags = (v.ftz_max, v.ftz_round, v.ftz_arith)
+        if _narrow_loop(flat, rc, out, *flags) and _wide_loop(flat, rc, out, *flags):
+            _fix_loop(flat, rc, out, *flags)
     result = out.reshape(np.shape(arr))
     if result.ndim == 0 and device is None and not isinstance(x, np.ndarray):
         result = result[()]

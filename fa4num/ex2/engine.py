@@ -188,7 +188,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
                 y = ys[i]
             else:
                 x = _input(mode, start, stride, scale, i)
-                y, bad = _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith)
+                y, bad = _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
                 if bad:
                     y = _exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
             if mode == 3:
