@@ -10,9 +10,8 @@ and the packed forms to_bf16x2 / to_fp16x2 / to_e4m3x2 / to_e5m2x2 (a, b) with P
 The widening conversions from_bf16 / from_fp16 / from_e4m3 / from_e5m2 are exact (every narrow value is a
 float32). FA4 widens bf16 with a 16-bit shift, which keeps a NaN's payload; the others make NaN_FROM_NARROW.
 
-Rounding is done here, on the float32 value, in one step: the float32 is exact in float64, the quantum of the
-target format at that magnitude is a power of two, so ``rint(|x| / q) * q`` is the round-to-nearest-even value
-with an unbounded exponent; overflow and saturation are then applied. ml_dtypes would give the same finite
+Rounding is done here in one step on the float32's fields (integer arithmetic: the dropped significand bits
+against half a unit of the kept ones, ties to even); overflow and saturation are then applied. ml_dtypes would give the same finite
 values but neither saturates nor makes the GPU's NaN bits; the tests compare with it where both agree.
 
 NaN bit patterns written by the GPU are constants here (NAN_BITS): a NaN input gives that pattern whatever its
@@ -23,7 +22,6 @@ e4m3x2/e5m2x2 to f16x2), so from_e4m3 / from_e5m2 give the values of that path, 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -69,46 +67,55 @@ FORMATS = {
 # module-level constants, frozen into the numba kernels below
 _NAN_BF16 = NAN_BITS["bf16"]
 _FP16, _E4M3, _E5M2 = FORMATS["fp16"], FORMATS["e4m3"], FORMATS["e5m2"]
-_FP16_SPEC = (_FP16.mant, _FP16.ebits, _FP16.max_finite, _FP16.has_inf, _FP16.satfinite, NAN_BITS["fp16"])
-_E4M3_SPEC = (_E4M3.mant, _E4M3.ebits, _E4M3.max_finite, _E4M3.has_inf, _E4M3.satfinite, NAN_BITS["e4m3"])
-_E5M2_SPEC = (_E5M2.mant, _E5M2.ebits, _E5M2.max_finite, _E5M2.has_inf, _E5M2.satfinite, NAN_BITS["e5m2"])
+
+
+def _spec(f):
+    max_bits = int(np.array(f.max_finite, f.dtype).view(np.uint16 if f.width == 16 else np.uint8))
+    return f.mant, f.ebits, max_bits, f.has_inf, f.satfinite, NAN_BITS[f.name]
+
+
+_FP16_SPEC, _E4M3_SPEC, _E5M2_SPEC = _spec(_FP16), _spec(_E4M3), _spec(_E5M2)
 
 
 @njit(cache=True)
-def round_f32_to_format(x, mant, ebits, max_finite, has_inf, satfinite, nan_bits):
-    """Bits (as int64) of float32 x rounded to nearest even in the format with ``mant`` mantissa and ``ebits``
-    exponent bits (IEEE-style bias and subnormals). Overflow gives inf, or ±max_finite when ``satfinite`` or the
-    format has no inf (then ±inf saturates too); a NaN gives ``nan_bits``."""
-    sign = np.int64(1) << (mant + ebits)
-    bias = (1 << (ebits - 1)) - 1
-    emin = 1 - bias
+def round_f32_to_format(x, mant, ebits, max_bits, has_inf, satfinite, nan_bits):
+    """Bits (as uint32) of float32 x rounded to nearest even in the format with ``mant`` mantissa and ``ebits``
+    exponent bits (IEEE-style bias and subnormals), for formats whose smallest subnormal is far above float32's
+    (fp16, fp8). Overflow gives inf, or ±max finite (bits ``max_bits``) when ``satfinite`` or the format has no
+    inf (then ±inf saturates too); a NaN gives ``nan_bits``. Integer arithmetic on the float32 fields."""
     if x != x:
-        return np.int64(nan_bits)
-    s = sign if (f32_to_u32(x) >> np.uint32(31)) != np.uint32(0) else np.int64(0)
-    a = abs(np.float64(x))
-    if a == 0.0:
-        return s
-    if a == math.inf:
-        r = math.inf
+        return np.uint32(nan_bits)
+    b = f32_to_u32(x)
+    sign = (b >> np.uint32(31)) << np.uint32(mant + ebits)
+    m = b & np.uint32(0x7FFFFFFF)
+    bias = (1 << (ebits - 1)) - 1
+    if m < np.uint32(0x00800000):  # ±0 or a float32 subnormal: far below half the smallest subnormal
+        return sign
+    if m >= np.uint32(0x7F800000):  # ±inf
+        bits = np.uint32(max_bits + 1)
     else:
-        # quantum of the format at |x| (an unbounded exponent above, the subnormal quantum below 2^emin)
-        e = math.frexp(a)[1] - 1
-        if e < emin:
-            e = emin
-        q = math.ldexp(1.0, e - mant)
-        r = np.rint(a / q) * q  # a / q is exact; rint rounds half to even
-    if r > max_finite:
+        e32 = np.int64(m >> np.uint32(23)) - 127
+        sig = np.int64((m & np.uint32(0x007FFFFF)) | np.uint32(0x00800000))  # 24-bit significand
+        drop = 23 - mant
+        if e32 < 1 - bias:  # subnormal in the target: drop more bits, exponent field 0
+            drop += (1 - bias) - e32
+            base = np.int64(0)
+        else:  # biased exponent field, minus the implicit bit that q will carry
+            base = ((e32 + bias) << mant) - (np.int64(1) << mant)
+        if drop > 24:
+            return sign
+        q = sig >> drop
+        rem = sig & ((np.int64(1) << drop) - 1)
+        half = np.int64(1) << (drop - 1)
+        if rem > half or (rem == half and (q & 1) == 1):
+            q += 1  # a carry out of the significand moves into the exponent field, as it should
+        bits = np.uint32(base + q)
+    if bits > np.uint32(max_bits):
         if satfinite or not has_inf:
-            r = max_finite
+            bits = np.uint32(max_bits)
         else:
-            return s | (np.int64((1 << ebits) - 1) << mant)
-    if r == 0.0:  # underflow: below half the smallest subnormal, or a tie with it
-        return s
-    f, e1 = math.frexp(r)  # r = f * 2^e1, f in [0.5, 1)
-    e = e1 - 1
-    if e < emin:  # subnormal: exponent field 0, mantissa = r / 2^(emin - mant)
-        return s | np.int64(math.ldexp(r, mant - emin))
-    return s | (np.int64(e + bias) << mant) | (np.int64(math.ldexp(f, mant + 1)) - (np.int64(1) << mant))
+            bits = np.uint32(((1 << ebits) - 1) << mant)
+    return sign | bits
 
 
 @njit(cache=True)
