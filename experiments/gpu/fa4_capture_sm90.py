@@ -62,6 +62,16 @@ def cases() -> list:
     return out
 
 
+def large_cases() -> list:
+    """Longer sequences (many m-blocks and KV blocks) for a one-off check; too big to commit as golden data."""
+    return [
+        CaseSpec("large_d128_c", "normal", 1, 1500, 1500, 4, 2, 128, True, seed=51),
+        CaseSpec("large_d64_nc", "normal", 2, 777, 2049, 2, 2, 64, False, seed=52),
+        CaseSpec("large_d256_c", "normal", 1, 1000, 1300, 2, 1, 256, True, q_mult=2.0, seed=53),
+        CaseSpec("large_d128_fp16_nc", "normal", 1, 640, 1800, 4, 4, 128, False, dtype="float16", seed=54),
+    ]
+
+
 def _torch_in(a, torch):
     if a.dtype == np.float16:
         return torch.from_numpy(a).cuda()
@@ -91,13 +101,14 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--rev", default=None)
     ap.add_argument("--only", default=None, help="comma-separated case names")
+    ap.add_argument("--set", default="golden", choices=("golden", "large"))
     args = ap.parse_args()
     import torch
     from flash_attn.cute import flash_attn_func
 
     prov = _provenance(torch, args.rev)
     arrays, meta = {}, []
-    todo = cases()
+    todo = cases() if args.set == "golden" else large_cases()
     if args.only:
         names = set(args.only.split(","))
         todo = [c for c in todo if c.name in names]
