@@ -5,6 +5,8 @@ fa4num.gpu.verify) need torch with CUDA and Triton, and :func:`require_gpu` says
 """
 from __future__ import annotations
 
+import os
+
 
 class GPUUnavailable(RuntimeError):
     """Raised by GPU commands on a machine without torch+CUDA+Triton."""
@@ -29,3 +31,13 @@ def require_gpu() -> None:
     reason = gpu_missing()
     if reason is not None:
         raise GPUUnavailable(f"the fa4num GPU path needs an NVIDIA GPU with torch+CUDA and Triton: {reason}")
+
+
+def run_provenance(**extra) -> dict:
+    """fa4num.provenance.provenance() plus ``source_revision`` from $FA4NUM_REVISION: a GPU machine that gets a
+    copy of the working tree without .git reports code_revision 'unknown', so the caller passes it along."""
+    from ..provenance import provenance
+    rev = os.environ.get("FA4NUM_REVISION")
+    if rev:
+        extra["source_revision"] = rev
+    return provenance(**extra)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import golden
-from . import ptx, require_gpu
+from . import ptx, require_gpu, run_provenance
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,9 @@ def golden_plan() -> list[Spec]:
 def capture_golden(outdir, *, seed: int = 0, groups=None) -> list[Path]:
     """Run every set of :func:`golden_plan` on the GPU and write one golden file per group into ``outdir``."""
     require_gpu()
-    from ..provenance import provenance
     from .kernels import run, to_numpy
 
-    prov = provenance(tool="fa4num.gpu.capture", triton_target="inline PTX via tl.inline_asm_elementwise")
+    prov = run_provenance(tool="fa4num.gpu.capture", triton_target="inline PTX via tl.inline_asm_elementwise")
     cache = {}
     by_group: dict[str, list] = {}
     for spec in golden_plan():

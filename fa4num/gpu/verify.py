@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import golden
-from . import ptx, require_gpu
+from . import ptx, require_gpu, run_provenance
 from .emulators import emulator
 
 CHUNK = 1 << 26
@@ -130,12 +130,10 @@ def _compare(op, meta, xs):
 def verify(*, ops=None, binary_samples=1 << 26, digests_path=None, log=print) -> dict:
     """Run every comparison; returns the summary dict (see the module docstring)."""
     require_gpu()
-    from ..provenance import provenance
     from .capture import golden_plan
     want = (lambda name: True) if not ops else (lambda name: name in ops)
     pool = ThreadPoolExecutor(max(4, (os.cpu_count() or 4) // 2))
-    summary = {"kind": "fa4num gpu verify", "provenance": provenance(
-        tool="fa4num gpu verify", source_revision=os.environ.get("FA4NUM_REVISION", "unknown")),
+    summary = {"kind": "fa4num gpu verify", "provenance": run_provenance(tool="fa4num gpu verify"),
         "results": []}
     t_all = time.time()
     # warm the numba and Triton compilations out of the timings

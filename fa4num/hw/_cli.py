@@ -28,10 +28,10 @@ def _build(args) -> int:
         print(f"fa4num mufu build: no usable GPU here: {reason}. Building MUFU tables needs the GPU whose "
               "instructions they describe (NVIDIA, torch+CUDA, Triton).", file=sys.stderr)
         return 1
-    from ..provenance import provenance
+    from ..gpu import run_provenance
     from . import build, tables
     tabs = build.measure_tables()
-    path = tables.save(args.arch, tabs, provenance(tool="fa4num mufu build", arch=args.arch), path=args.out)
+    path = tables.save(args.arch, tabs, run_provenance(tool="fa4num mufu build", arch=args.arch), path=args.out)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
     if args.check:
         from .build import check_tables
