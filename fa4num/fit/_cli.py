@@ -67,7 +67,7 @@ def _cmd_fit(args) -> int:
     ours = reg.describe(result.coeffs, emulation=not args.quick) if unit else {}
     fa4 = reg.fa4_sets().get(args.degree) if unit else None
     theirs = reg.describe(fa4, emulation=not args.quick) if fa4 else {}
-    name = args.name or f"fa4num-{args.objective}-deg{args.degree}" + ("-freec0" if args.free_c0 else "")
+    name = args.name or _default_name(args)
     if not args.no_write:
         fit_info = {k: v for k, v in result.to_dict().items()
                     if k in ("method", "path", "objective", "fixed", "error", "timings", "regeneration",
@@ -80,6 +80,8 @@ def _cmd_fit(args) -> int:
         print(f"wrote {name} to {path}")
     rows = [(f"c{k} (fp32 bits)", f"0x{reg.fp32_bits(result.coeffs[k]):08X}",
              f"0x{reg.fp32_bits(fa4[k]):08X}" if fa4 else None) for k in range(args.degree + 1)]
+    if result.regeneration is not None:
+        rows.append(("own fpminimax == Sollya", str(result.regeneration["bit_identical"]), None))
     rows += [("path", result.path, "sollya fpminimax" if fa4 else None),
              ("max rel error (real)", result.max_error, theirs.get("max_rel_error")),
              ("certified bound", result.certified_bound, theirs.get("certified_rel_bound")),
@@ -99,6 +101,20 @@ def _cmd_fit(args) -> int:
     print(f"fit {t['total']:.2f} s (remez {t['remez']:.2f}, rounding {t['rounding']:.2f}, "
           f"certify {t.get('certify', 0):.3f})")
     return 0
+
+
+def _default_name(args) -> str:
+    """fa4num-<objective or method>-deg<n>[-<format>][-freec0][-<a>_<b>]: distinct settings, distinct names."""
+    name = f"fa4num-{args.objective if args.method == 'remez' else args.method}-deg{args.degree}"
+    if args.coeff_format != "fp32":
+        name += f"-{args.coeff_format}"
+    if args.free_c0:
+        name += "-freec0"
+    if args.error != "relative":
+        name += f"-{args.error}"
+    if tuple(args.interval) != (0.0, 1.0):
+        name += f"-{args.interval[0]:g}_{args.interval[1]:g}"
+    return name
 
 
 def _cmd_list(args) -> int:

@@ -10,6 +10,7 @@ certificate is reported as unavailable.
 """
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -55,24 +56,29 @@ class Target:
     ball: Callable         # flint.arb_series -> flint.arb_series (may fail for a callable: takes_balls)
 
 
+_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Load, ast.Constant, ast.operator,
+          ast.unaryop)
+
+
 def _compile(expr: str):
+    """Check that ``expr`` is arithmetic on x, numbers and the allowed functions and constants only."""
     text = expr.replace("^", "**")
     try:
-        code = compile(text, "<target>", "eval")
+        tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise ValueError(f"f: cannot parse expression {expr!r}: {exc.msg}") from None
     allowed = set(_mp_namespace()) | {"x"}
-    unknown = [n for n in code.co_names if n not in allowed]
-    if unknown:
-        raise ValueError(f"f: unknown name(s) {unknown} in {expr!r}; allowed: x, {sorted(allowed - {'x'})}")
-    mp_ns, ball_ns = _mp_namespace(), _ball_namespace()
-
-    def mp_eval(x):
-        return eval(code, {"__builtins__": {}}, dict(mp_ns, x=x))  # noqa: S307 -- names checked above
-
-    def ball_eval(x):
-        return eval(code, {"__builtins__": {}}, dict(ball_ns, x=x))  # noqa: S307
-
+    for node in ast.walk(tree):
+        if not isinstance(node, _NODES) or (isinstance(node, ast.Constant) and
+                                            not isinstance(node.value, (int, float))):
+            raise ValueError(f"f: {expr!r} may only use arithmetic, numbers, x and {sorted(allowed - {'x'})}")
+        if isinstance(node, ast.Name) and node.id not in allowed:
+            raise ValueError(f"f: unknown name {node.id!r} in {expr!r}; allowed: x, {sorted(allowed - {'x'})}")
+        if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.keywords):
+            raise ValueError(f"f: {expr!r} may only call the allowed functions with positional arguments")
+    # one lambda per arithmetic, its globals the allowed names only
+    mp_eval = eval(f"lambda x: ({text})", {"__builtins__": {}, **_mp_namespace()})  # noqa: S307
+    ball_eval = eval(f"lambda x: ({text})", {"__builtins__": {}, **_ball_namespace()})  # noqa: S307
     return mp_eval, ball_eval
 
 
