@@ -24,6 +24,11 @@ def _info(args) -> int:
         print(f"no usable GPU: {reason}")
     ops = ptx.all_arith() + list(ptx.CONVERSIONS.values()) + list(ptx.MUFU.values())
     print(f"{len(ops)} instruction kernels + FA4 exp2 emulation (variants {', '.join(ptx.EX2_VARIANTS)}, any degree)")
+    if args.list:
+        from .verify import op_names
+        print("operation names for `fa4num gpu verify --ops`:")
+        for name in op_names():
+            print("  " + name)
     return 0 if reason is None else 1
 
 
@@ -47,6 +52,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("gpu", help="run the real PTX on a GPU: capture golden vectors, verify emulators")
     sub = p.add_subparsers(dest="gpu_command", metavar="SUBCOMMAND")
     q = sub.add_parser("info", help="say whether a usable GPU is present and what can run")
+    q.add_argument("--list", action="store_true", help="list the operation names")
     q.set_defaults(func=_info)
     q = sub.add_parser("capture", help="capture all golden vector files (tests/golden format)")
     q.add_argument("--out", default="tests/golden", help="output folder (default tests/golden)")

@@ -50,6 +50,13 @@ def _iota(start, out):
         out[i] = np.uint32((start + i) & 0xFFFFFFFF)
 
 
+def op_names() -> list[str]:
+    """Every operation name ``verify(ops=...)`` accepts (exhaustive, sampled and golden-set names)."""
+    from .capture import golden_plan
+    names = [op.name for op, _ in exhaustive_plan()] + [op.name for op in ptx.all_arith()]
+    return list(dict.fromkeys(names + [s.op.name for s in golden_plan()]))
+
+
 def exhaustive_plan() -> list:
     """(PTX op, emulator meta) for every unary operation swept over all 2^32 inputs."""
     plan = [(ptx.fa4_ex2_emulation(v, 3), {"op": "ex2emu", "variant": v, "degree": 3,
@@ -129,6 +136,8 @@ def _compare(op, meta, xs):
 
 def verify(*, ops=None, binary_samples=1 << 26, digests_path=None, log=print) -> dict:
     """Run every comparison; returns the summary dict (see the module docstring)."""
+    if int(binary_samples) < 1:
+        raise ValueError(f"binary_samples must be >= 1, got {binary_samples}")
     require_gpu()
     from .capture import golden_plan
     want = (lambda name: True) if not ops else (lambda name: name in ops)
