@@ -40,3 +40,18 @@ def test_fa4_sm90_matches_h200_bits(name):
     lse_gold = _Z[f"{name}.lse"]
     bad_lse = int((res.lse.view(np.uint32) != lse_gold.view(np.uint32)).sum())
     assert (bad, bad_lse) == (0, 0), f"{name}: {bad} output and {bad_lse} LSE mismatches"
+
+
+_LARGE = json.loads((GOLDEN.parent / "fa4_sm90_h200_large.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _LARGE["cases"], ids=lambda c: c["spec"]["name"])
+def test_fa4_sm90_matches_h200_digests_on_long_sequences(case):
+    spec = inputs.CaseSpec(**case["spec"])
+    q, k, v = inputs.make_inputs(spec)
+    digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (q, k, v))).hexdigest()
+    assert digest == case["input_sha256"]
+    res = forward(q, k, v, softmax_scale=spec.softmax_scale, causal=spec.causal, kernel="fa4-sm90")
+    assert hashlib.sha256(np.ascontiguousarray(res.out).view(np.uint16).tobytes()).hexdigest() == case["out_sha256"]
+    assert hashlib.sha256(res.lse.tobytes()).hexdigest() == case["lse_sha256"]
