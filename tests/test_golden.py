@@ -94,6 +94,7 @@ def test_unary_inputs_cover_every_special_and_binade_edge():
         assert {0, 0x7FFFFF} <= set((x[exps == e] & 0x7FFFFF).tolist())
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # NaN/inf inputs in float casts are intended
 def test_binary_inputs_hold_the_adversarial_cases():
     a, b = (v.view(np.float32).astype(np.float64) for v in golden.inputs("binary"))
     with np.errstate(all="ignore"):
@@ -113,6 +114,7 @@ def test_binary_inputs_hold_the_adversarial_cases():
     assert (nan_a & (b == 0)).sum() > 0 and (nan_a & np.isnan(b)).sum() > 0  # NaN with ±0 and NaN
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_ternary_inputs_hold_fma_cancellation_and_tiny_results():
     a, b, c = (v.view(np.float32).astype(np.float64) for v in golden.inputs("ternary"))
     with np.errstate(all="ignore"):
