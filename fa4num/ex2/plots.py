@@ -38,14 +38,17 @@ def plot_error_vs_x(result: SweepResult, path, *, title: str | None = None) -> N
         axes[1].set_xlabel("x")
         axes[0].set_title(title, fontsize=9)
     else:
-        rows = [b for b in result.binades if b["max_ulp"] >= 0 and 0 < b["exponent_field"] < 255]
-        pos = [(e if s == "+" else -e) for s, e in ((b["sign"], b["exponent_field"] - 127) for b in rows)]
-        fig, ax = plt.subplots(figsize=(8, 4))
-        sns.scatterplot(x=pos, y=[max(b["max_ulp"], 0.5) for b in rows], ax=ax, s=12)
-        ax.set_yscale("log")
-        ax.set_xlabel("binade of x: sign * floor(log2 |x|)")
-        ax.set_ylabel("max error (fp32 ulp; 0 drawn at 0.5)")
-        ax.set_title(title, fontsize=9)
+        rows = [b for b in result.binades if b["max_ulp"] >= 0 and b["exponent_field"] < 255]
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+        for ax, sign in zip(axes, "-+"):
+            part = [b for b in rows if b["sign"] == sign]
+            # exponent field 0 holds the subnormals and zero: drawn at -127 (their binades lie below 2^-126)
+            e = [max(b["exponent_field"], 0) - 127 for b in part]
+            sns.scatterplot(x=e, y=[max(b["max_ulp"], 0.5) for b in part], ax=ax, s=12)
+            ax.set_yscale("log")
+            ax.set_xlabel(f"floor(log2 |x|) for x {'<' if sign == '-' else '>'} 0")
+        axes[0].set_ylabel("max error per binade (fp32 ulp; 0 drawn at 0.5)")
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
