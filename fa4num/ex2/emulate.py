@@ -131,8 +131,7 @@ def _registry_coeffs(name: str):
     load_poly = getattr(fit, "load_poly", None)
     if load_poly is None:
         raise ValueError(f"coeffs={name!r} names a polys/ entry, but fa4num.fit.load_poly is not available")
-    entry = load_poly(name)
-    return getattr(entry, "coeffs", entry)
+    return load_poly(name)
 
 
 # --- scalar kernels (reversed coefficient tuple rc = (c_d, ..., c0): Horner order) --------------------------
@@ -170,7 +169,7 @@ def _add_rm_shifter(a):
     small = SHIFTER + np.floor(a)
     s = np.float64(a) + np.float64(SHIFTER)
     big = np.float32(s)
-    if np.float64(big) > s:   # big is positive and finite here, so one below is its bits minus one
+    if np.float64(big) > s:   # then big is positive and finite, so the fp32 below it has its bits minus one
         big = _core.u32_to_f32(_core.f32_to_u32(big) - np.uint32(1))
     return small if a <= _FAST_MAX else big
 
