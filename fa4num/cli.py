@@ -17,7 +17,10 @@ _COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fa4num", description=__doc__.split(".")[0] + ".")
+    parser = argparse.ArgumentParser(
+        prog="fa4num",
+        description="fa4num: bit-exact numerics of FlashAttention-4 (software exp2, lazy rescaling, MUFU models, "
+                    "polynomial fitting, forward-pass emulation). Start with `fa4num report`.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -12,7 +13,8 @@ _PACKAGES = ("fa4num", "numpy", "numba", "ml_dtypes", "mpmath", "gmpy2", "python
 
 
 def code_revision(path: str | Path | None = None) -> str:
-    """Git revision of the fa4num checkout (suffix '+dirty' when it has uncommitted changes), or 'unknown'."""
+    """Git revision of the fa4num checkout (suffix '+dirty' when it has uncommitted changes). Where there is no
+    git checkout (a copy of the tree shipped to a GPU machine), $FA4NUM_REVISION if set, else 'unknown'."""
     root = Path(path) if path is not None else Path(__file__).resolve().parent.parent
     try:
         rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -21,7 +23,7 @@ def code_revision(path: str | Path | None = None) -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return os.environ.get("FA4NUM_REVISION", "unknown")
 
 
 def package_versions(names=_PACKAGES) -> dict:
