@@ -8,7 +8,7 @@ SM100: default tile 128 x 128 (``interface.py``), knobs from ``flash_fwd_sm100.p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 KERNELS = ("fa4-sm90", "fa4-sm100")
 GEMM_MODELS = ("wgmma", "exact", "blas")
@@ -70,21 +70,22 @@ class Sm100Options:
     ex2_emu_start_frg: int = 1
     poly_degree: int = 3
     coeffs: tuple | str | None = None   # fp32 c0..c_deg, or a polys/ registry entry name
-    use_2cta_instrs: bool = False
+    use_2cta_instrs: bool = False      # FA4's 2-CTA choice; it selects the tuning-table entry (see sm100_defaults)
     fused_bias: bool = True
     mufu_arch: str = "sm90"            # MUFU tables measured on the H200; no B200 tables exist
-    is_sm103: bool = False
-    pack_gqa: bool = False
-    extra: dict = field(default_factory=dict, compare=False)
+    is_sm103: bool = False             # SM103 (B300): no software exp2
 
 
 def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qhead_per_kvhead: int,
-                   is_sm103: bool = False) -> Sm100Options:
+                   use_2cta_instrs: bool | None = None, is_sm103: bool = False) -> Sm100Options:
     """The knobs FA4's SM100 forward picks for this problem (flash_fwd_sm100.py __init__/__call__ and
-    interface.py: 2-CTA when not causal, hd_pad in {128, 192}, seqlen_q * qhead_per_kvhead > 2 * tile_m)."""
+    interface.py: 2-CTA when not causal, hd_pad in {128, 192}, seqlen_q * qhead_per_kvhead > 2 * tile_m).
+    ``use_2cta_instrs`` / ``is_sm103`` given explicitly pick another tuning-table entry."""
     hd_pad = head_dim_padded(head_dim)
     pack_gqa = qhead_per_kvhead > 1
-    use_2cta = (not causal and hd_pad in (128, 192) and seqlen_q * (qhead_per_kvhead if pack_gqa else 1) > 256)
+    use_2cta = use_2cta_instrs
+    if use_2cta is None:
+        use_2cta = (not causal and hd_pad in (128, 192) and seqlen_q * (qhead_per_kvhead if pack_gqa else 1) > 256)
     key = (use_2cta, causal, hd_pad, is_sm103)
     width8 = dtype.startswith("float8")
     enable = (hd_pad <= 128 or (hd_pad == 192 and use_2cta and not causal)) and not is_sm103
@@ -102,12 +103,12 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
         freq = 10   # pack-GQA override: _tune.get("ex2_emu_freq", 10) (no varlen here)
     return Sm100Options(rescale_threshold=0.0 if width8 else 8.0, max_offset=8 if width8 else 0,
                         ex2_emu_freq=freq, ex2_emu_start_frg=start, use_2cta_instrs=use_2cta,
-                        is_sm103=is_sm103, pack_gqa=pack_gqa)
+                        is_sm103=is_sm103)
 
 
 def apply_overrides(opts, overrides: dict):
     """Replace fields of an options dataclass; unknown names raise ValueError listing the allowed ones."""
-    names = {f.name for f in fields(opts)} - {"extra"}
+    names = {f.name for f in fields(opts)}
     bad = sorted(set(overrides) - names)
     if bad:
         raise ValueError(f"unknown option(s) {bad} for this kernel; allowed: {sorted(names)}")

@@ -144,7 +144,7 @@ def _visited_blocks(sq, sk, h_per_kv, tile_m, tile_n, causal, pack_gqa):
 
 
 def _run_head(qh, kh, vh, *, kernel, opts, causal, sl2, dt, stats_rows):
-    """One (batch, head): returns (O fp32 before normalisation is applied -> out fp32, lse)."""
+    """One (batch, head): returns (normalised O in fp32, LSE)."""
     sq, d = qh.shape
     sk = kh.shape[0]
     tn = opts.tile_n
@@ -249,7 +249,9 @@ def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options):
         tm, tn = config.sm90_tile(d, causal)
         opts = config.Sm90Options(tile_m=tm, tile_n=tn)
     else:
-        opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv)
+        opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv,
+                                     use_2cta_instrs=options.pop("use_2cta_instrs", None),
+                                     is_sm103=options.pop("is_sm103", False))
     opts = config.apply_overrides(opts, options)
     if kernel == "fa4-sm100":
         if opts.coeffs is not None:
@@ -286,7 +288,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", **o
         tensor-core model, "exact" = exact sums rounded once, "blas"), ``tile_m``, ``tile_n``, ``mufu_arch``
         ("sm90" H200 tables, or "libm"); fa4-sm90 ``ffma_exponent``; fa4-sm100
         ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``, ``ex2_emu_start_frg``,
-        ``poly_degree``, ``coeffs`` (tuple or polys/ entry name), ``use_2cta_instrs``, ``fused_bias``.
+        ``poly_degree``, ``coeffs`` (tuple or polys/ entry name), ``use_2cta_instrs`` and ``is_sm103`` (pick
+        another tuning-table entry), ``fused_bias``.
     """
     qa, device = _to_numpy(q, "q")
     ka, _ = _to_numpy(k, "k")
