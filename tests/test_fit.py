@@ -221,3 +221,16 @@ def test_bf16_objective_beats_fa4_cubic():
     fa4 = bf16_mismatch_share(POLY_EX2[3])
     assert r.metrics["bf16"]["value"] <= 0.9 * fa4["value"]
     assert r.objective_value == r.metrics["bf16"]["value"]
+
+
+def test_cli_fit_writes_entry_and_compares(tmp_path, capsys):
+    from fa4num.cli import main
+    path = tmp_path / "reg.json"
+    assert main(["fit", "--degree", "2", "--quick", "--registry", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "FA4 POLY_EX2[2]" in out and "max rel error (real)" in out
+    coeffs = load_poly("fa4num-minimax-deg2", registry=path)
+    assert coeffs[0] == 1.0 and len(coeffs) == 3
+    assert main(["polys", "--registry", str(path), "export", "fa4num-minimax-deg2", "--as", "ptx"]) == 0
+    ptx = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("0f")]
+    assert ptx == [f"0f{reg.fp32_bits(c):08X}" for c in coeffs]

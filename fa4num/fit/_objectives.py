@@ -37,21 +37,25 @@ _FRAC_GRID = (np.arange(1 << 23, dtype=np.float64) * 2.0 ** -23).astype(np.float
 
 @njit(parallel=True, cache=True)
 def _max_rel(x, p, best_so_far):
-    """(max |p/2^x - 1|, its index) over the chunk, or (best_so_far, -1) when nothing beats it.
+    """(max |p/2^x - 1|, its index) over the chunk (x >= 0), or (best_so_far, -1) when nothing beats it.
 
-    Where P == 1 the error is 1 - 2^-x <= x ln 2 (x >= 0), so those inputs need no exp2 unless that bound
-    beats the best so far (most of [0, 2^-24), where Horner's last fma rounds 1 + c1*x to 1)."""
+    exp2 is skipped where a cheap bound cannot beat the best so far: 2^x = 1 + x ln2 + r with
+    0 <= r <= (x ln2)^2 for 0 <= x <= 1, and 2^x >= 1, so |p/2^x - 1| <= |p - 1 - x ln2| + (x ln2)^2 (plus
+    1e-15 for the float64 roundings of that bound). This skips most small inputs, where p is 1 + c1*x
+    rounded to fp32."""
     nthreads = 64
     best = np.full(nthreads, best_so_far)
     where = np.full(nthreads, -1, dtype=np.int64)
     step = (x.size + nthreads - 1) // nthreads
-    ln2_up = 0.6931471805599454  # > ln 2
+    ln2 = 0.6931471805599453
     for t in prange(nthreads):
         for i in range(t * step, min(x.size, (t + 1) * step)):
             xi = np.float64(x[i])
-            if p[i] == np.float32(1.0) and xi >= 0.0 and xi * ln2_up <= best[t]:
+            pi = np.float64(p[i])
+            lin = xi * ln2
+            if abs(pi - 1.0 - lin) + lin * lin + 1e-15 <= best[t]:
                 continue
-            e = abs(np.float64(p[i]) / np.exp2(xi) - 1.0)
+            e = abs(pi / np.exp2(xi) - 1.0)
             if e > best[t]:
                 best[t] = e
                 where[t] = i
