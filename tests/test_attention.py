@@ -40,7 +40,7 @@ def test_bad_shapes_and_dtypes_raise(change, match):
         forward(*change(q, k, v))
 
 
-@pytest.mark.parametrize("d,kernel", [(12, "fa4-sm90"), (264, "fa4-sm90"), (256, "fa4-sm100")])
+@pytest.mark.parametrize("d,kernel", [(12, "fa4-sm90"), (264, "fa4-sm90"), (192, "fa4-sm100")])
 def test_unsupported_head_dim_raises(d, kernel):
     q = np.zeros((1, 8, 1, d), BF16)
     with pytest.raises(ValueError, match="head_dim"):
@@ -184,3 +184,13 @@ def test_sm100_fp8_saturation_is_counted():
     q4, k4, v4 = (x.astype(np.float32).astype(ml_dtypes.float8_e4m3fn) for x in (q, k, v))
     with pytest.raises(ValueError, match="max_offset"):
         forward(q4, k4, v4, kernel="fa4-sm100", rescale_threshold=4.0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sm100_head_dim_256_uses_the_2cta_tuning_entry(causal):
+    _, (q, k, v) = _case(head_dim=256, causal=causal, seqlen_q=130, seqlen_k=260)
+    r = forward(q, k, v, causal=causal, kernel="fa4-sm100")
+    assert (r.options.use_2cta_instrs, r.options.ex2_emu_freq, r.options.ex2_emu_start_frg) == (True, 14, 0)
+    assert (r.stats.exp2_emulated == r.stats.kv_blocks * 24).all()
+    ref, _ = attention_fp64(q, k, v, causal=causal)
+    assert metrics(r.out, ref).rel_l2 < 2 * metrics(round_once(ref, BF16), ref).rel_l2

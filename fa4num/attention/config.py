@@ -77,15 +77,23 @@ class Sm100Options:
 
 
 def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qhead_per_kvhead: int,
-                   use_2cta_instrs: bool | None = None, is_sm103: bool = False) -> Sm100Options:
-    """The knobs FA4's SM100 forward picks for this problem (flash_fwd_sm100.py __init__/__call__ and
-    interface.py: 2-CTA when not causal, hd_pad in {128, 192}, seqlen_q * qhead_per_kvhead > 2 * tile_m).
+                   batch: int = 1, heads: int = 1, num_sms: int = 148, use_2cta_instrs: bool | None = None,
+                   is_sm103: bool = False) -> Sm100Options:
+    """The knobs FA4's SM100 forward (flash-attn-4 4.0.0b36: head_dim 256 runs the same kernel) picks for this
+    problem. interface.py: q_stage = 2 if seqlen_q*qhead_per_kvhead > tile_m and head_dim != 256; 2-CTA when
+    there is more than one q_stage*tile_m M block (or, for head_dim 256, 2*batch*heads <= num_sms), tile_m is a
+    multiple of qhead_per_kvhead under pack-GQA, and head_dim is 256, or not causal with hd_pad in {128, 192}.
     ``use_2cta_instrs`` / ``is_sm103`` given explicitly pick another tuning-table entry."""
     hd_pad = head_dim_padded(head_dim)
     pack_gqa = qhead_per_kvhead > 1
+    rows = seqlen_q * (qhead_per_kvhead if pack_gqa else 1)
+    q_stage = 2 if rows > 128 and head_dim != 256 else 1
+    heads_sched = heads // qhead_per_kvhead if pack_gqa else heads
     use_2cta = use_2cta_instrs
     if use_2cta is None:
-        use_2cta = (not causal and hd_pad in (128, 192) and seqlen_q * (qhead_per_kvhead if pack_gqa else 1) > 256)
+        use_2cta = ((rows > q_stage * 128 or (head_dim == 256 and 2 * batch * heads_sched <= num_sms))
+                    and (128 % qhead_per_kvhead == 0 or not pack_gqa)
+                    and (head_dim == 256 or (not causal and hd_pad in (128, 192))))
     key = (use_2cta, causal, hd_pad, is_sm103)
     width8 = dtype.startswith("float8")
     enable = (hd_pad <= 128 or (hd_pad == 192 and use_2cta and not causal)) and not is_sm103

@@ -101,11 +101,11 @@ def _validate(q, k, v, kernel, softmax_scale):
     if hk < 1 or h % hk:
         raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
     align = 16 // q.dtype.itemsize
-    hi = 256 if kernel == "fa4-sm90" else 128
-    if not (8 <= d <= hi) or d % align:
-        raise ValueError(f"head_dim must be in [8, {hi}] and a multiple of {align} for {kernel} with {dt}, got {d}"
-                         + (" (SM100 hd256 runs a separate 2-CTA kernel that is not emulated)" if d > 128 and
-                            kernel == "fa4-sm100" else ""))
+    # interface.py _validate_head_dims: SM90 8..256; SM100 8..128 or exactly 256 (192 only with head_dim_v 128)
+    ok = 8 <= d <= 256 if kernel == "fa4-sm90" else (8 <= d <= 128 or d == 256)
+    if not ok or d % align:
+        allowed = "[8, 256]" if kernel == "fa4-sm90" else "[8, 128] or 256"
+        raise ValueError(f"head_dim must be in {allowed} and a multiple of {align} for {kernel} with {dt}, got {d}")
     for name, a in (("q", q), ("k", k), ("v", v)):
         if not np.isfinite(a.astype(np.float32)).all():
             raise ValueError(f"{name} contains NaN or inf; FA4 would propagate it into out/lse "
@@ -237,7 +237,7 @@ def _store_state(state, sub, rows):
 MODES = ("bitexact", "statistical")
 
 
-def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options):
+def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, *, batch=1, heads=1):
     options = dict(options)
     mode = options.pop("mode", "bitexact")
     if mode not in MODES:
@@ -250,6 +250,7 @@ def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options):
         opts = config.Sm90Options(tile_m=tm, tile_n=tn)
     else:
         opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv,
+                                     batch=batch, heads=heads,
                                      use_2cta_instrs=options.pop("use_2cta_instrs", None),
                                      is_sm103=options.pop("is_sm103", False))
     opts = config.apply_overrides(opts, options)
@@ -299,7 +300,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", **o
     sk, hk = ka.shape[1], ka.shape[2]
     dt = qa.dtype.name
     h_per_kv = h // hk
-    opts = _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options)
+    opts = _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, batch=b, heads=h)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     sl2 = scale_log2_of(scale)
     out_dt = _NP_DTYPES["bfloat16"] if dt.startswith("float8") else _NP_DTYPES[dt]

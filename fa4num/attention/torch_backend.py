@@ -57,7 +57,8 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not torch.isfinite(x.float()).all():
             raise ValueError(f"{name} contains NaN or inf")
-    opts = _resolve_options(kernel, dt, d, causal, sq, h // hk, {"mode": "statistical", **options})
+    opts = _resolve_options(kernel, dt, d, causal, sq, h // hk, {"mode": "statistical", **options}, batch=b,
+                            heads=h)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     sl2 = float(scale_log2_of(scale))
     tn = opts.tile_n
