@@ -122,23 +122,24 @@ def check_target(target: Target, a, b, *, relative: bool, samples: int = 257) ->
     old = flint.ctx.prec
     flint.ctx.prec = 80
     try:
-        width = (mpmath.mpf(b) - a)
-        stack = [(mpmath.mpf(a) + width * i / 64, mpmath.mpf(a) + width * (i + 1) / 64) for i in range(64)]
-        while stack:
-            lo, hi = stack.pop()
-            mid, rad = (lo + hi) / 2, (hi - lo) / 2
-            ball = to_arb(mid).union(to_arb(lo)).union(to_arb(hi))
-            try:
-                y = target.ball(flint.arb_series([ball], prec=1))[0]
-            except (ZeroDivisionError, ValueError):
-                y = flint.arb(0, math.inf)
-            finite = y.is_finite()
-            if not finite or (relative and y.contains(0)):
-                if hi - lo < width * 2.0 ** -40:
-                    kind = "a pole or non-finite value" if not finite else what
-                    raise ValueError(f"f: {target.name} has {kind} near x={float(mid)!r} "
-                                     f"in interval [{a}, {b}]")
-                stack += [(lo, mid), (mid, hi)]
+        with mpmath.workprec(200):  # the piece ends are exact dyadics, so the pieces tile [a, b]
+            width = (mpmath.mpf(b) - a)
+            stack = [(mpmath.mpf(a) + width * i / 64, mpmath.mpf(a) + width * (i + 1) / 64) for i in range(64)]
+            while stack:
+                lo, hi = stack.pop()
+                mid = (lo + hi) / 2
+                ball = to_arb(mid).union(to_arb(lo)).union(to_arb(hi))
+                try:
+                    y = target.ball(flint.arb_series([ball], prec=1))[0]
+                except (ZeroDivisionError, ValueError):
+                    y = flint.arb(0, math.inf)
+                finite = y.is_finite()
+                if not finite or (relative and y.contains(0)):
+                    if hi - lo < width * 2.0 ** -40:
+                        kind = "a pole or non-finite value" if not finite else what
+                        raise ValueError(f"f: {target.name} has {kind} near x={float(mid)!r} "
+                                         f"in interval [{a}, {b}]")
+                    stack += [(lo, mid), (mid, hi)]
     finally:
         flint.ctx.prec = old
 
