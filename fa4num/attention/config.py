@@ -60,7 +60,7 @@ class Sm90Options:
 @dataclass(frozen=True)
 class Sm100Options:
     """Knobs of the SM100 emulation; every one can be overridden through ``forward(**options)``."""
-    tile_m: int = 128
+    tile_m: int = 128                  # rows of one M block (q_stage * 128 * CTAs per cluster)
     tile_n: int = 128
     gemm: str = "wgmma"
     rescale_threshold: float = 8.0
@@ -109,9 +109,11 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
         freq = 0
     elif pack_gqa and hd_pad > 64 and not causal and not tuned:
         freq = 10   # pack-GQA override: _tune.get("ex2_emu_freq", 10) (no varlen here)
-    return Sm100Options(rescale_threshold=0.0 if width8 else 8.0, max_offset=8 if width8 else 0,
-                        ex2_emu_freq=freq, ex2_emu_start_frg=start, use_2cta_instrs=use_2cta,
-                        is_sm103=is_sm103)
+    # rows that share one KV block range: q_stage tiles of 128, times 2 for a 2-CTA pair (BlockInfo(cta_tiler[0]
+    # * cta_group_size)); only the kv_blocks statistic depends on it
+    return Sm100Options(tile_m=q_stage * 128 * (2 if use_2cta else 1), rescale_threshold=0.0 if width8 else 8.0,
+                        max_offset=8 if width8 else 0, ex2_emu_freq=freq, ex2_emu_start_frg=start,
+                        use_2cta_instrs=use_2cta, is_sm103=is_sm103)
 
 
 def apply_overrides(opts, overrides: dict):
