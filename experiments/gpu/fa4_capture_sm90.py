@@ -14,7 +14,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 import pathlib
 import subprocess
 import sys
