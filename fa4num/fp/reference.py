@@ -9,11 +9,11 @@ How (fast and rigorous):
    lies within K_RUN = 64 ulp64 of y; that test costs a few flops and flags roughly one input in 4 million for a
    float32 target (one in 10^12 for bfloat16). The assumption is that libm's exp2/log2 err by less than K_RUN
    ulp64 (glibc documents <= 1-2 ulp for both).
-3. Flagged inputs are resolved exactly: for 1/x by an exact float64 test of x * midpoint against 1 (24 + 25 bits
-   fit in 53); for exp2/log2 from a table of every float32 input whose float64 value lies within K_TABLE = 256
-   ulp64 of a midpoint (built once over all 2^32 inputs by fa4num/fp/_tables.py, each entry rounded by gmpy2/MPFR),
-   and, in the array functions, by gmpy2 for anything the table lacks (a libm far off the one the table was built
-   with).
+3. 1/x never needs it: no midpoint lies within 2^-50 (relative) of 1/x for float32 x (see rcp_rounded).
+   Flagged exp2/log2 inputs are resolved from a table of every float32 input whose float64 value lies within
+   K_TABLE = 256 ulp64 of a midpoint (built once over all 2^32 inputs by fa4num/fp/_tables.py, each entry rounded
+   by gmpy2/MPFR), and, in the array functions, by gmpy2 for anything the table lacks (a libm far off the one the
+   table was built with).
 
 The scalar kernels (exp2_cr_f32, exp2_cr_bf16, log2_cr_f32, log2_cr_bf16, rcp_cr_f32, rcp_cr_bf16) are numba
 functions for use inside other njit loops (e.g. the exhaustive exp2 sweep). Each returns (value, ok): value is a
@@ -135,19 +135,11 @@ def rcp_rounded(x, prec, qmin):
         return np.float32(np.inf) if (f32_to_u32(x) >> np.uint32(31)) == 0 else np.float32(-np.inf)
     if x == np.inf or x == -np.inf:
         return np.float32(0.0) if x > 0.0 else np.float32(-0.0)
-    a = abs(np.float64(x))
-    y = 1.0 / a
-    r, hard = round_f64_fast(y, prec, qmin, 1)  # RN64 division errs by at most 1/2 ulp64
-    if hard:
-        e1 = math.frexp(y)[1]
-        qe = e1 - prec
-        if qe < qmin:
-            qe = qmin
-        lo = math.floor(math.ldexp(y, -qe))
-        mid = math.ldexp(lo + 0.5, qe)
-        # a * mid is exact (24-bit a times a (prec+1)-bit midpoint) and never 1: that would need a = 2^(1-qmin),
-        # which is above the float32 range, so 1/x is never a tie
-        r = math.ldexp(lo if a * mid > 1.0 else lo + 1.0, qe)
+    # One rounding from y = RN64(1/|x|) is already correct. Write |x| = X 2^e and a midpoint of the target
+    # m 2^f with X, m odd integers below 2^24 and 2^25: then |1/|x| - mid| * |x| = |2^G - X m| / 2^G with
+    # G = -(e + f), and X m is odd (and is not 1: mid = 2^f would need |x| = 2^150), so near a midpoint this is at
+    # least 2^-G >= 2^-50. y lies within 2^-53 of 1/|x|: no midpoint lies between them or on y.
+    r = round_f64_fast(1.0 / abs(np.float64(x)), prec, qmin, 0)[0]
     v = np.float32(r)
     return v if x > 0.0 else -v
 
