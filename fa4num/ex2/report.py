@@ -71,8 +71,11 @@ def _main_section(ctx: ReportContext) -> Section:
     dom = Domain(lo=MAIN_DOMAIN.lo, hi=MAIN_DOMAIN.hi, stride=QUICK_MAIN_STRIDE if ctx.quick else 1)
     full = sweep(impl, dom, progress=ctx.progress)
     grid = sweep(impl, Domain(kind="grid", lo=-126.0, hi=0.0, grid_bits=ctx.grid_bits), progress=ctx.progress)
-    plot_error_vs_x(grid, ctx.out_dir / "exp2_error_vs_x.png",
-                    title=f"FA4 cubic exp2 (ex2_emulation_2) vs correctly rounded 2^x, x = k*2^-{ctx.grid_bits}")
+    # 2^(n + f) = 2^n 2^f exactly and FA4 adds n to the exponent, so one period shows the error's shape
+    period = sweep(impl, Domain(kind="grid", lo=-1.0, hi=0.0, grid_bits=ctx.grid_bits + 4), progress=ctx.progress)
+    plot_error_vs_x(period, ctx.out_dir / "exp2_error_vs_x.png",
+                    title=f"FA4 cubic exp2 (ex2_emulation_2) vs correctly rounded 2^x, x = k*2^-{ctx.grid_bits + 4} "
+                          "in [-1, 0]\n(the same shape on every unit interval below)")
     plot_ulp_histogram(grid, ctx.out_dir / "exp2_ulp_histogram.png",
                        title=f"FA4 cubic exp2, x = k*2^-{ctx.grid_bits} in [-126, 0]")
     coeffs = ", ".join(f"{float(c):.9g}" for c in poly_coeffs(3))
@@ -90,8 +93,9 @@ once to fp32 (and to bf16 for the bf16 column).
   x = {full.max_rel_x!r}.
 - "bf16 mismatch": the RN bf16 cast of the result (what FA4 feeds the P·V MMA) differs from the correctly rounded
   bf16 of 2^x; {full.bf16_mismatch_far + grid.bf16_mismatch_far} of these differ by more than one bf16 ulp.
-- Counting every fp32 bit pattern weights tiny |x| heavily: for -2^-24 < x < 0 the floor is -1 and f rounds to 1,
-  so the result is p(1)/2 = {p1!r} instead of ~1 (the largest errors). The grid row weights x uniformly.
+- Counting every fp32 bit pattern weights tiny |x| heavily: for -2^-24 < x < 0 the floor is -1 and f = RN(1 + x)
+  is 1 or just below, so the result is about p(1)/2 = {p1!r} instead of ~1 (the largest errors). The grid row
+  weights x uniformly.
 - Sweep times on this machine: {full.seconds:.1f} s ({full.count:,} inputs) and {grid.seconds:.1f} s.
 
 ![error vs x](exp2_error_vs_x.png)
@@ -99,7 +103,7 @@ once to fp32 (and to bf16 for the bf16 column).
 """
     return Section("FA4's cubic exp2 against the correctly rounded 2^x", md,
                    ["exp2_error_vs_x.png", "exp2_ulp_histogram.png"],
-                   {"all_fp32": full.to_dict(), "grid": grid.to_dict()})
+                   {"all_fp32": full.to_dict(), "grid": grid.to_dict(), "unit_interval": period.to_dict()})
 
 
 def _underflow_section(ctx: ReportContext) -> Section:
