@@ -124,10 +124,6 @@ def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, int]:
     return np.asarray(conv(p)).view(_NP_DTYPES[dt]).reshape(p.shape), p > limit
 
 
-def _gemm(a, b, c, model, arch):
-    return mma_chain(a, b, c, model=model, arch=arch)
-
-
 def _visited_blocks(sq, sk, h_per_kv, tile_m, tile_n, causal, pack_gqa):
     """Blocks ``BlockInfo.get_n_block_min_max`` gives each row's m-block: (h_per_kv, sq) int32."""
     nmax = -(-sk // tile_n)
@@ -181,7 +177,8 @@ def _run_head(qh, kh, vh, *, kernel, opts, causal, sl2, dt, stats_rows):
         if r0 >= sq:
             continue
         rows = slice(r0, sq)
-        s = s_all[rows, c0:c0 + tn] if blas else _gemm(q_pad[rows], k_pad[c0:c0 + tn], None, opts.gemm, arch)
+        s = s_all[rows, c0:c0 + tn] if blas else mma_chain(q_pad[rows], k_pad[c0:c0 + tn], model=opts.gemm,
+                                                           arch=arch)
         col = c0 + np.arange(tn)
         masked = np.broadcast_to(col[None, :] >= sk, s.shape)
         if causal:
@@ -212,7 +209,7 @@ def _run_head(qh, kh, vh, *, kernel, opts, causal, sl2, dt, stats_rows):
             scales[n, rows] = scale
             continue
         o_rows = o[rows] * scale[:, None]
-        o[rows] = _gemm(p_q, vt_pad[:, c0:c0 + tn], o_rows, opts.gemm, arch)
+        o[rows] = mma_chain(p_q, vt_pad[:, c0:c0 + tn], o_rows, model=opts.gemm, arch=arch)
     if blas:
         # block n's P V is multiplied by the scales of every block visited after it (blocks n-1 .. 0)
         later = np.cumprod(np.vstack([np.ones((1, sq), np.float32), scales[:-1]]), axis=0, dtype=np.float32)
