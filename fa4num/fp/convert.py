@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._args import _is_tensor, as_float32, flat_broadcast, tensor_device, wrap
-from ._core import CANONICAL_NAN_BITS, f32_to_u32, u32_to_f32
+from ._core import CANONICAL_NAN_BITS, f32_to_u32
 
 __all__ = ["to_bf16", "to_fp16", "to_e4m3", "to_e5m2", "to_bf16x2", "to_fp16x2", "to_e4m3x2", "to_e5m2x2",
            "from_bf16", "from_fp16", "from_e4m3", "from_e5m2", "from_bf16x2", "from_fp16x2", "from_e4m3x2",
