@@ -22,5 +22,5 @@ from .ulp import NAN_DISTANCE, as_bits, from_bits, ulp_distance
 __all__ = ["add", "sub", "mul", "fma", "max", "min", "add_f32x2", "sub_f32x2", "mul_f32x2", "fma_f32x2",
            "to_bf16", "to_fp16", "to_e4m3", "to_e5m2", "to_bf16x2", "to_fp16x2", "to_e4m3x2", "to_e5m2x2",
            "from_bf16", "from_fp16", "from_e4m3", "from_e5m2", "from_bf16x2", "from_fp16x2", "from_e4m3x2",
-           "from_e5m2x2", "exp2_cr", "log2_cr", "rcp_cr", "ulp_distance", "as_bits", "from_bits", "NAN_BITS", "NAN_FROM_NARROW", "NAN_DISTANCE",
-           "CANONICAL_NAN_BITS", "ROUNDING_MODES", "RN", "RZ", "RM", "RP"]
+           "from_e5m2x2", "exp2_cr", "log2_cr", "rcp_cr", "ulp_distance", "as_bits", "from_bits", "NAN_BITS",
+           "NAN_FROM_NARROW", "NAN_DISTANCE", "CANONICAL_NAN_BITS", "ROUNDING_MODES", "RN", "RZ", "RM", "RP"]

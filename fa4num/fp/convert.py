@@ -11,8 +11,9 @@ The widening conversions from_bf16 / from_fp16 / from_e4m3 / from_e5m2 are exact
 float32). FA4 widens bf16 with a 16-bit shift, which keeps a NaN's payload; the others make NaN_FROM_NARROW.
 
 Rounding is done here in one step on the float32's fields (integer arithmetic: the dropped significand bits
-against half a unit of the kept ones, ties to even); overflow and saturation are then applied. ml_dtypes would give the same finite
-values but neither saturates nor makes the GPU's NaN bits; the tests compare with it where both agree.
+against half a unit of the kept ones, ties to even); overflow and saturation are then applied. ml_dtypes gives
+the same finite values but neither saturates nor makes the GPU's NaN bits; the tests compare with it where both
+agree.
 
 NaN bit patterns written by the GPU are constants here (NAN_BITS): a NaN input gives that pattern whatever its
 sign and payload. The H200 golden vectors (tests/golden/convert.json.xz) confirm them for cvt.rn.bf16.f32,
