@@ -62,10 +62,13 @@ def register(subparsers) -> None:
     q = sub.add_parser("verify", help="compare every operation with the CPU emulators (all 2^32 unary inputs)")
     q.add_argument("--out", default="experiments/results", help="folder for the summary JSON")
     q.add_argument("--ops", nargs="*", default=None, help="subset of operation names (default all)")
-    q.add_argument("--binary-samples", type=int, default=1 << 26,
-                   help="input pairs/triples per binary/ternary op and mode (default 2^26)")
+    q.add_argument("--binary-samples", type=int, default=1 << 24,
+                   help="input pairs/triples per binary/ternary op and mode (default 2^24)")
     q.add_argument("--digests", default=None,
-                   help="also write per-2^24-chunk SHA-256 digests of the unary GPU outputs to this file")
+                   help="also write per-2^24-chunk SHA-256 digests of the unary GPU outputs to this file "
+                        "(a capture artifact for CPU CI; slows the sweep down)")
+    q.add_argument("--workers", type=int, default=None,
+                   help="worker processes for compilation and the small comparisons (default: half the cores)")
     q.set_defaults(func=_verify)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

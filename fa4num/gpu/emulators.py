@@ -72,3 +72,30 @@ def emulator(meta: dict):
         f = getattr(hw, f"mufu_{meta['fn']}")
         return lambda x: _u(f(_f(x), ftz=meta["ftz"], arch=meta.get("arch", "sm90")))
     raise ValueError(f"no emulator for golden op {op!r}")
+
+
+def _bits_view(a):
+    """The bits of an emulator's result array without a copy (uint32 / uint16 / uint8 by item size)."""
+    return a.view({4: np.uint32, 2: np.uint16, 1: np.uint8}[a.dtype.itemsize])
+
+
+def sweep_emulator(meta: dict):
+    """``(fn, neg_pair)`` for an exhaustive unary sweep: ``fn(x)`` takes the float32 inputs and returns the
+    emulator's result bits in the result's own width (a view, no widening copy), for fa4num.gpu.compare.
+
+    For the fp8 ops run as ``cvt...x2.f32 d, x, -x`` (``packed == "hi=x,lo=-x"``) ``fn`` is the single conversion
+    (fa4num.fp.to_e4m3 / to_e5m2, of which to_e4m3x2 / to_e5m2x2 are the byte packing) and ``neg_pair`` is True:
+    the sweep then feeds a block of inputs together with its sign-flipped twin block, so each conversion is
+    computed once and checked in both byte positions (compare.count_mismatches_neg_pair)."""
+    from .. import fp
+    op = meta["op"]
+    if meta.get("packed") == "hi=x,lo=-x":
+        f = getattr(fp, op)
+        return (lambda x: _bits_view(f(x))), True
+    if op.startswith("to_") and not meta.get("packed"):
+        f = getattr(fp, op)
+        return (lambda x: _bits_view(f(x))), False
+    if op in ("ex2emu", "mufu"):
+        g = emulator(meta)
+        return (lambda x: _bits_view(g(x.view(np.uint32)))), False
+    raise ValueError(f"no exhaustive-sweep emulator for {meta!r}: unary ex2emu, mufu and to_* ops only")
