@@ -166,7 +166,7 @@ def _compile_key(meta: dict):
         return ("to", op)
     if op.startswith("from_"):
         return ("from",)
-    return ("fp", op, meta.get("rounding"), meta["ftz"])
+    return ("fp", op)                # one numba function per op (its modes are specialisations or branches of it)
 
 
 def _warm_groups(metas) -> list:
