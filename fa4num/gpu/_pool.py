@@ -25,12 +25,19 @@ _private = None             # this worker's own numba cache directory (check wor
 
 def init_worker(private_cache_root, threads):
     """Runs first in each worker. Sets numba's cache directory and thread count; numba reads them on import, and
-    again here if the re-imported main module already imported it."""
+    again here if the re-imported main module already imported it.
+
+    Check workers (private cache) run at a lower priority: their compilations fill the cores the sweep leaves
+    idle instead of slowing its parallel loops. Warm workers only compile numba code on numpy arrays; torch is
+    kept out of them (fa4num.fp looks for torch tensors and would import it: seconds of CPU per process)."""
     global _private
     if private_cache_root:
         _private = os.path.join(private_cache_root, str(os.getpid()))
         os.makedirs(_private, exist_ok=True)
         os.environ["NUMBA_CACHE_DIR"] = _private
+        os.nice(10)
+    elif "torch" not in sys.modules:
+        sys.modules["torch"] = None     # `import torch` raises ImportError here: fa4num.fp treats it as absent
     os.environ["NUMBA_NUM_THREADS"] = str(threads)
     if "numba" in sys.modules:
         from numba.core import config
