@@ -200,15 +200,22 @@ def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide):
     return _core.u32_to_f32((_core.f32_to_u32(r) << np.uint32(23)) + _core.f32_to_u32(p)), bad
 
 
-@njit(parallel=True, cache=True)
-def _narrow_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
-    """Fast path with the floor form of add.rm (the softmax range); returns how many inputs it could not take."""
-    nbad = 0
-    for i in prange(x.size):
-        v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, False)
-        out[i] = v
-        nbad += b
-    return nbad
+def _make_narrow_loop(ftz_max: bool, ftz_round: bool, ftz_arith: bool):
+    """The hot loop for one form, its ftz flags compile-time constants (closure cells, which numba's cache keys
+    on), so that the flush and underflow tests of the other forms cost nothing."""
+    @njit(parallel=True, cache=True)
+    def narrow(x, rc, out):
+        """Fast path, floor form of add.rm (covers x <= 2^22, the softmax range); returns how many it missed."""
+        nbad = 0
+        for i in prange(x.size):
+            v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, False)
+            out[i] = v
+            nbad += b
+        return nbad
+    return narrow
+
+
+_NARROW_LOOPS = {name: _make_narrow_loop(v.ftz_max, v.ftz_round, v.ftz_arith) for name, v in VARIANTS.items()}
 
 
 @njit(parallel=True, cache=True)
@@ -224,8 +231,7 @@ def _wide_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
 
 @njit(parallel=True, cache=True)
 def _fix_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
-    """Recompute with the exact sequence the inputs the wide fast path cannot take (with ftz arithmetic, a
-    Horner value below 2^-125)."""
+    """The exact sequence for the inputs the wide fast path cannot take (ftz arithmetic below 2^-125)."""
     for i in prange(x.size):
         if _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, True)[1]:
             out[i] = _exact_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
@@ -263,12 +269,11 @@ def fa4_emulated(x, degree=3, *, coeffs=None, variant="packed", exact_only=False
     arr = as_float32(x, "x")
     flat = np.ascontiguousarray(arr).reshape(-1)
     out = np.empty_like(flat)
+    flags = (v.ftz_max, v.ftz_round, v.ftz_arith)
     if exact_only:
-        _exact_loop(flat, rc, out, v.ftz_max, v.ftz_round, v.ftz_arith)
-    else:
-        flags = (v.ftz_max, v.ftz_round, v.ftz_arith)
-        if _narrow_loop(flat, rc, out, *flags) and _wide_loop(flat, rc, out, *flags):
-            _fix_loop(flat, rc, out, *flags)
+        _exact_loop(flat, rc, out, *flags)
+    elif _NARROW_LOOPS[v.name](flat, rc, out) and _wide_loop(flat, rc, out, *flags):
+        _fix_loop(flat, rc, out, *flags)
     result = out.reshape(np.shape(arr))
     if result.ndim == 0 and device is None and not isinstance(x, np.ndarray):
         result = result[()]
