@@ -1,7 +1,9 @@
-"""Where the time of ``fa4num gpu verify`` goes: per exhaustive op, one 2^26-input chunk timed stage by stage.
+"""Where the time of ``fa4num gpu verify`` goes: per exhaustive op, one chunk (fa4num.gpu.verify.CHUNK inputs)
+timed stage by stage.
 
-GPU kernel + device-to-host copy (pinned), CPU emulator (numba, all cores), compare, SHA-256 of the four 2^24
-sub-chunks (thread pool). Prints a table and the projected time of an all-2^32 sweep per op.
+GPU kernel + device-to-host copy (pinned), CPU emulator (numba, all cores, widened to uint32 as before the fused
+compares of fa4num.gpu.compare), compare, SHA-256 of the 2^24 sub-chunks (thread pool). Prints a table and the
+projected time of an all-2^32 sweep per op. experiments/gpu/verify_profile.py measures the CPU side alone.
 Usage: python experiments/gpu/verify_timing.py [OUT.json]
 """
 import json
@@ -16,7 +18,8 @@ import torch
 from fa4num import golden
 from fa4num.gpu.emulators import emulator
 from fa4num.gpu.kernels import run_range
-from fa4num.gpu.verify import CHUNK, _count_diff, _iota, exhaustive_plan
+from fa4num.gpu.compare import count_mismatches as _count_diff, iota as _iota
+from fa4num.gpu.verify import CHUNK, exhaustive_plan
 
 
 def main(out=None):
