@@ -23,6 +23,8 @@ bf16_mismatch_share(coeffs)
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit, prange
 
@@ -35,52 +37,89 @@ _CHUNK = 1 << 24
 _FRAC_GRID = (np.arange(1 << 23, dtype=np.float64) * 2.0 ** -23).astype(np.float32)  # k * 2^-23, k < 2^23
 
 
-@njit(parallel=True, cache=True)
-def _max_rel(x, p, best_so_far):
-    """(max |p/2^x - 1|, its index) over the chunk (x >= 0), or (best_so_far, -1) when nothing beats it.
+# 1/k! for the Taylor polynomial of exp at 0, degree 13: for 0 <= t <= ln 2 its remainder is below
+# t^14/14! * e^t < 2e-13, so the polynomial gives 2^x to a relative 2e-13 (plus float64 rounding, ~1e-15)
+_EXP_TAYLOR = np.array([1.0 / np.prod(np.arange(1, k + 1, dtype=np.float64)) for k in range(14)])
+_SCREEN_SLACK = 1e-12   # > |screened error - true error| (2e-13 truncation + float64 rounding)
 
-    exp2 is skipped where a cheap bound cannot beat the best so far: 2^x = 1 + x ln2 + r with
-    0 <= r <= (x ln2)^2 for 0 <= x <= 1, and 2^x >= 1, so |p/2^x - 1| <= |p - 1 - x ln2| + (x ln2)^2 (plus
-    1e-15 for the float64 roundings of that bound). This skips most small inputs, where p is 1 + c1*x
-    rounded to fp32."""
+
+@njit(cache=True, inline="always")
+def _screened(xi, pi, taylor):
+    """|p/2^x - 1| with 2^x from the Taylor polynomial (no libm call, so loops over it vectorise)."""
+    tt = np.float64(xi) * 0.6931471805599453
+    approx = taylor[13]
+    for k in range(12, -1, -1):
+        approx = approx * tt + taylor[k]
+    return abs(np.float64(pi) / approx - 1.0)
+
+
+@njit(parallel=True, cache=True)
+def _screen_max(x, p):
     nthreads = 64
-    best = np.full(nthreads, best_so_far)
-    where = np.full(nthreads, -1, dtype=np.int64)
+    part = np.zeros(nthreads)
     step = (x.size + nthreads - 1) // nthreads
-    ln2 = 0.6931471805599453
+    taylor = _EXP_TAYLOR
     for t in prange(nthreads):
+        acc = 0.0
         for i in range(t * step, min(x.size, (t + 1) * step)):
-            xi = np.float64(x[i])
-            pi = np.float64(p[i])
-            lin = xi * ln2
-            if abs(pi - 1.0 - lin) + lin * lin + 1e-15 <= best[t]:
-                continue
-            e = abs(pi / np.exp2(xi) - 1.0)
-            if e > best[t]:
-                best[t] = e
-                where[t] = i
-    t = np.argmax(best)
-    return best[t], where[t]
+            acc = max(acc, _screened(x[i], p[i], taylor))
+        part[t] = acc
+    return part.max()
+
+
+@njit(cache=True)
+def _screen_hits(x, p, threshold):
+    """Indices whose screened error reaches ``threshold`` (few: the neighbourhood of the max)."""
+    out = []
+    taylor = _EXP_TAYLOR
+    for i in range(x.size):
+        if _screened(x[i], p[i], taylor) >= threshold:
+            out.append(i)
+    return np.array(out, dtype=np.int64)
+
+
+def _max_rel(x, p, best_so_far):
+    """(max |p/2^x - 1|, its index) over x in [0, 1], or (best_so_far, -1) when nothing beats it.
+
+    The screened errors are within _SCREEN_SLACK of the true ones, so only inputs whose screened error
+    reaches the screened max minus twice the slack can hold the true max: those are recomputed with
+    float64 exp2 (libm, < 1 ulp)."""
+    if x.size == 0:
+        return best_so_far, -1
+    top = _screen_max(x, p)
+    if top + _SCREEN_SLACK <= best_so_far:
+        return best_so_far, -1
+    idx = _screen_hits(x, p, top - 2 * _SCREEN_SLACK)
+    exact = np.abs(p[idx].astype(np.float64) / np.exp2(x[idx].astype(np.float64)) - 1.0)
+    j = int(np.argmax(exact))
+    if exact[j] <= best_so_far:
+        return best_so_far, -1
+    return float(exact[j]), int(idx[j])
 
 
 def evaluated_error(coeffs, *, inputs: str = "all") -> dict:
     """Max relative error of FA4's fp32 evaluation of ``coeffs`` (c0 first) over fp32 inputs in [0, 1).
 
     inputs="all": every fp32 in [0, 1) (the definition); inputs="grid": the 2^-23 grid k*2^-23 (8,388,608
-    values, every fp32 in [0.5, 1) and a share of the smaller ones), the fast proxy used inside searches.
+    values, every fp32 in [0.5, 1) and a share of the smaller ones), a fast proxy.
     """
+    if inputs not in ("all", "grid"):
+        raise ValueError(f"inputs: must be 'all' or 'grid', got {inputs!r}")
+    return dict(_evaluated_error(tuple(float(c) for c in coeffs), inputs))
+
+
+@functools.lru_cache(maxsize=64)   # a search and its final report measure the winner once
+def _evaluated_error(coeffs: tuple, inputs: str) -> dict:
     degree = len(coeffs) - 1
     c = tuple(coeffs)
     if inputs == "grid":
         chunks = [_FRAC_GRID]
         count = _FRAC_GRID.size
-    elif inputs == "all":
+    else:
         # largest inputs first, so the running max prunes the many tiny inputs (see _max_rel)
         chunks = (np.arange(max(e - _CHUNK, 0), e, dtype=np.uint32).view(np.float32)
                   for e in range(_EVAL_INPUTS, 0, -_CHUNK))
         count = _EVAL_INPUTS
-    else:
-        raise ValueError(f"inputs: must be 'all' or 'grid', got {inputs!r}")
     best, arg = 0.0, 0.0
     for x in chunks:
         e, i = _max_rel(x, fa4_emulated(x, degree, coeffs=c), best)
@@ -210,8 +249,14 @@ def search(objective: str, candidates, *, prob, fmt, extrema=()) -> list:
     """Pick the coefficient set for an emulation objective.
 
     ``candidates``: the minimax fit first, then its neighbourhood by increasing real-arithmetic error.
-    evaluated: the first 12 re-ranked on every fp32 input near the real-arithmetic extrema (``extrema``)
-        plus the 2^-23 grid, a proxy of evaluated_error that finds its maximum (ties keep the earlier).
+    evaluated: FA4's fp32 Horner adds about half an ulp at each fma result, carried to the output by the
+        later multiplications by x (_rounding_model). The evaluated error is then close to |e(x)| + u(x)
+        (within 0.1 % for FA4's sets), which a linear program minimises over real coefficients (the
+        evaluation-aware fit of Arzelier, Brehard and Joldes, ARITH 2019, in its simplest, linearised
+        form); its coefficients are rounded by the lattice step at the zeros of its error and by a +-3-ulp
+        search on the model. Those sets and the minimax candidates are ranked on every fp32 input near the
+        peaks (plus the 2^-23 grid); the best is compared with the minimax fit on every fp32 input in
+        [0, 1), and the minimax fit is kept unless beaten.
     bf16: the mismatch share of x in [-126, -1] is, to first order, 2^7 * mean |p(f) - 2^f| over f in
         [0, 1) (a bf16 midpoint lies between p and 2^f with probability |p - 2^f| / 2^-7), so the start is
         the L1-optimal polynomial (a linear program, scipy HiGHS) with the fixed coefficients, rounded; a
@@ -219,8 +264,7 @@ def search(objective: str, candidates, *, prob, fmt, extrema=()) -> list:
         fit is kept if it is better.
     """
     if objective == "evaluated":
-        x = _near_extrema(extrema)
-        return min(candidates[:12], key=lambda c: _max_rel(x, fa4_emulated(x, len(c) - 1, coeffs=tuple(c)), 0.0)[0])
+        return _search_evaluated(candidates, prob, fmt, extrema)
     if objective == "bf16":
         start = [fmt.round(v) for v in _l1_optimum(prob)]
         for k, v in prob.fixed.items():
@@ -228,6 +272,91 @@ def search(objective: str, candidates, *, prob, fmt, extrema=()) -> list:
         best, score = _pattern_search(start, prob, fmt, _frac_share)
         return best if score < _frac_share(candidates[0]) else list(candidates[0])
     raise ValueError(f"objective: unknown {objective!r}")
+
+
+_MODEL_POINTS = 4001
+
+
+def _rounding_model(coeffs, x: np.ndarray) -> np.ndarray:
+    """u(x): first-order bound of the relative rounding error of FA4's fp32 Horner evaluation at x.
+
+    Step k of evaluate_polynomial (utils.py) rounds h_k = h_{k+1} x + c_k once (fma.rn): an error of at
+    most half an fp32 ulp of h_k, multiplied by x^k on its way to the output; divided by 2^x."""
+    n = len(coeffs) - 1
+    h = np.full_like(x, coeffs[n])
+    u = np.zeros_like(x)
+    for k in range(n - 1, -1, -1):
+        h = h * x + coeffs[k]
+        half_ulp = np.ldexp(1.0, np.frexp(np.abs(h))[1] - 25)   # 2^(e - 24) / 2 for |h| in [2^e, 2^(e+1))
+        u += half_ulp * x ** k
+    return u / np.exp2(x)
+
+
+def _model_lp(prob, u: np.ndarray, x: np.ndarray) -> list:
+    """Real coefficients minimising max |e(x_i)| + u(x_i) (relative error, fixed coefficients kept); the
+    rows are scaled to units of 2^-24 so that HiGHS's 1e-7 feasibility tolerance is far below the errors."""
+    from scipy.optimize import linprog
+    free = prob.free
+    y = np.exp2(x)
+    fixed_part = sum(v * x ** k for k, v in prob.fixed.items()) if prob.fixed else np.zeros_like(x)
+    scale = 2.0 ** 24
+    V = np.stack([x ** k / y for k in free], axis=1) * scale
+    t0 = (fixed_part / y - 1.0) * scale
+    ones = np.ones((x.size, 1))
+    A = np.block([[V, -ones], [-V, -ones]])
+    b = np.r_[-t0 - u * scale, t0 - u * scale]
+    res = linprog(np.r_[np.zeros(len(free)), 1.0], A_ub=A, b_ub=b, bounds=[(None, None)] * (len(free) + 1),
+                  method="highs")
+    if not res.success:
+        raise RuntimeError(f"evaluation-aware LP failed: {res.message}")
+    return [float(c) for c in prob.full(res.x[:len(free)])]
+
+
+def _search_evaluated(candidates, prob, fmt, extrema) -> list:
+    import mpmath
+
+    from ._lattice import lattice_round, neighbourhood
+    x = np.linspace(float(prob.a), float(prob.b), _MODEL_POINTS)
+    minimax = list(candidates[0])
+    u = _rounding_model(minimax, x)
+    real = _model_lp(prob, u, x)
+    # the zeros of the LP fit's error (away from a removable zero at a fixed c0), where the lattice step
+    # makes the rounded polynomial interpolate 2^x
+    e = np.polyval(real[::-1], x) / np.exp2(x) - 1.0
+    inner = np.flatnonzero(np.sign(e[2:]) != np.sign(e[1:-1])) + 1
+    zeros = [(x[i] * e[i + 1] - x[i + 1] * e[i]) / (e[i + 1] - e[i]) for i in inner]
+    bases = [[fmt.round(v) if k in prob.free else v for k, v in enumerate(real)]]
+    if len(zeros) == len(prob.free):
+        bases.append(lattice_round(prob, [mpmath.mpf(v) for v in real], zeros, {k: fmt for k in prob.free}))
+    scorer = _ModelScorer(x, u)
+    steps = {k: float(fmt.quantum(bases[0][k])) for k in prob.free}
+    pool = [list(c) for c in candidates[:4]]
+    for base in bases:
+        pool += [fmt.round_array(c).tolist() for _, c in neighbourhood(base, steps, 3, scorer, keep=4)]
+    peaks = list(extrema) + list(x[_local_maxima(np.abs(e))])   # |e| is smooth: n + 1 peaks or so
+    near = _near_extrema(peaks)
+    ranked = sorted(pool, key=lambda c: _max_rel(near, fa4_emulated(near, len(c) - 1, coeffs=tuple(c)), 0.0)[0])
+    if ranked[0] == minimax:
+        return minimax
+    return min([ranked[0], minimax], key=lambda c: evaluated_error(c)["value"])
+
+
+class _ModelScorer:
+    """max over the model grid of |e| + u, for GridScorer-style ranking in _lattice.neighbourhood."""
+
+    def __init__(self, x, u):
+        self.powers = np.vander(x, None, increasing=True)
+        self.y = np.exp2(x)
+        self.u = u
+
+    def errors(self, coeffs):
+        coeffs = np.asarray(coeffs)
+        p = coeffs @ self.powers[:, :coeffs.shape[-1]].T
+        return np.max(np.abs(p / self.y - 1.0) + self.u, axis=-1)
+
+
+def _local_maxima(v: np.ndarray) -> np.ndarray:
+    return np.flatnonzero((v[1:-1] >= v[:-2]) & (v[1:-1] >= v[2:])) + 1
 
 
 def _l1_optimum(prob, points: int = 2001) -> list:
@@ -238,8 +367,9 @@ def _l1_optimum(prob, points: int = 2001) -> list:
     y = np.exp2(f)
     free = prob.free
     fixed_part = sum(v * f ** k for k, v in prob.fixed.items()) if prob.fixed else np.zeros_like(f)
-    V = np.stack([f ** k for k in free], axis=1)
-    t = y - fixed_part
+    scale = 2.0 ** 14   # errors of ~1e-4 become ~1: far above HiGHS's 1e-7 tolerances
+    V = np.stack([f ** k for k in free], axis=1) * scale
+    t = (y - fixed_part) * scale
     eye = identity(points, format="csr")
     A = bmat([[V, -eye], [-V, -eye]], format="csr")
     cost = np.r_[np.zeros(len(free)), np.ones(points)]
