@@ -200,7 +200,8 @@ def test_evaluated_objective_beats_fa4_on_every_fp32_input():
     full = r.metrics["evaluated"]
     assert full["inputs"] == 0x3F800000 and r.objective_value == full["value"]
     assert full["value"] >= evaluated_error(r.coeffs, inputs="grid")["value"]  # a subset cannot exceed it
-    assert full["value"] < evaluated_error(POLY_EX2[5])["value"]
+    # FA4's max over the 2^-23 grid is a lower bound of its max over every input: beating it is enough
+    assert full["value"] < evaluated_error(POLY_EX2[5], inputs="grid")["value"]
     assert full["value"] >= r.max_error * (1 - 1e-3)  # fp32 inputs sit densely around the real peak
 
 
