@@ -166,6 +166,18 @@ def _pick_alternating(ext, m):
     return max(windows, key=lambda w: min(abs(e) for _, e in w))
 
 
+def _pad(prob: Problem, coeffs, ext, count: int):
+    """Too few sign changes: an iterate from a degenerate reference (a symmetric one for an odd or even f
+    gives E = 0). Add the endpoints, then midpoints of the widest gaps, to get ``count`` points; the next
+    solve on this unsymmetric set is regular, and later iterations restore the alternation."""
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    xs = sorted({x for x, _ in ext} | {x for x in (a, b) if not prob.degenerate_at(x)})
+    while len(xs) < count:
+        i = max(range(len(xs) - 1), key=lambda j: xs[j + 1] - xs[j])
+        xs.insert(i + 1, (xs[i] + xs[i + 1]) / 2)
+    return [(x, prob.error(coeffs, x)) for x in xs]
+
+
 def _zero(prob, coeffs, lo, hi):
     """The sign change of the error in [lo, hi] (Illinois regula falsi)."""
     flo, fhi = prob.error(coeffs, lo), prob.error(coeffs, hi)
@@ -198,6 +210,8 @@ def remez(prob: Problem, *, tol: float = 1e-12, maxiter: int = 60) -> RemezResul
         for it in range(1, maxiter + 1):
             coeffs, level = _solve(prob, ref)
             ext = local_extrema(prob, coeffs, extra=ref)
+            if len(ext) < m + 1:
+                ext = _pad(prob, coeffs, ext, m + 1)
             window = _pick_alternating(ext, m)
             emax = max(abs(e) for _, e in ext)
             emin = min(abs(e) for _, e in window)
