@@ -31,7 +31,8 @@ __all__ = ["add", "sub", "mul", "fma", "max", "min", "add_f32x2", "sub_f32x2", "
 # The loops run over chunks in parallel; within a chunk, the rounding mode and ftz are tested once and each of the
 # eight (mode, ftz) cases has its own serial loop calling the kernel with constant arguments, so numba/LLVM fold
 # the mode and ftz tests out of the kernel (3-4x faster for the directed modes than testing them per element;
-# numba.literally would do the same at a ~25 ms dispatch cost per call).
+# numba.literally would do the same at a ~25 ms dispatch cost per call). The loops index with unsigned ints, so
+# numba adds no negative-index wraparound test and LLVM can vectorise them (RN: ~3x faster).
 _CHUNK = 4096
 
 
@@ -45,29 +46,29 @@ def _chunk_end(k, n):
 def _binary_chunk(kernel, a, b, out, lo, hi, mode, ftz):
     if ftz:
         if mode == RN:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = kernel(a[i], b[i], RN, True)
         elif mode == RZ:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = kernel(a[i], b[i], RZ, True)
         elif mode == RM:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = kernel(a[i], b[i], RM, True)
         else:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = kernel(a[i], b[i], RP, True)
     else:
         if mode == RN:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = kernel(a[i], b[i], RN, False)
         elif mode == RZ:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = kernel(a[i], b[i], RZ, False)
         elif mode == RM:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = kernel(a[i], b[i], RM, False)
         else:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = kernel(a[i], b[i], RP, False)
 
 
@@ -75,39 +76,39 @@ def _binary_chunk(kernel, a, b, out, lo, hi, mode, ftz):
 def _fma_chunk(a, b, c, out, lo, hi, mode, ftz):
     if ftz:
         if mode == RN:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = _core.f32_fma(a[i], b[i], c[i], RN, True)
         elif mode == RZ:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = _core.f32_fma(a[i], b[i], c[i], RZ, True)
         elif mode == RM:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = _core.f32_fma(a[i], b[i], c[i], RM, True)
         else:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = _core.f32_fma(a[i], b[i], c[i], RP, True)
     else:
         if mode == RN:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = _core.f32_fma(a[i], b[i], c[i], RN, False)
         elif mode == RZ:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = _core.f32_fma(a[i], b[i], c[i], RZ, False)
         elif mode == RM:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = _core.f32_fma(a[i], b[i], c[i], RM, False)
         else:
-            for i in range(lo, hi):
+            for i in range(np.uint64(lo), np.uint64(hi)):
                 out[i] = _core.f32_fma(a[i], b[i], c[i], RP, False)
 
 
 @njit(inline="always")
 def _minmax_chunk(kernel, a, b, out, lo, hi, ftz):
     if ftz:
-        for i in range(lo, hi):
+        for i in range(np.uint64(lo), np.uint64(hi)):
             out[i] = kernel(a[i], b[i], True)
     else:
-        for i in range(lo, hi):
+        for i in range(np.uint64(lo), np.uint64(hi)):
             out[i] = kernel(a[i], b[i], False)
 
 
