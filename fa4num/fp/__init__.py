@@ -10,6 +10,14 @@ oracle     gmpy2/MPFR binary32 oracle for add/sub/mul/fma in every rounding mode
 _core      scalar numba kernels (f32_add, f32_fma, ... with RN/RZ/RM/RP ints) for use inside other njit code
 
 Every NaN an arithmetic operation makes has the bits 0x7FFFFFFF (NVIDIA's canonical NaN).
+
+How it is checked (numbers in experiments/results and fa4num/fp/data):
+- add/sub/mul/fma in rn/rz/rm/rp against gmpy2/MPFR on 10^6 random and adversarial cases each
+  (experiments/fp_oracle_check.py; CI re-checks them through the committed digests, plus 10^5 live);
+- every op, mode, ftz and conversion against the golden vectors captured on an H200 (tests/golden, which settle
+  the flush rule of .ftz, max/min of ±0 and the NaN bit patterns);
+- conversions on all 2^32 float32 inputs against ml_dtypes (experiments/fp_convert_exhaustive.py);
+- the references on all 2^32 inputs (settled in numba) and against gmpy2 (experiments/fp_reference_sweep.py).
 """
 from ._core import CANONICAL_NAN_BITS, RM, RN, RP, RZ, ROUNDING_MODES
 from .arith import add, add_f32x2, fma, fma_f32x2, max, min, mul, mul_f32x2, sub, sub_f32x2
