@@ -175,7 +175,7 @@ def _add_rm_shifter(a):
 
 
 @njit(cache=True, inline="always")
-def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide):
+def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree=-1):
     """(bits-identical result, False) where the native operations provably equal the PTX ones, else (junk, True).
 
     Branch-free so that the loop vectorises. The add.rm is _add_rm_shifter (exact for every a >= -127, inf
@@ -191,7 +191,8 @@ def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide):
     f = a - t
     p = rc[0]
     smallest = abs(p)
-    for k in range(1, len(rc)):
+    # a compile-time degree (the hot loops pass one) lets LLVM unroll Horner and vectorise the whole loop
+    for k in range(1, (len(rc) if degree < 0 else degree + 1)):
         p = _core.fma_rn_f32(p, f, rc[k])
         smallest = min(smallest, abs(p))
     if p != p:                                   # inf - inf in f (x = +inf), or overflowing coefficients
@@ -200,22 +201,31 @@ def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide):
     return _core.u32_to_f32((_core.f32_to_u32(r) << np.uint32(23)) + _core.f32_to_u32(p)), bad
 
 
-def _make_narrow_loop(ftz_max: bool, ftz_round: bool, ftz_arith: bool):
-    """The hot loop for one form, its ftz flags compile-time constants (closure cells, which numba's cache keys
-    on), so that the flush and underflow tests of the other forms cost nothing."""
+def _make_narrow_loop(ftz_max: bool, ftz_round: bool, ftz_arith: bool, degree: int):
+    """The hot loop for one form and degree, its ftz flags and degree compile-time constants (closure cells,
+    which numba's cache keys on), so that the flush and underflow tests of the other forms cost nothing and the
+    Horner loop unrolls (the loop then vectorises: about 2x faster than with a run-time degree)."""
     @njit(parallel=True, cache=True)
     def narrow(x, rc, out):
         """Fast path, floor form of add.rm (covers x <= 2^22, the softmax range); returns how many it missed."""
         nbad = 0
         for i in prange(x.size):
-            v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, False)
+            v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, False, degree)
             out[i] = v
             nbad += b
         return nbad
     return narrow
 
 
-_NARROW_LOOPS = {name: _make_narrow_loop(v.ftz_max, v.ftz_round, v.ftz_arith) for name, v in VARIANTS.items()}
+_NARROW_LOOPS = {}
+
+
+def _narrow_loop(v: Variant, degree: int):
+    """The hot loop of form ``v`` for polynomials of ``degree``, compiled on first use."""
+    key = (v.name, degree)
+    if key not in _NARROW_LOOPS:
+        _NARROW_LOOPS[key] = _make_narrow_loop(v.ftz_max, v.ftz_round, v.ftz_arith, degree)
+    return _NARROW_LOOPS[key]
 
 
 @njit(parallel=True, cache=True)
@@ -272,7 +282,7 @@ def fa4_emulated(x, degree=3, *, coeffs=None, variant="packed", exact_only=False
     flags = (v.ftz_max, v.ftz_round, v.ftz_arith)
     if exact_only:
         _exact_loop(flat, rc, out, *flags)
-    elif _NARROW_LOOPS[v.name](flat, rc, out) and _wide_loop(flat, rc, out, *flags):
+    elif _narrow_loop(v, len(rc) - 1)(flat, rc, out) and _wide_loop(flat, rc, out, *flags):
         _fix_loop(flat, rc, out, *flags)
     result = out.reshape(np.shape(arr))
     if result.ndim == 0 and device is None and not isinstance(x, np.ndarray):
