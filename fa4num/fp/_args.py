@@ -74,15 +74,22 @@ def check_ftz(ftz) -> bool:
     return bool(ftz)
 
 
+def flat(a: np.ndarray) -> np.ndarray:
+    """a as a C-contiguous, writeable 1-d array, copied only when it is not one already. The numba loops are compiled
+    for exactly this array type; a read-only or non-contiguous argument would compile (and cache) a second copy of
+    every loop."""
+    f = np.ascontiguousarray(a).reshape(-1)
+    return f if f.flags.writeable else f.copy()
+
+
 def flat_broadcast(*arrays):
-    """Broadcast arrays together; return the common shape and C-contiguous 1-d views (copies only when needed)."""
+    """Broadcast arrays together; return the common shape and flat() views of each (copies only when needed)."""
     try:
         shape = np.broadcast_shapes(*(a.shape for a in arrays))
     except ValueError as err:
         raise ValueError(f"operands cannot be broadcast together: {', '.join(str(a.shape) for a in arrays)}") \
             from err
-    flats = tuple(np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1) for a in arrays)
-    return shape, flats
+    return shape, tuple(flat(a if a.shape == shape else np.broadcast_to(a, shape)) for a in arrays)
 
 
 def wrap(result: np.ndarray, device):

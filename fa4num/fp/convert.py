@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
-from ._args import _is_tensor, as_float32, flat_broadcast, tensor_device, wrap
+from ._args import flat as _flat, _is_tensor, as_float32, flat_broadcast, tensor_device, wrap
 from ._core import CANONICAL_NAN_BITS, f32_to_u32
 
 __all__ = ["to_bf16", "to_fp16", "to_e4m3", "to_e5m2", "to_bf16x2", "to_fp16x2", "to_e4m3x2", "to_e5m2x2",
@@ -179,7 +179,7 @@ _LOOPS = {"bf16": (_bf16_loop, np.uint16), "fp16": (_fp16_loop, np.uint16), "e4m
 
 def _narrow_bits(x, fmt, name="x"):
     arr = as_float32(x, name)
-    flat = np.ascontiguousarray(arr).reshape(-1)
+    flat = _flat(arr)
     loop, bits_dtype = _LOOPS[fmt]
     out = np.empty(flat.size, dtype=bits_dtype)
     loop(flat, out)

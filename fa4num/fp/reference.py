@@ -34,7 +34,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
-from ._args import as_float32, tensor_device, wrap
+from ._args import flat as _flat, as_float32, tensor_device, wrap
 from ._core import CANONICAL_NAN_BITS, f32_to_u32, f64_to_u64, u32_to_f32, u64_to_f64
 
 __all__ = ["exp2_cr", "log2_cr", "rcp_cr", "exp2_cr_f32", "exp2_cr_bf16", "log2_cr_f32", "log2_cr_bf16",
@@ -279,7 +279,7 @@ def _reference(func, x, dtype):
     if dtype not in TARGETS:
         raise ValueError(f"dtype must be one of {sorted(TARGETS)}, got {dtype!r}")
     arr = as_float32(x, "x")
-    flat = np.ascontiguousarray(arr).reshape(-1)
+    flat = _flat(arr)
     out = np.empty(flat.size, np.float32)
     ok = np.empty(flat.size, np.bool_)
     _LOOPS[func, dtype](flat, out, ok)
