@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import gmpy2
 import ml_dtypes
 import numpy as np
 from numba import njit, prange
@@ -214,6 +213,7 @@ def log2_cr_bf16(x):
 # --- the oracle for the slow path ---------------------------------------------------------------------------
 def gmpy2_context(target: str):
     """MPFR context whose rounding is the target format's: precision, subnormals, overflow to inf."""
+    import gmpy2  # imported where used: a GPU machine that runs fa4num's emulators may lack it
     prec, qmin = TARGETS[target]
     # MPFR writes numbers as 0.1xxx * 2^e: the smallest subnormal 2^qmin is 0.1 * 2^(qmin+1)
     return gmpy2.context(precision=prec, emin=qmin + 1, emax=128, subnormalize=True,
@@ -222,6 +222,7 @@ def gmpy2_context(target: str):
 
 def gmpy2_reference(func: str, x: np.ndarray, target: str) -> np.ndarray:
     """Correctly rounded func(x) for each float32 x by MPFR (slow: ~0.1-0.5 M elem/s); float32 out."""
+    import gmpy2
     op = {"exp2": gmpy2.exp2, "log2": gmpy2.log2, "rcp": lambda v: 1 / v}[func]
     # convert outside the target's context: inside it gmpy2 rounds the new mpfr to the target (even when given a
     # precision); float32 -> Python float -> 53-bit mpfr in a default context is exact
