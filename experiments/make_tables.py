@@ -35,11 +35,11 @@ def sci(x: float, digits: int = 2) -> str:
 
 
 def big(n: int) -> str:
-    """Integer as m*2^k when 2^16 divides it (sweeps and samples are powers of two), else with thin spaces."""
-    k = (n & -n).bit_length() - 1 if n else 0
-    if k >= 16:
-        m = n >> k
-        return f"2^{{{k}}}" if m == 1 else f"{m}\\cdot2^{{{k}}}"
+    """Integer as a power of two, or m*2^32 for whole exhaustive sweeps, else with thin-space separators."""
+    if n >= 1 << 16 and n & (n - 1) == 0:
+        return f"2^{{{n.bit_length() - 1}}}"
+    if n and n % (1 << 32) == 0:
+        return f"{n >> 32}\\cdot2^{{32}}"
     return f"{n:,}".replace(",", r"\,")
 
 
@@ -133,8 +133,9 @@ def ladder_table() -> tuple[str, str]:
     rows_t = sum(v["rows"] for v in twin["check_report"].values())
     mis_t = sum(sum(v["mismatches"].values()) for v in twin["check_report"].values())
     fields = len(next(iter(twin["check_report"].values()))["mismatches"])
-    body.append(f"2 softmax stage & SM100 softmax step vs PTX twin ({len(twin['check_report'])} input sets, "
-                f"{fields} fields) & rows, 3 blocks of 128 & {len(twin['check_report'])} & ${big(rows_t)}$ rows & "
+    nsets = len(twin["check_report"])
+    body.append(f"2 softmax stage & SM100 softmax step vs PTX twin ({nsets} input sets, {fields} fields) & "
+                f"rows of {twin['configs']['bf16']['blocks']} KV blocks & {nsets} & ${big(rows_t)}$ rows & "
                 f"{mis_t} \\\\")
     macros += macro("twinRows", big(rows_t))
     macros += macro("twinMismatches", str(mis_t))
@@ -187,7 +188,8 @@ def knobs_tables(k: dict) -> tuple[str, str, str, str]:
                     f"${sci(d['lse_max_abs'])}$ & ${sci(by[(case, 'sm100-emu-off')]['lse_max_abs'])}$ & "
                     f"{100 * d['skipped_share']:.0f} \\\\")
     minilm = ("\\begin{tabular}{rrr" + "r" * len(cfgs) + "rrr}\n\\toprule\n"
-              " & & & \\multicolumn{" + str(len(cfgs)) + "}{c}{rel.\\ $L_2$ / floor} & \\multicolumn{2}{c}{LSE err.} & \\\\\n"
+              " & & & \\multicolumn{" + str(len(cfgs)) + "}{c}{rel.\\ $L_2$ / floor} & "
+              "\\multicolumn{2}{c}{LSE err.} & \\\\\n"
               "layer & tokens & floor & " + " & ".join(CFG_LABEL[c] for c in cfgs) +
               " & default & emu.\\ off & skipped (\\%) \\\\\n\\midrule\n" + "\n".join(body) +
               "\n\\bottomrule\n\\end{tabular}\n")
@@ -221,6 +223,22 @@ def knobs_tables(k: dict) -> tuple[str, str, str, str]:
     macros += macro("knobsBudget", f"{max(v['max_fa_budget_used'] for v in s.values()):.2f}")
     macros += macro("knobsAllPassed", "all" if all(v["fa_rule_all_passed"] for v in s.values()) else "not all")
     macros += macro("knobsSaturated", str(sum(v["p_saturated"] for v in s.values())))
+    mean = (lambda fam, c: float(np.mean([r["rel_l2"] / r["floor_rel_l2"] for r in rows
+                                            if r["family"] == fam and r["config"] == c])))
+    macros += macro("knobsMinilmDefault", f"{mean('minilm', 'sm100-default'):.3f}")
+    macros += macro("knobsMinilmRescaleZero", f"{mean('minilm', 'sm100-rescale0'):.3f}")
+    g4 = (lambda c: float(np.mean([r["rel_l2"] / r["floor_rel_l2"] for r in rows
+                                   if r["case"].startswith("gauss-4x") and r["config"] == c])))
+    macros += macro("knobsGaussFourDefault", f"{g4('sm100-default'):.3f}")
+    macros += macro("knobsGaussFourRescaleZero", f"{g4('sm100-rescale0'):.3f}")
+    sm90_bits = max(r["bits_changed_vs_both_off"] for r in rows if r["config"] == "sm90")
+    macros += macro("knobsSmNinetyBits", sci(100 * sm90_bits) if sm90_bits else "0")
+    mech = k.get("lag_mechanism", {})
+    for case, tag in (("gauss-4x-s0", "GaussFour"), ("minilm-L1", "MinilmOne")):
+        if case in mech:
+            macros += macro(f"mech{tag}Exact", f"{mech[case]['exact_max']:.3f}")
+            macros += macro(f"mech{tag}Lag", f"{mech[case]['lag_uniform_0_8']:.3f}")
+    macros += macro("minilmTokens", str(next(r["shape"][1] for r in rows if r["family"] == "minilm")))
     return summ, minilm, sink, macros
 
 
