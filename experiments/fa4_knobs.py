@@ -234,15 +234,15 @@ def figures(rows, figdir: Path):
     written.append(p)
 
     # 3. MiniLM per layer
-    ml = df[df.family == "minilm"]
+    ml = df[df.family == "minilm"].assign(layer=lambda t: t.param.astype(int))
     if len(ml):
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-        sns.lineplot(data=ml, x="param", y="rel_l2", hue="config", marker="o", ax=axes[0])
-        axes[0].plot(ml.param, ml.floor_rel_l2, "k:", label="bf16(fp64) floor")
+        sns.lineplot(data=ml, x="layer", y="rel_l2", hue="config", marker="o", ax=axes[0])
+        axes[0].plot(ml.layer, ml.floor_rel_l2, "k:", label="bf16(fp64) floor")
         axes[0].set_xlabel("MiniLM layer")
         axes[0].set_ylabel("rel L2 vs fp64")
         axes[0].legend(fontsize=6)
-        sns.barplot(data=ml, x="param", y="bits_changed_vs_both_off", hue="config",
+        sns.barplot(data=ml, x="layer", y="bits_changed_vs_both_off", hue="config",
                     hue_order=["sm100-default", "sm100-deg4", "sm100-bf16deg3", "sm100-emu-max", "sm100-rescale0"],
                     ax=axes[1])
         axes[1].set_xlabel("MiniLM layer")
