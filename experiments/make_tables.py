@@ -253,6 +253,18 @@ def main(argv=None) -> int:
     ladder, m2 = ladder_table()
     k = json.loads((ROOT / "experiments" / "results" / "fa4_knobs.json").read_text())
     summ, minilm, sink, m3 = knobs_tables(k)
+    full = ROOT / "experiments" / "results" / "fa4_knobs_full.json"
+    if full.exists():
+        # the larger run (fa4_knobs.py --full): only its headline means, quoted in the text
+        kf = json.loads(full.read_text())
+        sf = kf["summary"]
+        m3 += macro("knobsFullShape", r"$" + r"\times".join(str(x) for x in kf["synthetic_shape"]) + "$")
+        m3 += macro("knobsFullSeeds", str(len(kf["seeds"])))
+        m3 += macro("knobsFullCases", str(len({r["case"] for r in kf["rows"]})))
+        m3 += macro("knobsFullDefaultMean", f"{sf['sm100-default']['mean_rel_l2_over_floor']:.3f}")
+        m3 += macro("knobsFullRescaleZeroMean", f"{sf['sm100-rescale0']['mean_rel_l2_over_floor']:.3f}")
+        m3 += macro("knobsFullDefaultLse", sci(sf["sm100-default"]["max_lse_abs"]))
+        m3 += macro("knobsFullEmuOffLse", sci(sf["sm100-emu-off"]["max_lse_abs"]))
     for name, tex in (("polys", polys), ("ladder", ladder), ("knobs_summary", summ), ("knobs_minilm", minilm),
                       ("knobs_sink", sink), ("numbers", m1 + m2 + m3)):
         (a.out / f"{name}.tex").write_text(header + tex)
