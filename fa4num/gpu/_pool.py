@@ -5,7 +5,8 @@ flag and polynomial degree (fa4num.fp.arith uses numba.literally; fa4num.ex2 one
 count), and Triton one kernel per PTX string. These compilations are independent, so worker processes do them
 side by side:
 
-- "warm" workers compile the emulators of the exhaustive sweep into the shared numba cache (each task owns its
+- "warm" workers compile the fused checks of the exhaustive sweep (fa4num.gpu.fused; needed before the sweep) and
+  the emulators of the parent's golden sets (needed after it) into the shared numba cache (each task owns its
   numba functions, so no two processes ever write the same cache index), and the parent then loads them;
 - "check" workers (each with a private numba cache directory, so they may compile any specialisation) run the
   small comparisons themselves on the GPU -- the binary/ternary samples and most golden sets -- and compile the
@@ -93,6 +94,27 @@ def warm_emulators(metas, compare_kernels: bool) -> float:
         compare.count_mismatches_neg_pair(b32, np.zeros(64, np.uint8))
         compare.neg_pair_words(np.zeros(64, np.uint8))
     return time.time() - t
+
+
+def warm_fused(metas) -> float:
+    """Compile the fused sweep checks (fa4num.gpu.fused) of ``metas`` into the numba cache; seconds taken."""
+    t = time.time()
+    for meta in metas:
+        exercise_fused(meta)
+    return time.time() - t
+
+
+def exercise_fused(meta) -> None:
+    """Run the fused check of ``meta`` on small steps that reach every loop it may use (for ex2 also the full
+    rule of the wide range), compiling it or loading it from the numba cache."""
+    import numpy as np
+
+    from . import fused
+    count = fused.counter(meta)
+    gpu = np.zeros(256, np.uint32)
+    pair = meta.get("packed") == "hi=x,lo=-x"
+    for s in (0x3F800000, 0x4B000000):
+        count((s, s ^ 0x80000000) if pair else (s,), gpu)
 
 
 def warm_kernels(ops) -> float:

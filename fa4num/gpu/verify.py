@@ -3,10 +3,12 @@
 - Unary operations (FA4's exp2 in its three forms at degree 3, MUFU ex2/rcp/lg2 with and without .ftz, fp32 ->
   bf16 / fp16 / e4m3 / e5m2): all 2^32 inputs, 2^24 per step. The GPU computes a step's inputs from their index
   (no input memory); its kernel and the asynchronous copy into pinned memory (a side CUDA stream) run while the
-  CPU checks the previous step: inputs (iota), the emulator (numba, all cores) returning bits in the result's
-  own width, and a fused parallel count (fa4num.gpu.compare) -- no widening copies. The fp8 ops run
-  ``cvt...x2.f32 d, x, -x``; a step takes a block and its sign-flipped twin block, so each fp8 conversion is
-  emulated once and checked in both bytes.
+  CPU checks the previous step with one fused numba loop (fa4num.gpu.fused: the emulator's result for input
+  pattern base + i computed in registers and compared with the GPU word; no input or emulator-output arrays).
+  Only a step with mismatches (or an op without a fused loop) takes the unfused path: inputs (iota), the
+  emulator's output in its own width, a count (fa4num.gpu.compare) that must equal the fused one, and the
+  first mismatching inputs. The fp8 ops run ``cvt...x2.f32 d, x, -x``; a step takes a block and its
+  sign-flipped twin block, so each fp8 conversion is emulated once and checked in both bytes.
 - Binary and ternary ops (add/sub/mul/fma in rn/rz/rm/rp with and without .ftz, max/min): the golden
   generators (fa4num.golden "binary"/"ternary": specials, cancellation, ties, results near 2^-126, overflow,
   random bits) with seeds 1.. up to the requested sample size.
@@ -32,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import golden
-from . import _pool, compare, ptx, require_gpu, run_provenance
+from . import _pool, compare, fused, ptx, require_gpu, run_provenance
 from .emulators import emulator, sweep_emulator
 
 CHUNK = golden.EXHAUSTIVE_CHUNK     # inputs per sweep step (2^24, the digest chunk)
@@ -110,6 +112,7 @@ def _sweep_unary(op, meta, pipe: _Pipeline, *, hasher=None):
     """All 2^32 inputs of ``op``: (mismatches, examples, digests (chunk -> hex) or None, seconds)."""
     from .kernels import run_range
     emu, neg_pair = sweep_emulator(meta)
+    fused_count = fused.counter(meta)
     t0 = time.time()
     steps = _steps(neg_pair)
     x = np.empty(CHUNK * len(steps[0]), np.uint32)
@@ -126,10 +129,19 @@ def _sweep_unary(op, meta, pipe: _Pipeline, *, hasher=None):
         if hasher is not None:
             for j, s in enumerate(starts):
                 futs.append(hasher.submit(_digest, tally["digests"], s // CHUNK, gpu[j * CHUNK:(j + 1) * CHUNK]))
+        # fused: emulate input base + i in registers and compare (no input or emulator-output arrays); the
+        # unfused path below runs for ops without a fused loop, and for a step with mismatches (its examples)
+        n = fused_count(starts, gpu) if fused_count is not None else None
+        if n == 0:
+            return None, futs
         for j, s in enumerate(starts):
             compare.iota(s, x[j * CHUNK:(j + 1) * CHUNK])
         e = emu(xf)
-        n = compare.count_mismatches_neg_pair(gpu, e) if neg_pair else compare.count_mismatches(gpu, e)
+        n_unfused = compare.count_mismatches_neg_pair(gpu, e) if neg_pair else compare.count_mismatches(gpu, e)
+        if n is not None and n != n_unfused:
+            raise RuntimeError(f"{op.name}: fused count {n} != unfused count {n_unfused} in the step at "
+                               f"{[hex(v) for v in starts]} (a bug in fa4num.gpu.fused)")
+        n = n_unfused
         if n:
             tally["n"] += int(n)
             want = compare.neg_pair_words(e) if neg_pair else e
@@ -167,6 +179,16 @@ def _compile_key(meta: dict):
     if op.startswith("from_"):
         return ("from",)
     return ("fp", op)                # one numba function per op (its modes are specialisations or branches of it)
+
+
+def _fused_groups(metas) -> list:
+    """The sweep's fused checks split into tasks that share no numba function: the ex2 forms together (closures
+    of one function: one cache index), every other op on its own (one loop each)."""
+    groups: dict = {}
+    for m in metas:
+        key = ("ex2emu",) if m["op"] == "ex2emu" else (m["op"], m.get("fn"), m.get("ftz"))
+        groups.setdefault(key, []).append(m)
+    return list(groups.values())
 
 
 def _warm_groups(metas) -> list:
@@ -236,13 +258,15 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
     gold_own = [s for s in gold if _compile_key(s.meta) in own_keys]
     arith = [op for op in ptx.all_arith() if want(op.name)]
     tmp = tempfile.mkdtemp(prefix="fa4num-verify-")
-    check_pool, warm_pool = _pools(workers, max(1, len(_warm_groups([m for _, m in plan])) + 1),
-                                   os.path.join(tmp, "numba"), log)
+    metas = [m for _, m in plan]
+    check_pool, warm_pool = _pools(workers, max(1, len(_fused_groups(metas))), os.path.join(tmp, "numba"), log)
     try:
-        # 1. side by side: numba for the sweep (warm pool, shared cache), Triton kernels for the parent, the
+        # 1. side by side: numba for the sweep (warm pool, shared cache: first the fused checks the sweep needs,
+        #    then the emulators of the parent's golden sets, needed after it), Triton kernels for the parent, the
         #    binary/ternary samples, the worker-side golden sets (check pool, private caches)
-        warm_futs = [warm_pool.submit(_pool.warm_emulators, g, False) for g in _warm_groups([m for _, m in plan])]
-        warm_futs.append(warm_pool.submit(_pool.warm_emulators, [], True))
+        warm_futs = [warm_pool.submit(_pool.warm_fused, g) for g in _fused_groups(metas)]
+        emu_futs = [warm_pool.submit(_pool.warm_emulators, g, False) for g in _warm_groups(metas)]
+        emu_futs.append(warm_pool.submit(_pool.warm_emulators, [], True))
         kernels = [(op, True) for op, _ in plan] + [(s.op, False) for s in gold_own]
         kern_futs = [check_pool.submit(_pool.warm_kernels, kernels[i::max(1, workers)])
                      for i in range(min(max(1, workers), len(kernels)))]
@@ -264,12 +288,9 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
             f.result()
         # load the cached compilations (and compile whatever the cache lacks) outside the timed sweep
         from .kernels import run_range
-        small = np.arange(1024, dtype=np.uint32)
         for op, meta in plan:
-            sweep_emulator(meta)[0](small.view(np.float32))
+            _pool.exercise_fused(meta)
             run_range(op, 0, 1024)
-        for e in (small, small.astype(np.uint16), small.astype(np.uint8)):
-            compare.count_mismatches(small, e)
         t_warm = time.time() - t_all
         log(f"warm-up (compilation in {workers} + {len(warm_futs)} processes) {t_warm:.1f} s")
         # 2. binary/ternary samples (their golden sets too: same compiled loop) go to the check workers
@@ -300,8 +321,10 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
         t_ex = time.time() - t_ex
         if hasher is not None:
             hasher.shutdown()
-        # 4. the parent's golden sets, then the workers' results
+        # 4. the parent's golden sets (their emulators compiled during the sweep), then the workers' results
         t_rest = time.time()
+        for f in emu_futs:
+            f.result()
         summary["results"] += _check_golden_own(gold_own, pipe)
         for f in check_futs:
             summary["results"] += f.result()

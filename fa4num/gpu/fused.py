@@ -1,0 +1,243 @@
+"""Fused exhaustive-sweep checks of ``fa4num gpu verify`` (CPU only, numba): emulate and compare in one loop.
+
+In an exhaustive sweep the input of element i is a pure function of i (fp32 bit pattern ``base + i`` mod 2^32),
+so each loop here computes the emulator's result for that pattern in registers and compares it with the GPU's
+output word directly: no input array, no emulator-output array, one read of the GPU buffer. The former path
+(fa4num.gpu.compare: iota, then the emulator writing its output, then a compare reading both back) moved about
+20 bytes per input; these loops move 4.
+
+The per-element models are the scalar numba kernels of the emulators themselves -- fa4num.ex2.emulate
+(``_fast_steps`` / ``_exact_steps``, FA4 utils.py ex2_emulation*), fa4num.hw.mufu (``_ex2_ftz`` ... ``_lg2_full``,
+MUFU.EX2/RCP/LG2 and ptxas's non-ftz wrappers) and fa4num.fp.convert (``f32_to_*_bits``, cvt.rn{.satfinite}) --
+so a fused count equals the count of the unfused path by construction; tests/test_gpu_fused.py checks that, with
+planted bit flips, on the CPU.
+
+Each ``count(starts, gpu)`` returns the number of mismatching elements of one sweep step. Only the count is
+computed in parallel; the first mismatching indexes (rare: 0 is the expected count) are found by the unfused
+path (fa4num.gpu.verify), which materialises the emulator output of that one step.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..ex2 import emulate as _ex2
+from ..fp._core import f32_to_u32 as _b32, u32_to_f32 as _f32
+from ..fp.convert import f32_to_bf16_bits, f32_to_e4m3_bits, f32_to_e5m2_bits, f32_to_fp16_bits
+from ..hw import mufu as _mufu
+
+_MASK32 = 0xFFFFFFFF
+_SIGN = np.uint32(0x80000000)
+# the positive fp32 patterns in [_NARROW_END, _NARROW_STOP) (2^22 < x <= +inf) leave the floor form of add.rm
+# (ex2's narrow fast path flags them); NaN patterns above clamp to -127 and are narrow again
+_NARROW_END = 0x4A800001
+_NARROW_STOP = 0x7F800001
+
+
+# ---- FA4's exp2 emulation ---------------------------------------------------------------------------------
+def _make_ex2_narrow(ftz_max: bool, ftz_round: bool, ftz_arith: bool, degree: int):
+    """Fused narrow fast path of one form and degree (flags and degree are closure constants, as in
+    fa4num.ex2.emulate._make_narrow_loop, so Horner unrolls and the loop vectorises). Counts elements that
+    mismatch OR that the fast path cannot vouch for (``bad``); a non-zero count is settled by _ex2_exact_count."""
+    @njit(parallel=True, cache=True, nogil=True)
+    def count(base, gpu, rc):
+        n = 0
+        for i in prange(gpu.size):
+            x = _f32(np.uint32((base + i) & _MASK32))
+            v, bad = _ex2._fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, False, degree)
+            n += bad | (_b32(v) != gpu[i])
+        return n
+    return count
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _ex2_exact_count(base, gpu, rc, ftz_max, ftz_round, ftz_arith):
+    """Mismatches of one step by fa4_emulated's full rule: the wide fast path (every a >= -127), and the exact
+    PTX sequence wherever that path reports it cannot vouch for the result (ftz arithmetic below 2^-125)."""
+    n = 0
+    for i in prange(gpu.size):
+        x = _f32(np.uint32((base + i) & _MASK32))
+        v, bad = _ex2._fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
+        if bad:
+            v = _ex2._exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
+        n += _b32(v) != gpu[i]
+    return n
+
+
+_EX2_NARROW: dict = {}
+
+
+def _ex2_counter(meta: dict):
+    v = _ex2.resolve_variant(meta["variant"])
+    coeffs = np.array(meta["coeffs_bits"], np.uint32).view(np.float32)
+    rc = _ex2.horner_tuple(tuple(coeffs), v)
+    degree = len(rc) - 1
+    if degree != meta["degree"]:
+        raise ValueError(f"meta: degree {meta['degree']} but {len(rc)} coefficients")
+    key = (v.ftz_max, v.ftz_round, v.ftz_arith, degree)
+    if key not in _EX2_NARROW:
+        _EX2_NARROW[key] = _make_ex2_narrow(*key)
+    narrow = _EX2_NARROW[key]
+    flags = key[:3]
+
+    def count(starts, gpu):
+        (s,) = starts
+        # the narrow pass is exact for every pattern outside (2^22, +inf] (and flags the rest): steps reaching
+        # into that range go straight to the full rule
+        if (s + gpu.size <= _NARROW_END or s >= _NARROW_STOP) and narrow(s, gpu, rc) == 0:
+            return 0
+        return int(_ex2_exact_count(s, gpu, rc, *flags))
+    return count
+
+
+# ---- MUFU models (fa4num.hw.mufu) --------------------------------------------------------------------------
+# One function per instruction form (not a run-time ftz flag): each compiles on its own (side by side in the
+# warm-up workers, each into its own cache index) and its loop holds only the code of its own form.
+@njit(parallel=True, cache=True, nogil=True)
+def _ex2_ftz_count(base, gpu, tpos, tneg):
+    """ex2.approx.ftz.f32 (MUFU.EX2)."""
+    n = 0
+    for i in prange(gpu.size):
+        n += _mufu._ex2_ftz(np.uint32((base + i) & _MASK32), tpos, tneg) != gpu[i]
+    return n
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _ex2_full_count(base, gpu, tpos, tneg):
+    """ex2.approx.f32 (ptxas's halving around MUFU.EX2 below -126)."""
+    n = 0
+    for i in prange(gpu.size):
+        n += _mufu._ex2_full(np.uint32((base + i) & _MASK32), tpos, tneg) != gpu[i]
+    return n
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _rcp_ftz_count(base, gpu, trcp):
+    """rcp.approx.ftz.f32 (MUFU.RCP)."""
+    n = 0
+    for i in prange(gpu.size):
+        n += _mufu._rcp_ftz(np.uint32((base + i) & _MASK32), trcp) != gpu[i]
+    return n
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _rcp_full_count(base, gpu, trcp):
+    """rcp.approx.f32 (ptxas's scaling around MUFU.RCP at both ends)."""
+    n = 0
+    for i in prange(gpu.size):
+        n += _mufu._rcp_full(np.uint32((base + i) & _MASK32), trcp) != gpu[i]
+    return n
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _lg2_ftz_count(base, gpu, l0, lm1):
+    """lg2.approx.ftz.f32 (MUFU.LG2)."""
+    n = 0
+    for i in prange(gpu.size):
+        n += _mufu._lg2_ftz(np.uint32((base + i) & _MASK32), l0, lm1) != gpu[i]
+    return n
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _lg2_full_count(base, gpu, l0, lm1):
+    """lg2.approx.f32 (ptxas's 2^24 scaling of subnormal inputs around MUFU.LG2)."""
+    n = 0
+    for i in prange(gpu.size):
+        n += _mufu._lg2_full(np.uint32((base + i) & _MASK32), l0, lm1) != gpu[i]
+    return n
+
+
+_EX2_TABLES, _LG2_TABLES = ("ex2_pos", "ex2_neg"), ("lg2_e0", "lg2_e-1")
+_MUFU = {("ex2", True): (_ex2_ftz_count, _EX2_TABLES), ("ex2", False): (_ex2_full_count, _EX2_TABLES),
+         ("rcp", True): (_rcp_ftz_count, ("rcp",)), ("rcp", False): (_rcp_full_count, ("rcp",)),
+         ("lg2", True): (_lg2_ftz_count, _LG2_TABLES), ("lg2", False): (_lg2_full_count, _LG2_TABLES)}
+
+
+def _mufu_counter(meta: dict):
+    key = (meta["fn"], bool(meta["ftz"]))
+    if key not in _MUFU:
+        raise ValueError(f"meta['fn'] must be ex2, rcp or lg2, got {meta['fn']!r}")
+    loop, names = _MUFU[key]
+    t = _mufu._load(meta.get("arch", "sm90"))
+    tables = tuple(t[k] for k in names)
+    return lambda starts, gpu: int(loop(starts[0], gpu, *tables))
+
+
+# ---- conversions (fa4num.fp.convert) -----------------------------------------------------------------------
+@njit(parallel=True, cache=True, nogil=True)
+def _bf16_count(base, gpu):
+    """cvt.rn.bf16.f32, zero-extended to 32 bits by the GPU kernel (cvt.u32.u16)."""
+    n = 0
+    for i in prange(gpu.size):
+        n += np.uint32(f32_to_bf16_bits(_f32(np.uint32((base + i) & _MASK32)))) != gpu[i]
+    return n
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _fp16_count(base, gpu):
+    """cvt.rn.f16.f32, zero-extended to 32 bits."""
+    n = 0
+    for i in prange(gpu.size):
+        n += np.uint32(f32_to_fp16_bits(_f32(np.uint32((base + i) & _MASK32)))) != gpu[i]
+    return n
+
+
+@njit(cache=True, inline="always")
+def _pair8(hi, lo):
+    return (np.uint32(hi) << np.uint32(8)) | np.uint32(lo)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _e4m3_neg_pair_count(base, gpu):
+    """``cvt.rn.satfinite.e4m3x2.f32 d, x, -x`` over [block at base | the same block with the sign flipped]
+    (gpu holds 2h words): x's conversion goes in the high byte of its own word and in the low byte of its twin's,
+    so each conversion is computed once per input, as in fa4num.gpu.compare.count_mismatches_neg_pair."""
+    h = gpu.size // 2
+    n = 0
+    for i in prange(h):
+        b = np.uint32((base + i) & _MASK32)
+        p = f32_to_e4m3_bits(_f32(b))
+        q = f32_to_e4m3_bits(_f32(b ^ _SIGN))
+        n += (gpu[i] != _pair8(p, q)) + (gpu[i + h] != _pair8(q, p))
+    return n
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _e5m2_neg_pair_count(base, gpu):
+    """As :func:`_e4m3_neg_pair_count` for ``cvt.rn.satfinite.e5m2x2.f32 d, x, -x``."""
+    h = gpu.size // 2
+    n = 0
+    for i in prange(h):
+        b = np.uint32((base + i) & _MASK32)
+        p = f32_to_e5m2_bits(_f32(b))
+        q = f32_to_e5m2_bits(_f32(b ^ _SIGN))
+        n += (gpu[i] != _pair8(p, q)) + (gpu[i + h] != _pair8(q, p))
+    return n
+
+
+def _neg_pair(loop):
+    def count(starts, gpu):
+        s, twin = starts
+        if twin != s ^ 0x80000000 or gpu.size % 2:
+            raise ValueError(f"a neg-pair step is a block and its sign-flipped twin of equal size, got starts "
+                             f"{[hex(v) for v in starts]} and {gpu.size} words")
+        return int(loop(s, gpu))
+    return count
+
+
+def counter(meta: dict):
+    """``count(starts, gpu) -> int`` for one exhaustive-sweep op (``meta`` of verify.exhaustive_plan), or None
+    when no fused loop exists for it (the sweep then takes the unfused path). ``starts`` are the first input
+    patterns of the blocks laid end to end in ``gpu`` (uint32 words): one block, or for the fp8 neg-pair ops a
+    block and its sign-flipped twin."""
+    op = meta["op"]
+    if op == "ex2emu":
+        return _ex2_counter(meta)
+    if op == "mufu":
+        return _mufu_counter(meta)
+    if op in ("to_bf16", "to_fp16") and not meta.get("packed"):
+        loop = _bf16_count if op == "to_bf16" else _fp16_count
+        return lambda starts, gpu: int(loop(starts[0], gpu))
+    if meta.get("packed") == "hi=x,lo=-x" and op in ("to_e4m3", "to_e5m2"):
+        return _neg_pair(_e4m3_neg_pair_count if op == "to_e4m3" else _e5m2_neg_pair_count)
+    return None
