@@ -95,3 +95,15 @@ def test_neg_pair_step_must_be_a_block_and_its_twin():
 def test_ops_without_a_fused_loop_get_none():
     assert fused.counter({"op": "add", "rounding": "rn", "ftz": False}) is None
     assert fused.counter({"op": "to_bf16", "packed": "hi=a,lo=b"}) is None
+
+
+def test_warm_runs_each_piece_and_rejects_unknown_ones():
+    ex2, mufu = PLAN["ex2emu.packed.fa4d3"], PLAN["lg2.approx.ftz.f32"]
+    assert fused.parts(ex2) == ("narrow", "wide", "exact") and fused.parts(mufu) == ("all",)
+    for meta in (ex2, mufu, PLAN["cvt.rn.satfinite.e4m3x2.f32(x,-x)"]):
+        for part in fused.parts(meta):
+            fused.warm(meta, part)
+    with pytest.raises(ValueError, match="part must be one of"):
+        fused.warm(ex2, "all")
+    with pytest.raises(ValueError, match="part must be 'all'"):
+        fused.warm(mufu, "wide")

@@ -96,25 +96,14 @@ def warm_emulators(metas, compare_kernels: bool) -> float:
     return time.time() - t
 
 
-def warm_fused(metas) -> float:
-    """Compile the fused sweep checks (fa4num.gpu.fused) of ``metas`` into the numba cache; seconds taken."""
+def warm_fused(metas, part: str) -> float:
+    """Compile piece ``part`` (fa4num.gpu.fused.parts) of the fused sweep checks of ``metas`` into the numba
+    cache; seconds taken."""
+    from . import fused
     t = time.time()
     for meta in metas:
-        exercise_fused(meta)
+        fused.warm(meta, part)
     return time.time() - t
-
-
-def exercise_fused(meta) -> None:
-    """Run the fused check of ``meta`` on small steps that reach every loop it may use (for ex2 also the full
-    rule of the wide range), compiling it or loading it from the numba cache."""
-    import numpy as np
-
-    from . import fused
-    count = fused.counter(meta)
-    gpu = np.zeros(256, np.uint32)
-    pair = meta.get("packed") == "hi=x,lo=-x"
-    for s in (0x3F800000, 0x4B000000):
-        count((s, s ^ 0x80000000) if pair else (s,), gpu)
 
 
 def warm_kernels(ops) -> float:

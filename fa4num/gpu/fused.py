@@ -29,25 +29,28 @@ from ..hw import mufu as _mufu
 _MASK32 = 0xFFFFFFFF
 _SIGN = np.uint32(0x80000000)
 # the positive fp32 patterns in [_NARROW_END, _NARROW_STOP) (2^22 < x <= +inf) leave the floor form of add.rm
-# (ex2's narrow fast path flags them); NaN patterns above clamp to -127 and are narrow again
+# (ex2's narrow fast path flags them; the wide one computes them); NaN patterns above clamp to -127
 _NARROW_END = 0x4A800001
 _NARROW_STOP = 0x7F800001
 
 
 # ---- FA4's exp2 emulation ---------------------------------------------------------------------------------
-def _make_ex2_narrow(ftz_max: bool, ftz_round: bool, ftz_arith: bool, degree: int):
-    """Fused narrow fast path of one form and degree (flags and degree are closure constants, as in
-    fa4num.ex2.emulate._make_narrow_loop, so Horner unrolls and the loop vectorises). Counts elements that
-    mismatch OR that the fast path cannot vouch for (``bad``); a non-zero count is settled by _ex2_exact_count."""
-    @njit(parallel=True, cache=True, nogil=True)
+def _make_ex2_fast(ftz_max: bool, ftz_round: bool, ftz_arith: bool, degree: int, wide: bool):
+    """Fused fast path of one form and degree (flags, degree and the add.rm form are closure constants, as in
+    fa4num.ex2.emulate._make_narrow_loop, so Horner unrolls and the loop vectorises). Counts the elements that
+    mismatch OR that the fast path cannot vouch for (``bad``: with ``wide`` False x > 2^22, with ftz arithmetic
+    Horner values below 2^-125); a non-zero count is settled by _ex2_exact_count."""
     def count(base, gpu, rc):
         n = 0
         for i in prange(gpu.size):
             x = _f32(np.uint32((base + i) & _MASK32))
-            v, bad = _ex2._fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, False, degree)
+            v, bad = _ex2._fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree)
             n += bad | (_b32(v) != gpu[i])
         return n
-    return count
+    # numba names a function's cache index after its qualified name: the narrow and the wide loops get one each,
+    # so that the verify warm-up can compile them in two processes side by side (one writer per index)
+    count.__qualname__ += "_wide" if wide else "_narrow"
+    return njit(parallel=True, cache=True, nogil=True)(count)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -64,27 +67,33 @@ def _ex2_exact_count(base, gpu, rc, ftz_max, ftz_round, ftz_arith):
     return n
 
 
-_EX2_NARROW: dict = {}
+_EX2_FAST: dict = {}
 
 
-def _ex2_counter(meta: dict):
+def _ex2_loops(meta: dict):
+    """(narrow, wide, rc, flags) of one ex2emu meta: the fused fast loops of its form and degree."""
     v = _ex2.resolve_variant(meta["variant"])
     coeffs = np.array(meta["coeffs_bits"], np.uint32).view(np.float32)
     rc = _ex2.horner_tuple(tuple(coeffs), v)
     degree = len(rc) - 1
     if degree != meta["degree"]:
         raise ValueError(f"meta: degree {meta['degree']} but {len(rc)} coefficients")
-    key = (v.ftz_max, v.ftz_round, v.ftz_arith, degree)
-    if key not in _EX2_NARROW:
-        _EX2_NARROW[key] = _make_ex2_narrow(*key)
-    narrow = _EX2_NARROW[key]
-    flags = key[:3]
+    flags = (v.ftz_max, v.ftz_round, v.ftz_arith)
+    for wide in (False, True):
+        if flags + (degree, wide) not in _EX2_FAST:
+            _EX2_FAST[flags + (degree, wide)] = _make_ex2_fast(*flags, degree, wide)
+    return _EX2_FAST[flags + (degree, False)], _EX2_FAST[flags + (degree, True)], rc, flags
+
+
+def _ex2_counter(meta: dict):
+    narrow, wide, rc, flags = _ex2_loops(meta)
 
     def count(starts, gpu):
         (s,) = starts
-        # the narrow pass is exact for every pattern outside (2^22, +inf] (and flags the rest): steps reaching
-        # into that range go straight to the full rule
-        if (s + gpu.size <= _NARROW_END or s >= _NARROW_STOP) and narrow(s, gpu, rc) == 0:
+        # the narrow (floor) form of add.rm is exact outside the positive range (2^22, +inf]; a step reaching
+        # into it takes the wide form (exact for every input); either flags what it cannot vouch for
+        fast = narrow if s + gpu.size <= _NARROW_END or s >= _NARROW_STOP else wide
+        if fast(s, gpu, rc) == 0:
             return 0
         return int(_ex2_exact_count(s, gpu, rc, *flags))
     return count
@@ -104,10 +113,17 @@ def _ex2_ftz_count(base, gpu, tpos, tneg):
 
 @njit(parallel=True, cache=True, nogil=True)
 def _ex2_full_count(base, gpu, tpos, tneg):
-    """ex2.approx.f32 (ptxas's halving around MUFU.EX2 below -126)."""
+    """ex2.approx.f32: fa4num.hw.mufu._ex2_full written as the SASS has it, predicated FMULs around one MUFU.EX2
+    (``FSETP.GEU p, x, -126; @!p FMUL x, x, 0.5; MUFU.EX2 y, x; @!p FMUL y, y, y``): one inlined table lookup
+    instead of two branches with one each, so the loop runs about as fast as the .ftz one."""
     n = 0
     for i in prange(gpu.size):
-        n += _mufu._ex2_full(np.uint32((base + i) & _MASK32), tpos, tneg) != gpu[i]
+        b = np.uint32((base + i) & _MASK32)
+        x = _f32(b)
+        low = x < np.float32(-126.0)
+        r = _mufu._ex2_ftz(_b32(x * np.float32(0.5)) if low else b, tpos, tneg)
+        y = _f32(r)
+        n += (_mufu._canon(_b32(y * y)) if low else r) != gpu[i]
     return n
 
 
@@ -223,6 +239,29 @@ def _neg_pair(loop):
                              f"{[hex(v) for v in starts]} and {gpu.size} words")
         return int(loop(s, gpu))
     return count
+
+
+def parts(meta: dict) -> tuple:
+    """Names of the separately compiled pieces of ``meta``'s fused check, for :func:`warm` (ex2: the narrow and
+    wide fast loops and the exact fix-up are three numba functions; every other op has one)."""
+    return ("narrow", "wide", "exact") if meta["op"] == "ex2emu" else ("all",)
+
+
+def warm(meta: dict, part: str = "all") -> None:
+    """Compile (or load from the numba cache) one piece of ``meta``'s fused check by running it on 256 inputs."""
+    gpu = np.zeros(256, np.uint32)
+    if meta["op"] == "ex2emu":
+        narrow, wide, rc, flags = _ex2_loops(meta)
+        if part not in parts(meta):
+            raise ValueError(f"part must be one of {parts(meta)} for {meta['op']}, got {part!r}")
+        if part == "exact":
+            _ex2_exact_count(0x3F800000, gpu, rc, *flags)
+        else:
+            (narrow if part == "narrow" else wide)(0x3F800000, gpu, rc)
+        return
+    if part != "all":
+        raise ValueError(f"part must be 'all' for {meta['op']}, got {part!r}")
+    counter(meta)((0x3F800000, 0xBF800000) if meta.get("packed") == "hi=x,lo=-x" else (0x3F800000,), gpu)
 
 
 def counter(meta: dict):

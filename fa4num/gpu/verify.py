@@ -182,12 +182,13 @@ def _compile_key(meta: dict):
 
 
 def _fused_groups(metas) -> list:
-    """The sweep's fused checks split into tasks that share no numba function: the ex2 forms together (closures
-    of one function: one cache index), every other op on its own (one loop each)."""
+    """The sweep's fused checks as (metas, part) tasks that share no numba function (fa4num.gpu.fused.parts): each
+    ex2 piece for all forms together (closures of one function: one cache index), every other op on its own."""
     groups: dict = {}
     for m in metas:
-        key = ("ex2emu",) if m["op"] == "ex2emu" else (m["op"], m.get("fn"), m.get("ftz"))
-        groups.setdefault(key, []).append(m)
+        for part in fused.parts(m):
+            key = ("ex2emu", part) if m["op"] == "ex2emu" else (m["op"], m.get("fn"), m.get("ftz"))
+            groups.setdefault(key, ([], part))[0].append(m)
     return list(groups.values())
 
 
@@ -264,7 +265,7 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
         # 1. side by side: numba for the sweep (warm pool, shared cache: first the fused checks the sweep needs,
         #    then the emulators of the parent's golden sets, needed after it), Triton kernels for the parent, the
         #    binary/ternary samples, the worker-side golden sets (check pool, private caches)
-        warm_futs = [warm_pool.submit(_pool.warm_fused, g) for g in _fused_groups(metas)]
+        warm_futs = [warm_pool.submit(_pool.warm_fused, g, part) for g, part in _fused_groups(metas)]
         emu_futs = [warm_pool.submit(_pool.warm_emulators, g, False) for g in _warm_groups(metas)]
         emu_futs.append(warm_pool.submit(_pool.warm_emulators, [], True))
         kernels = [(op, True) for op, _ in plan] + [(s.op, False) for s in gold_own]
@@ -289,7 +290,8 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
         # load the cached compilations (and compile whatever the cache lacks) outside the timed sweep
         from .kernels import run_range
         for op, meta in plan:
-            _pool.exercise_fused(meta)
+            for part in fused.parts(meta):
+                fused.warm(meta, part)
             run_range(op, 0, 1024)
         t_warm = time.time() - t_all
         log(f"warm-up (compilation in {workers} + {len(warm_futs)} processes) {t_warm:.1f} s")
