@@ -152,7 +152,8 @@ def ladder_table() -> tuple[str, str]:
     macros += macro("kernelCases", str(ncase + nlarge))
     macros += macro("kernelOutputs", big(elems))
     macros += macro("faVersion", tex_escape(sm90["capture"]["packages"]["flash-attn-4"]))
-    tex = ("\\begin{tabular}{lp{4.4cm}p{2.3cm}rrr}\n\\toprule\n"
+    rag = r">{\raggedright\arraybackslash}"
+    tex = (f"\\begin{{tabular}}{{l{rag}p{{4.4cm}}{rag}p{{2.3cm}}rrr}}\n\\toprule\n"
            "level & what & inputs & checks & inputs checked & mismatches \\\\\n\\midrule\n"
            + "\n".join(body) + "\n\\bottomrule\n\\end{tabular}\n")
     return tex, macros
