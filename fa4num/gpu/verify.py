@@ -237,6 +237,12 @@ def _pools(n_check: int, n_warm: int, private_root: str, log):
     return check, warm
 
 
+def _spread(pool, fn, items: list, workers: int) -> list:
+    """``fn`` over ``items`` split round-robin into at most ``workers`` tasks; their futures."""
+    k = max(1, workers)
+    return [pool.submit(fn, items[i::k]) for i in range(min(k, len(items)))]
+
+
 def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None, log=print) -> dict:
     """Run every comparison; returns the summary dict (see the module docstring).
 
@@ -268,9 +274,9 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
         warm_futs = [warm_pool.submit(_pool.warm_fused, g, part) for g, part in _fused_groups(metas)]
         emu_futs = [warm_pool.submit(_pool.warm_emulators, g, False) for g in _warm_groups(metas)]
         emu_futs.append(warm_pool.submit(_pool.warm_emulators, [], True))
-        kernels = [(op, True) for op, _ in plan] + [(s.op, False) for s in gold_own]
-        kern_futs = [check_pool.submit(_pool.warm_kernels, kernels[i::max(1, workers)])
-                     for i in range(min(max(1, workers), len(kernels)))]
+        # Triton: the sweep's kernels first (needed before it), then those of the parent's golden sets (after it)
+        kern_futs = _spread(check_pool, _pool.warm_kernels, [(op, True) for op, _ in plan], workers)
+        gold_kern_futs = _spread(check_pool, _pool.warm_kernels, [(s.op, False) for s in gold_own], workers)
         kinds = sorted({"ternary" if op.n_in == 3 else "binary" for op in arith})
         per = golden.SIZES["binary"]
         seeds = range(1, max(1, -(-int(binary_samples) // per)) + 1)
@@ -285,13 +291,17 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
                       for k in sorted(by_key, key=lambda k: -len(by_key[k])) if k[0] != "fp"]
         # the parent meanwhile: CUDA, pinned buffers
         pipe = _Pipeline(2 * CHUNK, hold=8 if digests_path is not None else 2)
-        for f in warm_futs + kern_futs:
-            f.result()
-        # load the cached compilations (and compile whatever the cache lacks) outside the timed sweep
+        # load the fused checks from the numba cache while the workers go on with the Triton kernels (and the
+        # golden-set emulators), then the kernels (a first launch finds them in Triton's disk cache)
         from .kernels import run_range
+        for f in warm_futs:
+            f.result()
         for op, meta in plan:
             for part in fused.parts(meta):
                 fused.warm(meta, part)
+        for f in kern_futs:
+            f.result()
+        for op, _ in plan:
             run_range(op, 0, 1024)
         t_warm = time.time() - t_all
         log(f"warm-up (compilation in {workers} + {len(warm_futs)} processes) {t_warm:.1f} s")
@@ -325,7 +335,7 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
             hasher.shutdown()
         # 4. the parent's golden sets (their emulators compiled during the sweep), then the workers' results
         t_rest = time.time()
-        for f in emu_futs:
+        for f in emu_futs + gold_kern_futs:
             f.result()
         summary["results"] += _check_golden_own(gold_own, pipe)
         for f in check_futs:
