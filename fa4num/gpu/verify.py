@@ -109,7 +109,8 @@ class _Pipeline:
 
 
 def _sweep_unary(op, meta, pipe: _Pipeline, *, hasher=None):
-    """All 2^32 inputs of ``op``: (mismatches, examples, digests (chunk -> hex) or None, seconds)."""
+    """All 2^32 inputs of ``op``: (mismatches, examples, digests (chunk -> hex) or None, seconds, steps where the
+    fused count differed from the unfused one -- a bug in fa4num.gpu.fused; the unfused count is the one kept)."""
     from .kernels import run_range
     emu, neg_pair = sweep_emulator(meta)
     fused_count = fused.counter(meta)
@@ -117,7 +118,7 @@ def _sweep_unary(op, meta, pipe: _Pipeline, *, hasher=None):
     steps = _steps(neg_pair)
     x = np.empty(CHUNK * len(steps[0]), np.uint32)
     xf = x.view(np.float32)
-    tally = {"n": 0, "examples": [], "digests": {}}
+    tally = {"n": 0, "examples": [], "digests": {}, "fused_disagree": []}
 
     def launch(starts, dev):
         for j, s in enumerate(starts):
@@ -139,8 +140,7 @@ def _sweep_unary(op, meta, pipe: _Pipeline, *, hasher=None):
         e = emu(xf)
         n_unfused = compare.count_mismatches_neg_pair(gpu, e) if neg_pair else compare.count_mismatches(gpu, e)
         if n is not None and n != n_unfused:
-            raise RuntimeError(f"{op.name}: fused count {n} != unfused count {n_unfused} in the step at "
-                               f"{[hex(v) for v in starts]} (a bug in fa4num.gpu.fused)")
+            tally["fused_disagree"].append({"starts": [hex(v) for v in starts], "fused": n, "unfused": int(n_unfused)})
         n = n_unfused
         if n:
             tally["n"] += int(n)
@@ -152,7 +152,7 @@ def _sweep_unary(op, meta, pipe: _Pipeline, *, hasher=None):
 
     pipe.map(steps, launch, check)
     digs = None if hasher is None else [tally["digests"][k] for k in range(TOTAL // CHUNK)]
-    return tally["n"], tally["examples"], digs, time.time() - t0
+    return tally["n"], tally["examples"], digs, time.time() - t0, tally["fused_disagree"]
 
 
 def _steps(neg_pair: bool) -> list[tuple]:
@@ -324,9 +324,12 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
         hasher = ThreadPoolExecutor(max(2, ncpu // 2)) if digests_path is not None else None
         t_ex = time.time()
         for op, meta in plan:
-            n, ex, digs, sec = _sweep_unary(op, meta, pipe, hasher=hasher)
+            n, ex, digs, sec, disagree = _sweep_unary(op, meta, pipe, hasher=hasher)
             summary["results"].append({"op": op.name, "ptx": op.asm, "meta": meta, "inputs": "all 2^32",
                                        "n": TOTAL, "mismatches": n, "examples": ex, "seconds": round(sec, 2)})
+            if disagree:
+                summary["results"][-1]["fused_disagreements"] = disagree[:10]
+                log(f"{op.name}: fused and unfused counts differ in {len(disagree)} steps, e.g. {disagree[0]}")
             if digs is not None:
                 digest_doc[op.name] = {"ptx": op.asm, "meta": meta, "digests": digs}
             log(f"{op.name:40s} {TOTAL:>10d} mismatches {n:>10d}  {sec:6.1f} s")
