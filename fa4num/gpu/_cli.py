@@ -48,6 +48,32 @@ def _verify(args) -> int:
     return verify_main(args)
 
 
+def _attention(args) -> int:
+    if args.device == "cuda" and not _check_gpu():
+        return 1
+    from fa4num.attention.inputs import CaseSpec
+
+    from .attention import capture
+    try:
+        b, sq, h, d = (int(t) for t in args.shape.split(","))
+    except ValueError:
+        print(f"fa4num gpu attention: --shape must be batch,seqlen_q,heads,head_dim, got {args.shape!r}",
+              file=sys.stderr)
+        return 2
+    spec = CaseSpec("capture", "normal", b, sq, args.seqlen_k or sq, h, args.kv_heads or h, d, args.causal,
+                    dtype=args.dtype, softmax_scale=args.scale, seed=args.seed)
+    rec = capture(spec, backends=args.backends, device=args.device, warmup=args.warmup, repeats=args.repeats,
+                  out_path=args.out)
+    print(f"{'backend':10s} {'median ms':>10s} {'rel L2 vs fp64':>15s} {'LSE max err':>12s}")
+    for name, r in rec["runs"].items():
+        if "error" in r:
+            print(f"{name:10s} not run: {r['error']}")
+        else:
+            print(f"{name:10s} {r['median_ms']:10.3f} {r['metrics']['rel_l2']:15.4e} {r['lse_max_abs_err']:12.3e}")
+    print(f"wrote {args.out}.npz and .json")
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("gpu", help="run the real PTX on a GPU: capture golden vectors, verify emulators")
     sub = p.add_subparsers(dest="gpu_command", metavar="SUBCOMMAND")
@@ -70,6 +96,23 @@ def register(subparsers) -> None:
     q.add_argument("--workers", type=int, default=None,
                    help="worker processes for compilation and the small comparisons (default: half the cores)")
     q.set_defaults(func=_verify)
+    from .attention import BACKENDS
+    q = sub.add_parser("attention", help="run FA4 and torch's SDPA back ends on one seeded problem: out, LSE, "
+                                         "CUDA-event timings, errors vs fp64, saved with provenance")
+    q.add_argument("--shape", default="1,4096,16,128", help="batch,seqlen_q,heads,head_dim (default 1,4096,16,128)")
+    q.add_argument("--seqlen-k", type=int, default=None)
+    q.add_argument("--kv-heads", type=int, default=None, help="k/v heads (GQA/MQA); default = heads")
+    q.add_argument("--causal", action="store_true")
+    q.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    q.add_argument("--scale", type=float, default=None, help="softmax_scale (default 1/sqrt(head_dim))")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--backends", nargs="*", default=list(BACKENDS), choices=BACKENDS)
+    q.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                   help="cpu runs torch's 'flash' (CPU kernel) and 'math' back ends only")
+    q.add_argument("--warmup", type=int, default=3)
+    q.add_argument("--repeats", type=int, default=10)
+    q.add_argument("--out", default="experiments/results/attention_capture", help="path stem for .npz and .json")
+    q.set_defaults(func=_attention)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
