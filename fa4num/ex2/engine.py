@@ -152,6 +152,28 @@ def _compare(y, r32, rb, y64):
     return False, d, rel, bf, bf and abs(_line16(yb) - _line16(rbb)) > 1
 
 
+@njit(cache=True, inline="always")
+def _flush_binade(bin_i, bin_f, blk, b, cnt, exact, bf, nan, maxd, maxrel):
+    """Add one run of inputs of binade ``b`` (kept in registers while consecutive) to block ``blk``'s table."""
+    bin_i[blk, b, _B_COUNT] += cnt
+    bin_i[blk, b, _B_EXACT] += exact
+    bin_i[blk, b, _B_BF16] += bf
+    bin_i[blk, b, _B_NAN] += nan
+    bin_i[blk, b, _B_MAXD] = max(bin_i[blk, b, _B_MAXD], maxd)
+    bin_f[blk, b] = max(bin_f[blk, b], maxrel)
+
+
+@njit(cache=True, inline="always")
+def _flush_xbin(xb_i, xb_f, blk, xi, cnt, bf, nan, maxd, sumd, maxrel):
+    """Add one run of inputs of x-bin ``xi`` to block ``blk``'s error-vs-x table."""
+    xb_i[blk, xi, _X_COUNT] += cnt
+    xb_i[blk, xi, _X_BF16] += bf
+    xb_i[blk, xi, _X_NAN] += nan
+    xb_i[blk, xi, _X_MAXD] = max(xb_i[blk, xi, _X_MAXD], maxd)
+    xb_f[blk, xi, 0] += sumd
+    xb_f[blk, xi, 1] = max(xb_f[blk, xi, 1], maxrel)
+
+
 @njit(parallel=True, cache=True)
 def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, ftz_round, ftz_arith,
                  xlo, xscale, nxb, acc_i, acc_f, hist, bin_i, bin_f, xb_i, xb_f, pending):
@@ -205,12 +227,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
             bn = np.int64(xbits >> np.uint32(23))
             if bn != cur_b:
                 if cur_b >= 0:
-                    bin_i[blk, cur_b, _B_COUNT] += b_cnt
-                    bin_i[blk, cur_b, _B_EXACT] += b_exact
-                    bin_i[blk, cur_b, _B_BF16] += b_bf
-                    bin_i[blk, cur_b, _B_NAN] += b_nan
-                    bin_i[blk, cur_b, _B_MAXD] = max(bin_i[blk, cur_b, _B_MAXD], b_maxd)
-                    bin_f[blk, cur_b] = max(bin_f[blk, cur_b], b_maxrel)
+                    _flush_binade(bin_i, bin_f, blk, cur_b, b_cnt, b_exact, b_bf, b_nan, b_maxd, b_maxrel)
                 cur_b = bn
                 b_cnt = b_exact = b_bf = b_nan = 0
                 b_maxd = np.int64(-1)
@@ -222,12 +239,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
                     xi = min(np.int64(t), nxb - 1)
             if xi != cur_x:
                 if cur_x >= 0:
-                    xb_i[blk, cur_x, _X_COUNT] += x_cnt
-                    xb_i[blk, cur_x, _X_BF16] += x_bf
-                    xb_i[blk, cur_x, _X_NAN] += x_nan
-                    xb_i[blk, cur_x, _X_MAXD] = max(xb_i[blk, cur_x, _X_MAXD], x_maxd)
-                    xb_f[blk, cur_x, 0] += x_sumd
-                    xb_f[blk, cur_x, 1] = max(xb_f[blk, cur_x, 1], x_maxrel)
+                    _flush_xbin(xb_i, xb_f, blk, cur_x, x_cnt, x_bf, x_nan, x_maxd, x_sumd, x_maxrel)
                 cur_x = xi
                 x_cnt = x_bf = x_nan = 0
                 x_maxd = np.int64(-1)
@@ -267,19 +279,9 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
                 if bf_far:
                     nbf_far += 1
         if cur_b >= 0:
-            bin_i[blk, cur_b, _B_COUNT] += b_cnt
-            bin_i[blk, cur_b, _B_EXACT] += b_exact
-            bin_i[blk, cur_b, _B_BF16] += b_bf
-            bin_i[blk, cur_b, _B_NAN] += b_nan
-            bin_i[blk, cur_b, _B_MAXD] = max(bin_i[blk, cur_b, _B_MAXD], b_maxd)
-            bin_f[blk, cur_b] = max(bin_f[blk, cur_b], b_maxrel)
+            _flush_binade(bin_i, bin_f, blk, cur_b, b_cnt, b_exact, b_bf, b_nan, b_maxd, b_maxrel)
         if cur_x >= 0:
-            xb_i[blk, cur_x, _X_COUNT] += x_cnt
-            xb_i[blk, cur_x, _X_BF16] += x_bf
-            xb_i[blk, cur_x, _X_NAN] += x_nan
-            xb_i[blk, cur_x, _X_MAXD] = max(xb_i[blk, cur_x, _X_MAXD], x_maxd)
-            xb_f[blk, cur_x, 0] += x_sumd
-            xb_f[blk, cur_x, 1] = max(xb_f[blk, cur_x, 1], x_maxrel)
+            _flush_xbin(xb_i, xb_f, blk, cur_x, x_cnt, x_bf, x_nan, x_maxd, x_sumd, x_maxrel)
         acc_i[blk, _COUNT] = count
         acc_i[blk, _MAXD] = maxd
         acc_i[blk, _MAXD_BITS] = maxd_bits
