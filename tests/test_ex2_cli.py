@@ -25,9 +25,18 @@ def test_sweep_command_writes_json_and_figures(tmp_path, capsys):
     assert rc == 0
     data = json.loads((tmp_path / "s.json").read_text())
     assert data["params"]["degree"] == 2 and data["params"]["variant"] == "scalar"
-    assert data["count"] > 0 and data["provenance"]["implementation"] == "fa4-scalar-deg2"
+    assert data["count"] > 0 and data["provenance"]["implementation"] == "custom-scalar-deg2"
     assert (tmp_path / "s_error_vs_x.png").exists() and (tmp_path / "s_ulp_histogram.png").exists()
     assert "max error" in capsys.readouterr().out
+
+
+def test_sweep_names_the_coefficient_source(tmp_path):
+    from fa4num.ex2 import fa4_implementation
+    assert fa4_implementation(3).name == "fa4-packed-deg3"
+    assert fa4_implementation(3, coeffs="fa4num-bf16-deg3").name == "fa4num-bf16-deg3-packed"
+    assert main(["sweep", "--range", "-1", "-0.99", "--coeffs", "fa4-deg4", "--degree", "4", "--out", str(tmp_path),
+                 "--no-progress"]) == 0
+    assert (tmp_path / "fa4-deg4-packed.json").exists()
 
 
 def test_sweep_command_rejects_bad_coefficient(tmp_path):

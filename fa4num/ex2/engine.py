@@ -324,7 +324,14 @@ def fa4_implementation(degree=3, *, coeffs=None, variant="packed") -> Implementa
 
     def run(x):
         return fa4_emulated(x, len(c) - 1, coeffs=c, variant=variant)
-    return Implementation(f"fa4-{variant}-deg{len(c) - 1}", params, run,
+    # the name says whose coefficients run: FA4's own, a polys/ entry (its name), or a user tuple
+    if coeffs is None:
+        name = f"fa4-{variant}-deg{len(c) - 1}"
+    elif isinstance(coeffs, str):
+        name = f"{coeffs}-{variant}"
+    else:
+        name = f"custom-{variant}-deg{len(c) - 1}"
+    return Implementation(name, params, run,
                           (np.array(horner_tuple(c, v), np.float32), v.ftz_max, v.ftz_round, v.ftz_arith))
 
 
