@@ -3,16 +3,15 @@
 experiments/gpu/fa4_capture_sm90.py; provenance inside the file). Every output element and every LSE must match."""
 import hashlib
 import json
-import pathlib
 
 import numpy as np
 import pytest
 
 from fa4num.attention import forward, inputs
+from fa4num.attention.golden import GOLDEN_SM90 as GOLDEN
+from fa4num.attention.golden import check_case, input_digest, load
 
-GOLDEN = pathlib.Path(__file__).parent / "golden/attention/fa4_sm90_h200.npz"
-_Z = np.load(GOLDEN)
-_META = json.loads(str(_Z["meta"]))
+_Z, _META = load()
 CASES = {c["spec"]["name"]: c for c in _META["cases"]}
 
 
@@ -24,21 +23,9 @@ def test_golden_file_has_provenance():
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fa4_sm90_matches_h200_bits(name):
-    case = CASES[name]
-    spec = inputs.CaseSpec(**case["spec"])
-    q, k, v = inputs.make_inputs(spec)
-    digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (q, k, v))).hexdigest()
-    assert digest == case["input_sha256"], "the seeded inputs differ from the ones the GPU saw"
-    res = forward(q, k, v, softmax_scale=spec.softmax_scale, causal=spec.causal, kernel="fa4-sm90")
-    bits = np.ascontiguousarray(res.out).view(np.uint16)
-    gold = _Z[f"{name}.out_bits"]
-    if case["out_full"]:
-        bad = int((bits != gold).sum())
-    else:
-        bad = int((bits[:, :8] != gold).sum())
-        bad += hashlib.sha256(bits.tobytes()).hexdigest() != case["out_sha256"]
-    lse_gold = _Z[f"{name}.lse"]
-    bad_lse = int((res.lse.view(np.uint32) != lse_gold.view(np.uint32)).sum())
+    c = check_case(CASES[name], _Z)
+    assert c.inputs_match, "the seeded inputs differ from the ones the GPU saw"
+    bad, bad_lse = c.out_mismatches, c.lse_mismatches
     assert (bad, bad_lse) == (0, 0), f"{name}: {bad} output and {bad_lse} LSE mismatches"
 
 
@@ -50,8 +37,7 @@ _LARGE = json.loads((GOLDEN.parent / "fa4_sm90_h200_large.json").read_text())
 def test_fa4_sm90_matches_h200_digests_on_long_sequences(case):
     spec = inputs.CaseSpec(**case["spec"])
     q, k, v = inputs.make_inputs(spec)
-    digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (q, k, v))).hexdigest()
-    assert digest == case["input_sha256"]
+    assert input_digest(q, k, v) == case["input_sha256"]
     res = forward(q, k, v, softmax_scale=spec.softmax_scale, causal=spec.causal, kernel="fa4-sm90")
     assert hashlib.sha256(np.ascontiguousarray(res.out).view(np.uint16).tobytes()).hexdigest() == case["out_sha256"]
     assert hashlib.sha256(res.lse.tobytes()).hexdigest() == case["lse_sha256"]

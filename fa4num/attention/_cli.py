@@ -49,29 +49,14 @@ def _run(args) -> int:
 
 
 def _golden(args) -> int:
-    import hashlib
-
-    import numpy as np
-
-    from . import forward, inputs
-    path = pathlib.Path(__file__).resolve().parents[2] / "tests/golden/attention/fa4_sm90_h200.npz"
-    z = np.load(args.file or path)
-    meta = json.loads(str(z["meta"]))
+    from .golden import check_case, load
+    z, meta = load(args.file)
     bad_cases = 0
     for case in meta["cases"]:
-        spec = inputs.CaseSpec(**case["spec"])
-        q, k, v = inputs.make_inputs(spec)
-        res = forward(q, k, v, softmax_scale=spec.softmax_scale, causal=spec.causal, kernel="fa4-sm90")
-        bits = np.ascontiguousarray(res.out).view(np.uint16)
-        gold = z[f"{spec.name}.out_bits"]
-        if case["out_full"]:
-            nbad = int((bits != gold).sum())
-        else:
-            nbad = int((bits[:, :gold.shape[1]] != gold).sum())
-            nbad += hashlib.sha256(bits.tobytes()).hexdigest() != case["out_sha256"]
-        lbad = int((res.lse.view(np.uint32) != z[f"{spec.name}.lse"].view(np.uint32)).sum())
-        bad_cases += bool(nbad or lbad)
-        print(f"{spec.name:20s} out mismatches {nbad:6d} / {bits.size:7d}   lse mismatches {lbad:5d} / {res.lse.size}")
+        c = check_case(case, z)
+        bad_cases += not c.bit_exact
+        print(f"{c.name:20s} out mismatches {c.out_mismatches:6d} / {c.out_size:7d}   lse mismatches "
+              f"{c.lse_mismatches:5d} / {c.lse_size}" + ("" if c.inputs_match else "   INPUTS DIFFER from the GPU's"))
     print(f"{len(meta['cases']) - bad_cases}/{len(meta['cases'])} cases bit-exact "
           f"(captured on {meta['capture']['gpu']}, flash-attn-4 {meta['capture']['packages'].get('flash-attn-4')})")
     return 1 if bad_cases else 0
