@@ -104,3 +104,48 @@ def softmax_scores(dist: str, rows: int, blocks: int, *, scale_log2: float, seed
         s[rng.random(rows) < 1 / 16, :block] = -np.inf
         s[rng.random(rows) < 1 / 64, :] = -np.inf
     return s
+
+
+# --- feature cases (softcap, windows, learnable sinks, varlen, pack-GQA, non-finite values, backward) ---------
+# A feature case is a plain JSON-able dict, so that golden files store it as they store CaseSpec:
+#   name, kind ("normal" | "exact"), batch, seqlen_q, seqlen_k, heads, heads_kv, head_dim, dtype, causal,
+#   softmax_scale, q_mult, seed, and optionally
+#   softcap (float), window_size ([left, right], None for unbounded), sink_mult (learnable_sink ~ N(0,1)*mult,
+#   float32 per head), varlen ({"seqlens_q": [...], "seqlens_k": [...]}: q is (total_q, heads, dim) and
+#   cu_seqlens_* are the int32 prefix sums), pack_gqa (None | bool), nonfinite ([[tensor, flat_index, value]],
+#   value one of "nan", "inf", "-inf"), backward (bool: also draw dout ~ N(0,1) in the dtype).
+FEATURE_KEYS = ("softcap", "window_size", "sink_mult", "varlen", "pack_gqa", "nonfinite", "backward")
+
+
+def make_feature_inputs(case: dict) -> dict:
+    """Arrays of a feature case: ``q, k, v`` (dtype of the case; varlen cases packed along tokens), and when
+    the case asks for them ``dout``, ``learnable_sink`` (float32, (heads,)), ``cu_seqlens_q``/``cu_seqlens_k``
+    (int32). A pure function of the dict: the same bits on every machine (numpy's Generator streams)."""
+    spec = CaseSpec(**{k: case[k] for k in CaseSpec.__dataclass_fields__ if k in case})
+    vl = case.get("varlen")
+    if vl:
+        # one batch-1 draw per sequence, concatenated along the token axis
+        qs, ks, vs = [], [], []
+        for i, (lq, lk) in enumerate(zip(vl["seqlens_q"], vl["seqlens_k"])):
+            sub = CaseSpec(**{**spec.as_dict(), "batch": 1, "seqlen_q": lq, "seqlen_k": lk,
+                              "seed": spec.seed * 1000 + i})
+            a, b, c = make_inputs(sub)
+            qs.append(a[0]), ks.append(b[0]), vs.append(c[0])
+        q, k, v = (np.concatenate(t, axis=0) for t in (qs, ks, vs))
+        arrays = {"q": q, "k": k, "v": v,
+                  "cu_seqlens_q": np.concatenate([[0], np.cumsum(vl["seqlens_q"])]).astype(np.int32),
+                  "cu_seqlens_k": np.concatenate([[0], np.cumsum(vl["seqlens_k"])]).astype(np.int32)}
+    else:
+        q, k, v = make_inputs(spec)
+        arrays = {"q": q, "k": k, "v": v}
+    rng = np.random.default_rng([spec.seed, 7])
+    if case.get("sink_mult") is not None:
+        arrays["learnable_sink"] = (rng.standard_normal(spec.heads, dtype=np.float32)
+                                    * np.float32(case["sink_mult"]))
+    if case.get("backward"):
+        arrays["dout"] = rng.standard_normal(arrays["q"].shape, dtype=np.float32).astype(DTYPES[spec.dtype])
+    for name, index, value in case.get("nonfinite") or ():
+        a = arrays[name].reshape(-1).copy()
+        a[index] = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}[value]
+        arrays[name] = a.reshape(arrays[name].shape)
+    return arrays
