@@ -189,7 +189,7 @@ def capture(cases, path, prov, torch, *, backward: bool, nd_reps: int):
             continue
         name = case["name"]
         arrays_out[f"{name}.out_bits"] = _bits(o, torch)
-        arrays_out[f"{name}.lse"] = lse.float().cpu().numpy()
+        arrays_out[f"{name}.lse"] = lse.detach().float().cpu().numpy()
         same = torch.equal(o.view(torch.int16), o2.view(torch.int16)) and torch.equal(
             lse.float().view(torch.int32), lse2.float().view(torch.int32))
         if backward:
@@ -257,6 +257,7 @@ def main() -> int:
     ap.add_argument("--rev", default=None)
     ap.add_argument("--parts", default="fwd,bwd,baselines")
     ap.add_argument("--nd-reps", type=int, default=5)
+    ap.add_argument("--skip", default="", help="comma-separated file tags to skip, e.g. features_dev")
     args = ap.parse_args()
     import torch
     out = pathlib.Path(args.out)
@@ -265,7 +266,7 @@ def main() -> int:
     parts = args.parts.split(",")
     for hold in (False, True):
         tag = "holdout" if hold else "dev"
-        if "fwd" in parts:
+        if "fwd" in parts and f"features_{tag}" not in args.skip:
             capture(forward_cases(hold), out / f"fa4_sm90_features_{tag}_h200.npz", prov, torch, backward=False,
                     nd_reps=0)
         if "bwd" in parts:
