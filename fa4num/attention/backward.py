@@ -1,0 +1,441 @@
+"""``backward``: FA4's attention backward pass (SM90, as the H200 runs it), emulated on the CPU bit for bit.
+
+FA4 b36 runs three kernels (``interface.py`` ``_flash_attn_bwd``); this module follows each step:
+
+1. Preprocess (``flash_bwd_preprocess.py`` ``FlashAttentionBackwardPreprocess.kernel``), per query row:
+   ``D = rowsum(dO * O)`` in fp32 from the 16-bit O and dO. Each thread of a row holds 8 consecutive columns
+   per 128-bit load (``threads_per_row = gmem_k_block_size / 8`` threads, ``gmem_k_block_size`` = 128, 64 or
+   32 by the padded head_dim_v), folds its columns left to right into 0.0 with ``fma.rn.f32`` (NVVM contracts
+   the product into the add of ``TensorSSA.reduce``), then ``utils.warp_reduce`` adds the threads' partials
+   with a butterfly (``shfl.bfly`` offsets 1, 2, 4, ...). ``lse_log2 = RN(lse * LOG2_E)`` (0 for lse = -inf;
+   padding rows get +inf, so their P is 0).
+2. Main kernel (``flash_bwd_sm90.py`` ``FlashAttentionBackwardSm90``), one CTA per KV block ``n_block`` of
+   ``tile_n`` keys, visiting the query blocks ``m_block_min .. m_block_max - 1`` in increasing order
+   (``mma``, ``BlockInfo.get_m_block_min_max``); per block ``mma_one_m_block``:
+     S  = Q K^T                  wgmma, fp32 accumulator, k16 steps over head_dim (``mma_qk_fn``);
+     mask: key >= seqlen_k, causal / local window -> -inf (``mask.py`` ``AttentionMask.apply_mask``);
+     P  = ex2.approx.ftz(fma.rn(S, scale_log2, -lse_log2))  (``cute.math.exp2(..., fastmath=True)``; the
+          multiply-subtract is contracted to one FFMA);
+     dP = dO V^T                 wgmma, k16 steps over head_dim_v (``mma_dov_fn``);
+     dS = RN(P * RN(dP - D))     fp32, the fp32 P (not the 16-bit copy);
+     P and dS are rounded to the input dtype (``utils.cvt_f16``, RN) for the next three GEMMs:
+     dV += P^T dO, dK += dS^T Q  wgmma chained over the m blocks in the same fp32 accumulator (k16 steps over
+          the query rows: ``mma_pdo_fn``, ``mma_dsq_fn``);
+     dQ_blk = dS K               wgmma from zero over the tile_n keys (``mma_dsk_fn``), then added in fp32
+          (RN) into the dQaccum buffer with ``cp.reduce.async.bulk.add.f32`` (``dQaccum_store``).
+   Deterministic mode orders those adds with a semaphore per m block: the KV block ``n_block`` waits for
+   ``lock_value = n_block`` (increasing n) or, when ``spt`` = causal or local, for
+   ``n_block_max(m_block) - 1 - n_block`` (decreasing n). Without it the order is whatever the CTAs reach.
+   Epilogue (``epilogue_dKV``): without GQA dK = RN(acc_dK * softmax_scale) and dV = acc_dV are rounded to the
+   input dtype; with GQA each query head adds its unscaled fp32 acc_dK / acc_dV into dK/dVaccum
+   (bulk add, RN), heads in increasing order in deterministic mode (``lock_value = head % qhead_per_kvhead``).
+3. Postprocess (``flash_bwd_postprocess.py``): dQ = RN(dQaccum * softmax_scale) -> dtype (RN); with GQA
+   dK = RN(dKaccum * softmax_scale), dV = RN(dVaccum * 1.0) -> dtype.
+
+Tiles: ``interface.py`` ``_tile_size_bwd_sm90`` (:func:`sm90_bwd_tile`). The tensor-core model is
+``fa4num.hw.mma.mma_chain`` (MMA-Sim's Hopper fused dot-product-add, checked on the H200). A GEMM's result does
+not depend on the thread layout (``SdP_swapAB`` etc. swap operands, not the k order), only on the k16 chunks,
+which start at each m block (a multiple of 16 rows) or at the KV block's first key.
+
+``kernel="fa4-sm100"`` is not emulated here (Blackwell's backward, ``flash_bwd_sm100.py``, is a separate kernel).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+from fa4num import fp, hw
+from fa4num.hw.mma import MODELS, mma_chain
+
+from . import masking
+from .forward import _NP_DTYPES, _to_numpy
+
+LOG2_E_F32 = np.float32(math.log2(math.e))   # utils.LOG2_E as the kernel's Float32 constant (0x3FB8AA3B)
+KERNELS = ("fa4-sm90",)
+MODES = ("bitexact", "statistical")
+
+
+@dataclass(frozen=True)
+class Sm90BwdTile:
+    """Tile configuration of ``interface.py`` ``_tile_size_bwd_sm90`` that the numerics depend on."""
+    tile_m: int            # query rows per m block (k extent of one dK/dV wgmma chain segment)
+    tile_n: int            # keys per KV block (k extent of the dQ GEMM)
+    hdim_multiple_of: int  # head-dim rounding of the accumulators: 64 with dKV_swapAB, else 32
+    dQ_single_wg: bool     # hd 96: one warp group computes dQ (no numeric effect, recorded for reference)
+
+
+def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -> Sm90BwdTile:
+    """The SM90 backward tile of FA4 b36 for ``head_dim`` (== head_dim_v).
+
+    Examples
+    --------
+    >>> sm90_bwd_tile(128)
+    Sm90BwdTile(tile_m=80, tile_n=128, hdim_multiple_of=32, dQ_single_wg=False)
+    >>> sm90_bwd_tile(128, causal=True).tile_m
+    64
+    """
+    if not 8 <= head_dim <= 256:
+        raise ValueError(f"head_dim must be in [8, 256] for fa4-sm90, got {head_dim}")
+    if head_dim <= 64:
+        return Sm90BwdTile(128, 128, 32, False)
+    if head_dim <= 96:
+        return Sm90BwdTile(64, 128, 32, True)
+    if head_dim <= 128:
+        return Sm90BwdTile(64 if (causal or local) else 80, 128, 32, False)
+    if head_dim <= 192:
+        return Sm90BwdTile(64, 96, 64, False)      # dKV_swapAB
+    return Sm90BwdTile(64, 48, 64, False)          # hd256: dKV_swapAB, tile_n 48
+
+
+@dataclass
+class BackwardStats:
+    """Per-row and per-key quantities of the emulated run (arrays shaped like ``lse``: (batch, heads, seqlen_q),
+    or (heads, total_q) for varlen; key arrays (batch, heads, seqlen_k) / (heads, total_k))."""
+    dpsum: np.ndarray        # float32 D = rowsum(dO * O), as the preprocess computes it
+    lse_log2: np.ndarray     # float32 lse * log2(e) as the preprocess stores it (0 for lse = -inf)
+    kv_blocks: np.ndarray    # int32 KV blocks whose dQ tile is added into the row's dQaccum
+    q_blocks: np.ndarray     # int32 query blocks the key's KV block visits for this query head
+    p_flushed: np.ndarray    # int32 visible keys whose recomputed P is 0 (ex2.approx.ftz underflow)
+
+    def summary(self) -> dict:
+        return {"kv_blocks": int(self.kv_blocks.sum()), "q_blocks": int(self.q_blocks.sum()),
+                "p_flushed": int(self.p_flushed.sum()),
+                "max_abs_dpsum": float(np.abs(self.dpsum).max(initial=0))}
+
+
+@dataclass
+class BackwardResult:
+    dq: object           # q's shape and dtype (numpy or torch, like the inputs)
+    dk: object           # k's shape and dtype
+    dv: object           # v's shape and dtype
+    stats: BackwardStats
+    kernel: str
+    options: dict = field(repr=False)
+    softmax_scale: float = 0.0
+    deterministic: bool = True
+
+
+@dataclass(frozen=True)
+class _Run:
+    tile: Sm90BwdTile
+    window: masking.Window
+    scale: np.float32          # softmax_scale as the kernel's Float32 argument
+    scale_log2: np.float32
+    dt: np.dtype
+    gemm: str
+    mufu_arch: str
+    dpsum_fma: bool
+    spt: bool                  # dQ adds in decreasing n (deterministic and causal/local)
+    dq_order: tuple | None     # an explicit order of the KV blocks' dQ adds (studies of deterministic=False)
+
+
+def _ex2(x, arch):
+    if arch == "libm":
+        with np.errstate(over="ignore"):
+            y = np.exp2(x)
+        y[y < np.float32(2.0 ** -126)] = 0
+        return y
+    return np.asarray(hw.mufu_ex2(x, arch=arch, ftz=True), np.float32).reshape(x.shape)
+
+
+def _ffma(a, b, c):
+    return np.asarray(fp.fma(a, b, c), np.float32)
+
+
+def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None, fma: bool = True) -> np.ndarray:
+    """D = rowsum(dO * O) as ``flash_bwd_preprocess.py`` computes it: (rows,) float32 from (rows, d) arrays.
+
+    Thread t of a row holds columns 8t .. 8t+7 of every ``gmem_k_block_size``-wide slice; it folds them into
+    0.0 in column order with ``fma.rn.f32`` (``fma=False``: a separate RN multiply and add), then the
+    ``threads_per_row`` partials are added by a butterfly (``utils.warp_reduce``). ``head_dim_v_padded`` is
+    head_dim_v rounded up to the accumulator multiple (32, or 64 for hd > 128), zero columns beyond it.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> o = np.ones((1, 64), ml_dtypes.bfloat16); g = np.full((1, 64), 0.5, ml_dtypes.bfloat16)
+    >>> float(dpsum_sm90(o, g)[0])
+    32.0
+    """
+    o = np.asarray(o).astype(np.float32)
+    g = np.asarray(dout).astype(np.float32)
+    rows, d = o.shape
+    dp = head_dim_v_padded or -(-d // 32) * 32
+    if dp < d or dp % 8:
+        raise ValueError(f"head_dim_v_padded must be a multiple of 8 and >= head_dim_v ({d}), got {dp}")
+    if dp > d:
+        o = np.pad(o, ((0, 0), (0, dp - d)))
+        g = np.pad(g, ((0, 0), (0, dp - d)))
+    kblk = 128 if dp % 128 == 0 else 64 if dp % 64 == 0 else 32 if dp % 32 == 0 else 16
+    tpr = kblk // 8
+    parts = np.zeros((rows, tpr), np.float32)
+    for r in range(dp // kblk):
+        for e in range(8):
+            cols = r * kblk + np.arange(tpr) * 8 + e
+            if fma:
+                parts = _ffma(o[:, cols], g[:, cols], parts)
+            else:
+                parts = parts + o[:, cols] * g[:, cols]
+    while parts.shape[1] > 1:      # shfl.bfly offset 1, 2, 4, ...: lane 0 ends with the pairwise tree
+        parts = parts[:, 0::2] + parts[:, 1::2]
+    return parts[:, 0]
+
+
+def _pad16(a, axis):
+    n = a.shape[axis]
+    extra = -n % 16
+    if not extra:
+        return a
+    pad = [(0, 0)] * a.ndim
+    pad[axis] = (0, extra)
+    return np.pad(a, pad)
+
+
+def _gemm(a, b, run, c=None):
+    """D = C + a @ b.T through the tensor-core model, k padded with zeros to a whole k16 step."""
+    return mma_chain(_pad16(a, 1), _pad16(b, 1), c, model=run.gemm, arch="sm90")
+
+
+def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
+    """One sequence (all heads). qs (sq, h, d), ks/vs (sk, hk, d), lses (h, sq).
+    Returns dq, dk, dv (fp32 before the final conversion) and per-row/key stats."""
+    sq, h, d = qs.shape
+    sk, hk, dv_dim = vs.shape
+    g = h // hk
+    tm, tn = run.tile.tile_m, run.tile.tile_n
+    dvp = -(-dv_dim // run.tile.hdim_multiple_of) * run.tile.hdim_multiple_of
+    dq = np.zeros((sq, h, d), np.float32)
+    dk = np.zeros((sk, hk, d), np.float32)
+    dv = np.zeros((sk, hk, dv_dim), np.float32)
+    st = {"dpsum": np.zeros((h, sq), np.float32), "lse_log2": np.zeros((h, sq), np.float32),
+          "kv_blocks": np.zeros((h, sq), np.int32), "q_blocks": np.zeros((h, sk), np.int32),
+          "p_flushed": np.zeros((h, sq), np.int32)}
+    if sq == 0 or sk == 0:
+        return dq, dk, dv, st
+    nblk = -(-sk // tn)
+    m_tot = -(-sq // tm)
+    rows_pad = m_tot * tm
+    # deterministic dQ order (dQaccum_store semaphores): increasing n, or decreasing n when spt
+    order = range(nblk - 1, -1, -1) if run.spt else range(nblk)
+    if run.dq_order is not None:
+        if sorted(run.dq_order) != list(range(nblk)):
+            raise ValueError(f"dq_order must be a permutation of range({nblk}) (the KV blocks), got {run.dq_order}")
+        order = run.dq_order
+    with np.errstate(invalid="ignore", over="ignore"):
+        for hh in range(h):
+            kh = hh // g
+            qh = np.zeros((rows_pad, d), run.dt)
+            qh[:sq] = qs[:, hh]
+            doh = np.zeros((rows_pad, dv_dim), run.dt)
+            doh[:sq] = dos[:, hh]
+            dpsum = np.zeros(rows_pad, np.float32)
+            dpsum[:sq] = dpsum_sm90(os_[:, hh], dos[:, hh], head_dim_v_padded=dvp, fma=run.dpsum_fma)
+            lse = lses[hh].astype(np.float32)
+            l2 = np.full(rows_pad, np.inf, np.float32)      # rows past seqlen_q: lse = +inf -> P = 0
+            l2[:sq] = np.where(lse == -np.inf, np.float32(0), lse * LOG2_E_F32)
+            st["dpsum"][hh] = dpsum[:sq]
+            st["lse_log2"][hh] = l2[:sq]
+            dq_acc = np.zeros((rows_pad, d), np.float32)
+            for n in order:
+                m0, m1 = masking.m_block_range(n, tile_m=tm, tile_n=tn, seqlen_q=sq, seqlen_k=sk, window=run.window)
+                c0, c1 = n * tn, min(n * tn + tn, sk)
+                kb = np.zeros((tn, d), run.dt)
+                kb[:c1 - c0] = ks[c0:c1, kh]
+                vb = np.zeros((tn, dv_dim), run.dt)
+                vb[:c1 - c0] = vs[c0:c1, kh]
+                if m0 >= m1:      # no query block sees this KV block: dK = dV = 0 (written as zeros)
+                    continue
+                r0, r1 = m0 * tm, m1 * tm
+                st["q_blocks"][hh, c0:c1] = m1 - m0
+                s = _gemm(qh[r0:r1], kb, run)
+                vis = masking.visible(np.arange(r0, r1)[:, None], np.arange(c0, c0 + tn)[None, :],
+                                      seqlen_q=sq, seqlen_k=sk, window=run.window)
+                s = np.where(vis, s, np.float32(-np.inf))
+                p = _ex2(_ffma(s, run.scale_log2, -l2[r0:r1, None]), run.mufu_arch)
+                dp = _gemm(doh[r0:r1], vb, run)
+                ds = (p * (dp - dpsum[r0:r1, None])).astype(np.float32)
+                pq = p.astype(run.dt)
+                dsq = ds.astype(run.dt)
+                acc_dv = _gemm(np.ascontiguousarray(pq.T), np.ascontiguousarray(doh[r0:r1].T), run)
+                acc_dk = _gemm(np.ascontiguousarray(dsq.T), np.ascontiguousarray(qh[r0:r1].T), run)
+                dq_blk = _gemm(dsq, np.ascontiguousarray(kb.T), run)
+                dq_acc[r0:r1] += dq_blk       # fp32 RN, one bulk add per (m block, n block)
+                live = slice(r0, min(r1, sq))
+                st["kv_blocks"][hh, live] += 1
+                st["p_flushed"][hh, live] += ((p == 0) & vis & (s > -np.inf))[:min(r1, sq) - r0].sum(axis=1,
+                                                                                                   dtype=np.int32)
+                nk = c1 - c0
+                if g == 1:
+                    dk[c0:c1, kh] = (acc_dk[:nk] * run.scale).astype(np.float32)
+                    dv[c0:c1, kh] = acc_dv[:nk]
+                else:      # dK/dVaccum += head's tile, heads in increasing order (deterministic semaphores)
+                    dk[c0:c1, kh] += acc_dk[:nk]
+                    dv[c0:c1, kh] += acc_dv[:nk]
+            dq[:, hh] = dq_acc[:sq] * run.scale
+    if g > 1:
+        dk *= run.scale
+    return dq, dk, dv, st
+
+
+def _validate(qa, ka, va, oa, doa, lsea, varlen):
+    for name, a in (("q", qa), ("k", ka), ("v", va), ("out", oa), ("dout", doa)):
+        if a.ndim != (3 if varlen else 4):
+            want = "(total, heads, head_dim)" if varlen else "(batch, seqlen, heads, head_dim)"
+            raise ValueError(f"{name} must be {3 if varlen else 4}-D {want}, got shape {a.shape}")
+    if not (qa.dtype == ka.dtype == va.dtype == oa.dtype == doa.dtype):
+        raise ValueError(f"q, k, v, out, dout must share one dtype, got {qa.dtype}, {ka.dtype}, {va.dtype}, "
+                         f"{oa.dtype}, {doa.dtype}")
+    if qa.dtype.name not in ("bfloat16", "float16"):
+        raise ValueError(f"dtype must be bfloat16 or float16 for the fa4-sm90 backward, got {qa.dtype.name}")
+    if ka.shape != va.shape:
+        raise ValueError(f"k and v must have the same shape (head_dim_v != head_dim is not emulated), got "
+                         f"{ka.shape} and {va.shape}")
+    if oa.shape != qa.shape or doa.shape != qa.shape:
+        raise ValueError(f"out and dout must have q's shape {qa.shape}, got {oa.shape} and {doa.shape}")
+    if ka.shape[-1] != qa.shape[-1]:
+        raise ValueError(f"k head_dim {ka.shape[-1]} != q head_dim {qa.shape[-1]}")
+    h, hk = qa.shape[-2], ka.shape[-2]
+    if hk < 1 or h % hk:
+        raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
+    if not varlen and ka.shape[0] != qa.shape[0]:
+        raise ValueError(f"k batch {ka.shape[0]} != q batch {qa.shape[0]}")
+    d = qa.shape[-1]
+    align = 16 // qa.dtype.itemsize
+    if not 8 <= d <= 256 or d % align:
+        raise ValueError(f"head_dim must be in [8, 256] and a multiple of {align}, got {d}")
+    want = (h, qa.shape[0]) if varlen else (qa.shape[0], h, qa.shape[1])
+    if lsea.shape != want:
+        raise ValueError(f"lse must have shape {want} (float32), got {lsea.shape}")
+
+
+def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kernel="fa4-sm90",
+             deterministic=True, **options) -> BackwardResult:
+    """Emulate FA4's backward pass; returns ``BackwardResult(dq, dk, dv, stats)``.
+
+    Parameters
+    ----------
+    q, k, v : arrays or torch tensors in FA4's layout, (batch, seqlen, heads, head_dim) (varlen: (total,
+        heads, head_dim)), bfloat16 (ml_dtypes) or float16; heads % heads_kv == 0 (GQA/MQA).
+    out, dout : the forward output (q's shape and dtype) and the incoming gradient.
+    lse : float32 (batch, heads, seqlen_q) (varlen: (heads, total_q)), the forward's LSE (natural log).
+    softmax_scale : default 1/sqrt(head_dim), used as the kernel's Float32 argument.
+    causal : bottom-right aligned causal mask.
+    kernel : "fa4-sm90" (the Hopper backward the H200 runs).
+    deterministic : True (FA4's ``deterministic=True``: the dQ adds in the semaphore order, see the module
+        docstring). False emulates one admissible order of the atomic adds (increasing KV block); the real
+        kernel's dQ then varies run to run in the last bits, dK and dV do not.
+    options : FA4's feature names ``window_size=(left, right)``, ``cu_seqlens_q``/``cu_seqlens_k`` (+
+        ``max_seqlen_q``/``max_seqlen_k``, accepted and unused), ``pack_gqa`` (ignored: FA4's backward runs
+        without it), ``learnable_sink`` (does not change dq/dk/dv given the forward's LSE; dsink is not
+        computed); emulator knobs ``mode`` ("bitexact" or "statistical": fp32 BLAS GEMMs and numpy exp2),
+        ``gemm`` (one of ``fa4num.hw.mma.MODELS``), ``mufu_arch`` ("sm90" or "libm"), ``tile_m``/``tile_n``,
+        ``dpsum_fma`` (True: the preprocess's contracted FMA; False: separate multiply and add), ``dq_order``
+        (a permutation of the KV blocks: the order of their dQaccum adds in every query block, to enumerate
+        what ``deterministic=False`` can produce).
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v, do = (rng.standard_normal((1, 32, 1, 64)).astype(ml_dtypes.bfloat16) for _ in range(4))
+    >>> from fa4num.attention import forward
+    >>> fw = forward(q, k, v)
+    >>> g = backward(q, k, v, fw.out, do, fw.lse)
+    >>> g.dq.shape, g.dq.dtype.name
+    ((1, 32, 1, 64), 'bfloat16')
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r} (the SM100 backward is not emulated)")
+    opts = dict(options)
+    mode = opts.pop("mode", "bitexact")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    gemm = opts.pop("gemm", "blas" if mode == "statistical" else "wgmma")
+    if gemm not in MODELS:
+        raise ValueError(f"gemm must be one of {MODELS}, got {gemm!r}")
+    mufu_arch = opts.pop("mufu_arch", "libm" if mode == "statistical" else "sm90")
+    if mufu_arch != "libm" and mufu_arch not in hw.available_archs():
+        raise ValueError(f"mufu_arch must be 'libm' or one of {hw.available_archs()}, got {mufu_arch!r}")
+    window = masking.resolve_window(bool(causal), opts.pop("window_size", (None, None)))
+    cu_q, cu_k = opts.pop("cu_seqlens_q", None), opts.pop("cu_seqlens_k", None)
+    opts.pop("max_seqlen_q", None), opts.pop("max_seqlen_k", None), opts.pop("pack_gqa", None)
+    opts.pop("learnable_sink", None)
+    if opts.pop("softcap", 0.0):
+        raise ValueError("softcap is not emulated by backward (MUFU.TANH has no bit-exact model yet); "
+                         "use softcap=0.0")
+    dpsum_fma = bool(opts.pop("dpsum_fma", True))
+    dq_order = opts.pop("dq_order", None)
+    dq_order = None if dq_order is None else tuple(int(i) for i in dq_order)
+    tile_m, tile_n = opts.pop("tile_m", None), opts.pop("tile_n", None)
+    if opts:
+        raise ValueError(f"unknown options {sorted(opts)}")
+    if (cu_q is None) != (cu_k is None):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
+    varlen = cu_q is not None
+
+    qa, device = _to_numpy(q, "q")
+    ka, _ = _to_numpy(k, "k")
+    va, _ = _to_numpy(v, "v")
+    oa, _ = _to_numpy(out, "out")
+    doa, _ = _to_numpy(dout, "dout")
+    lsea = (lse.detach().float().cpu().numpy() if type(lse).__module__.startswith("torch")
+            else np.asarray(lse, np.float32))
+    _validate(qa, ka, va, oa, doa, lsea, varlen)
+    d = qa.shape[-1]
+    tile = sm90_bwd_tile(d, causal=window.causal, local=window.local)
+    if tile_m is not None or tile_n is not None:
+        tm = tile.tile_m if tile_m is None else int(tile_m)
+        tn = tile.tile_n if tile_n is None else int(tile_n)
+        if tm < 16 or tm % 16 or tn < 16 or tn % 16:
+            raise ValueError(f"tile_m and tile_n must be positive multiples of 16, got {tm}, {tn}")
+        tile = Sm90BwdTile(tm, tn, tile.hdim_multiple_of, tile.dQ_single_wg)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    if not (math.isfinite(scale) and scale != 0):
+        raise ValueError(f"softmax_scale must be a finite nonzero float, got {softmax_scale}")
+    s32 = np.float32(scale)
+    run = _Run(tile=tile, window=window, scale=s32, scale_log2=np.float32(s32 * LOG2_E_F32), dt=qa.dtype,
+               gemm=gemm, mufu_arch=mufu_arch, dpsum_fma=dpsum_fma, spt=bool(deterministic and window.masked), dq_order=dq_order)
+
+    dq = np.zeros(qa.shape, np.float32)
+    dk = np.zeros(ka.shape, np.float32)
+    dv = np.zeros(va.shape, np.float32)
+    h = qa.shape[-2]
+    if varlen:
+        cq = masking.check_cu_seqlens(cu_q, "cu_seqlens_q", total=qa.shape[0])
+        ck = masking.check_cu_seqlens(cu_k, "cu_seqlens_k", total=ka.shape[0])
+        if cq.size != ck.size:
+            raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size}, {ck.size}")
+        seqs = [(slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])) for i in range(cq.size - 1)]
+        stats = {n: np.zeros((h, qa.shape[0]), t) for n, t in
+                 (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
+        stats["q_blocks"] = np.zeros((h, ka.shape[0]), np.int32)
+        for sqs, sks in seqs:
+            r = _one_sequence(qa[sqs], ka[sks], va[sks], oa[sqs], doa[sqs], lsea[:, sqs], run)
+            dq[sqs], dk[sks], dv[sks] = r[0], r[1], r[2]
+            for n, a in r[3].items():
+                stats[n][:, sks if n == "q_blocks" else sqs] = a
+    else:
+        b, sq = qa.shape[:2]
+        sk = ka.shape[1]
+        stats = {n: np.zeros((b, h, sq), t) for n, t in
+                 (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
+        stats["q_blocks"] = np.zeros((b, h, sk), np.int32)
+        for bi in range(b):
+            r = _one_sequence(qa[bi], ka[bi], va[bi], oa[bi], doa[bi], lsea[bi], run)
+            dq[bi], dk[bi], dv[bi] = r[0], r[1], r[2]
+            for n, a in r[3].items():
+                stats[n][bi] = a
+    res = [x.astype(qa.dtype) for x in (dq, dk, dv)]
+    if device is not None:
+        import torch
+        tdt = torch.bfloat16 if qa.dtype == _NP_DTYPES["bfloat16"] else torch.float16
+        res = [torch.from_numpy(x.view(np.int16)).view(tdt).to(device) for x in res]
+    used = {"mode": mode, "gemm": gemm, "mufu_arch": mufu_arch, "tile_m": tile.tile_m, "tile_n": tile.tile_n,
+            "window": window, "dpsum_fma": dpsum_fma, "varlen": varlen}
+    return BackwardResult(*res, BackwardStats(**stats), kernel, used, float(s32), bool(deterministic))
+
+
+__all__ = ["backward", "BackwardResult", "BackwardStats", "Sm90BwdTile", "sm90_bwd_tile", "dpsum_sm90"]
