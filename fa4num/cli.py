@@ -12,6 +12,7 @@ _COMMAND_MODULES = (
     "fa4num.fit._cli",        # fit, polys
     "fa4num.hw._cli",         # mufu (tables: build / info)
     "fa4num.attention._cli",  # attention
+    "fa4num.study._cli",      # study run / list / summary (Dask imported only when running)
     "fa4num.gpu._cli",        # gpu ... (needs torch+CUDA+Triton at run time, not at import)
 )
 

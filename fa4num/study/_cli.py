@@ -1,0 +1,56 @@
+"""``fa4num study``: run a grid (``run``), list grids and studies (``list``), summarise a result store with
+confidence intervals and figures (``summary``). Imports only argparse at registration; dask when running."""
+from __future__ import annotations
+
+import sys
+
+
+def _run(args) -> int:
+    from .runner import run_grid
+    summary = run_grid(args.grid, args.out, scheduler=args.scheduler, progress=not args.no_progress,
+                       compact=not args.no_compact)
+    for cfg, err in summary.failed:
+        print(f"failed: {cfg}: {err}", file=sys.stderr)
+    if summary.failed:
+        print(f"{len(summary.failed)} tasks failed (rerun to retry them)")
+    print(summary.line)
+    return 1 if summary.failed else 0
+
+
+def _list(args) -> int:
+    from .grid import list_grids
+    from .studies import STUDIES
+    print("studies: " + ", ".join(sorted(STUDIES)))
+    print("grids:")
+    for g in list_grids():
+        print(f"  {g.name:<16} {len(g):>5} tasks  study {g.study:<13} {g.description}")
+    return 0
+
+
+def _summary(args) -> int:
+    from .summary import summarize
+    res = summarize(args.out, fig_dir=args.figures)
+    print(res.markdown)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("study", help="studies at scale on Dask: run grids, list them, summarise results")
+    sub = p.add_subparsers(dest="study_command", metavar="ACTION")
+    r = sub.add_parser("run", help="compute a grid's missing tasks into a Parquet dataset")
+    r.add_argument("grid", help="a grid name in experiments/grids (e.g. smoke) or a .toml file")
+    r.add_argument("--out", required=True, help="result directory (Parquet dataset; reruns compute only what "
+                                                "is missing)")
+    r.add_argument("--scheduler", default="local",
+                   help="local (a LocalCluster, one worker per core), local:N, none (in this process, no "
+                        "Dask) or a Dask scheduler address tcp://HOST:PORT (default: local)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--no-compact", action="store_true", help="keep one part file per flush")
+    r.set_defaults(func=_run)
+    ls = sub.add_parser("list", help="grids in experiments/grids and the study functions")
+    ls.set_defaults(func=_list)
+    s = sub.add_parser("summary", help="means with 95%% confidence intervals over seeds, and figures")
+    s.add_argument("out", help="result directory of a skip_rate or error_budget grid")
+    s.add_argument("--figures", default=None, help="write figures into this directory")
+    s.set_defaults(func=_summary)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

@@ -1,0 +1,142 @@
+"""Grids: a TOML file naming a study function and its parameter axes; each task is one configuration.
+
+Format (``experiments/grids/*.toml``, read with :mod:`tomllib`)::
+
+    name = "smoke"                      # optional, defaults to the file's stem
+    study = "skip_rate"                 # a name in fa4num.study.STUDIES, or "package.module:function"
+    description = "..."
+    [fixed]                             # parameters every task gets
+    heads = 2
+    [[axes]]                            # one or more blocks; each is a Cartesian product of its lists
+    dist = ["gaussian", "sink"]
+    seqlen = [1024, 4096]
+    [[axes]]
+    dist = ["minilm"]
+    seqlen = [512]
+
+The tasks are the union of the blocks' products (duplicates once), each merged with ``fixed``. A task's key is a
+hash of the study (name and version) and its configuration, so results stored under it stay valid until the
+configuration or the study's version changes.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_SCALARS = (bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A parsed grid: ``tasks`` are plain dicts of scalars, in file order."""
+    name: str
+    study: str
+    description: str
+    fixed: dict
+    axes: tuple
+    path: Path | None = None
+    tasks: tuple = field(default=(), repr=False)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+
+def grid_dirs() -> list[Path]:
+    """Where grid names are looked up: ./experiments/grids, then the one next to the fa4num package."""
+    here = Path.cwd() / "experiments" / "grids"
+    pkg = Path(__file__).resolve().parents[2] / "experiments" / "grids"
+    return [here] if here.resolve() == pkg.resolve() else [here, pkg]
+
+
+def find_grid(name_or_path) -> Path:
+    """A grid file from a path or a bare name (``smoke`` -> experiments/grids/smoke.toml)."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" and p.exists():
+        return p
+    for d in grid_dirs():
+        cand = d / f"{p.stem if p.suffix == '.toml' else name_or_path}.toml"
+        if cand.exists():
+            return cand
+    names = sorted({g.stem for d in grid_dirs() if d.is_dir() for g in d.glob("*.toml")})
+    raise ValueError(f"grid must be a .toml file or one of {names}, got {str(name_or_path)!r}")
+
+
+def list_grids() -> list[Grid]:
+    """Every grid in :func:`grid_dirs` (a file that does not parse is skipped by ``fa4num study list``' caller)."""
+    seen, out = set(), []
+    for d in grid_dirs():
+        for p in sorted(d.glob("*.toml")) if d.is_dir() else ():
+            if p.stem not in seen:
+                seen.add(p.stem)
+                out.append(load_grid(p))
+    return out
+
+
+def _check_scalar(where: str, name: str, value):
+    if not isinstance(value, _SCALARS):
+        raise ValueError(f"{where}: parameter {name!r} must be a bool, int, float or string, got {value!r}")
+
+
+def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None) -> Grid:
+    """Build a :class:`Grid` from a parsed TOML document (see the module docstring)."""
+    unknown = sorted(set(doc) - {"name", "study", "description", "fixed", "axes"})
+    if unknown:
+        raise ValueError(f"grid {name}: unknown top-level keys {unknown}; allowed: name, study, description, "
+                         "fixed, axes")
+    study = doc.get("study")
+    if not isinstance(study, str) or not study:
+        raise ValueError(f"grid {name}: 'study' must name a study function (fa4num.study.STUDIES or module:func)")
+    fixed = dict(doc.get("fixed", {}))
+    for k, v in fixed.items():
+        _check_scalar(f"grid {name} [fixed]", k, v)
+    blocks = doc.get("axes", [{}])
+    if isinstance(blocks, dict):
+        blocks = [blocks]
+    tasks, seen = [], set()
+    for i, block in enumerate(blocks):
+        for k, vals in block.items():
+            if k in fixed:
+                raise ValueError(f"grid {name}: parameter {k!r} is both fixed and an axis (axes block {i})")
+            if not isinstance(vals, list) or not vals:
+                raise ValueError(f"grid {name}: axis {k!r} (axes block {i}) must be a non-empty list")
+            for v in vals:
+                _check_scalar(f"grid {name} axes block {i}", k, v)
+        names = list(block)
+        for combo in itertools.product(*(block[k] for k in names)):
+            cfg = {**fixed, **dict(zip(names, combo))}
+            key = config_key(study, cfg)
+            if key not in seen:
+                seen.add(key)
+                tasks.append(cfg)
+    return Grid(doc.get("name", name), study, doc.get("description", ""), fixed, tuple(blocks), path,
+                tuple(tasks))
+
+
+def load_grid(name_or_path) -> Grid:
+    """Read a grid file (a path, or a name in ``experiments/grids``).
+
+    Examples
+    --------
+    >>> g = load_grid("smoke")
+    >>> g.study, len(g) <= 16
+    ('skip_rate', True)
+    """
+    path = find_grid(name_or_path)
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    return parse_grid(doc, name=path.stem, path=path)
+
+
+def config_key(study: str, config: dict, version: int | None = None) -> str:
+    """16 hex digits of SHA-256 over the study, its version and the configuration (JSON, sorted keys).
+
+    ``version`` defaults to the registered study's ``version`` attribute (1 when it has none)."""
+    if version is None:
+        from .studies import study_version
+        version = study_version(study)
+    blob = json.dumps({"study": study, "version": version, "config": config}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,255 @@
+"""FA4 SM100's lazy rescale, counted from per-(row, KV-block) maxima of S, at any sequence length.
+
+The lazy-rescale decision depends on S only through each row's block maxima, so the statistic needs neither P
+nor V: :func:`block_maxima` computes the maxima of S = q k^T per (head, row, KV block) with torch, chunked over
+rows so that a 128k x 128k S never exists (on a GPU when one is present, else on the CPU), and
+:func:`lazy_rescale_scan` replays the kernel's per-row decision over the blocks in the order the kernel visits
+them (``flash_fwd_sm100.py``: the n-block loop runs from ``n_block_max - 1`` down to the first block).
+
+Model of S. Each entry is the fp32 dot product of bf16 (or fp16) q and k rows, computed by a float32 GEMM with
+TF32 off (cuBLAS SGEMM on a GPU, the CPU BLAS otherwise): products of two bf16 numbers are exact in fp32, so
+this S differs from the kernel's (a tcgen05/wgmma accumulation in another order) only by the rounding of the
+sums, a few fp32 ulps of sum |q_i k_i|. Maxima are then exact maxima of that S; masked keys (causal,
+bottom-right aligned, and the padding of the last block) are -inf, as the kernel's mask makes them.
+
+Decision (``softmax.py`` ``SoftmaxSm100.update_row_max``, called per block from ``flash_fwd_sm100.py``
+``softmax_step``), in fp32 as the kernel computes it: m_new = max(m_stored, m_block);
+acc_scale_ = RN(RN(m_stored - m_new) * scale_log2); with rescale_threshold > 0 and acc_scale_ >=
+-rescale_threshold the stale max is kept (no rescale of O and row_sum), else m_stored = m_new. The row's first
+block (FA4's ``is_first``) only sets the max. Counted per row:
+
+- ``rescale_events``: blocks after the row's first where the true running max grew. This is what a kernel
+  without lazy rescaling (threshold 0) rescales for, so it is the denominator of the avoided share;
+- ``rescales_done``: blocks where the stored max moved up (the kernel multiplies O and row_sum by
+  acc_scale != 1). Always a subset of the events; equal to them at threshold 0;
+- the stale-max lag after each block, (true max - stored max) * scale_log2 in log2 units (at most about the
+  threshold), as a histogram with bins of 1/64 (exact zeros counted apart), its maximum and mean.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+LAG_BINS_PER_UNIT = 64      # histogram resolution of the stale-max lag, log2 units
+LAG_RANGE = 32              # lags above this (never for thresholds <= 16) go into the last bin
+_LOG2_E_F32 = np.float32(math.log2(math.e))
+
+
+def scale_log2(softmax_scale: float) -> np.float32:
+    """``softmax_scale * log2(e)`` as FA4 forms it: both float32, one RN multiply
+    (``utils.compute_softmax_scale_log2``)."""
+    return np.float32(np.float32(softmax_scale) * _LOG2_E_F32)
+
+
+def pick_device(device=None):
+    """torch device for the study kernels: ``device`` if given ("cpu", "cuda", "auto"), else CUDA when present."""
+    import torch
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def block_maxima(q, k, *, causal: bool = False, tile_n: int = 128, device=None, chunk_elems: int | None = None):
+    """Per-(head, row, KV block) maxima of S = q k^T (unscaled, float32), FA4's S as modelled above.
+
+    Parameters
+    ----------
+    q : torch.Tensor, (seqlen_q, heads, head_dim), bf16/fp16/fp32
+    k : torch.Tensor, (seqlen_k, heads_kv, head_dim); heads % heads_kv == 0 (GQA: head h reads k head
+        h // (heads / heads_kv), as FA4 does)
+    causal : bool
+        Bottom-right aligned: key j is visible from row i iff j <= i + seqlen_k - seqlen_q.
+    tile_n : int
+        KV block width (FA4 SM100: 128).
+    device : str or torch.device, optional
+        Where to compute ("auto"/None: CUDA if present).
+    chunk_elems : int, optional
+        Largest S chunk held at once (default 2^28 on a GPU, 2^23 on the CPU).
+
+    Returns
+    -------
+    torch.Tensor
+        (heads, seqlen_q, ceil(seqlen_k / tile_n)) float32 on ``device``; -inf where the block is masked.
+
+    Examples
+    --------
+    >>> import torch
+    >>> q = torch.ones(4, 1, 8); k = torch.arange(256.).reshape(256, 1, 1).expand(256, 1, 8)
+    >>> block_maxima(q, k, tile_n=128, device="cpu")[0, 0].tolist()
+    [1016.0, 2040.0]
+    """
+    import torch
+    if q.ndim != 3 or k.ndim != 3 or q.shape[2] != k.shape[2]:
+        raise ValueError(f"q and k must be (seqlen, heads, head_dim) with one head_dim, got {tuple(q.shape)} "
+                         f"and {tuple(k.shape)}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"q heads ({q.shape[1]}) must be a multiple of k heads ({k.shape[1]})")
+    if tile_n < 1:
+        raise ValueError(f"tile_n must be >= 1, got {tile_n}")
+    dev = pick_device(device)
+    if chunk_elems is None:
+        chunk_elems = 1 << (28 if dev.type == "cuda" else 23)
+    if chunk_elems < 1:
+        raise ValueError(f"chunk_elems must be >= 1, got {chunk_elems}")
+    sq, heads, _ = q.shape
+    sk = k.shape[0]
+    rep = heads // k.shape[1]
+    nblk = -(-sk // tile_n)
+    diag = sk - sq
+    out = torch.full((heads, sq, nblk), -math.inf, dtype=torch.float32, device=dev)
+    rows_per_chunk = max(1, chunk_elems // max(1, nblk * tile_n))
+    with _ieee_fp32_matmul():
+        for h in range(heads):
+            qh = q[:, h].to(dev).float()
+            kh = k[:, h // rep].to(dev).float()
+            for r0 in range(0, sq, rows_per_chunk):
+                r1 = min(sq, r0 + rows_per_chunk)
+                kend = min(sk, r1 + diag) if causal else sk   # last visible key of the chunk's last row + 1
+                if kend <= 0:
+                    continue
+                nb = -(-kend // tile_n)
+                s = qh[r0:r1] @ kh[:kend].T
+                if causal:
+                    c_lo = max(0, r0 + diag + 1)   # the first column some row of the chunk cannot see
+                    if c_lo < kend:
+                        cols = torch.arange(c_lo, kend, device=dev)
+                        rows = torch.arange(r0, r1, device=dev)
+                        s[:, c_lo:] = s[:, c_lo:].masked_fill(cols[None, :] > rows[:, None] + diag, -math.inf)
+                if kend % tile_n:
+                    s = torch.nn.functional.pad(s, (0, nb * tile_n - kend), value=-math.inf)
+                out[h, r0:r1, :nb] = s.view(r1 - r0, nb, tile_n).amax(dim=-1)
+    return out
+
+
+class _ieee_fp32_matmul:
+    """Float32 GEMMs in full fp32 for the duration (no TF32, no bf16 reduced-precision reductions)."""
+
+    def __enter__(self):
+        import torch
+        self._old = (torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+
+    def __exit__(self, *exc):
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = self._old[0]
+        torch.set_float32_matmul_precision(self._old[1])
+
+
+@dataclass
+class LazyRescaleScan:
+    """Per-row counts of :func:`lazy_rescale_scan` (numpy arrays, (rows,)) and the lag histogram.
+
+    ``lag_hist[0]`` counts steps with lag exactly 0; ``lag_hist[i]`` (i >= 1) lags in ((i-1)/64, i/64] log2
+    units, the last bin everything above. A step is a (row, block) pair after the row's first block."""
+    kv_blocks: np.ndarray       # blocks with at least one visible key
+    rescale_events: np.ndarray  # true max grew
+    rescales_done: np.ndarray   # stored max moved up (O and row_sum rescaled)
+    max_lag: np.ndarray         # float32, log2 units
+    lag_sum: float
+    lag_hist: np.ndarray        # int64, (LAG_RANGE * LAG_BINS_PER_UNIT + 2,)
+
+    @property
+    def steps(self) -> int:
+        return int(self.lag_hist.sum())
+
+    def lag_quantile(self, p: float) -> float:
+        """Upper edge of the histogram bin holding the p-quantile of the per-step lag (within 1/64 above it)."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"p must be in [0, 1], got {p}")
+        n = self.steps
+        if n == 0:
+            return float("nan")
+        i = int(np.searchsorted(np.cumsum(self.lag_hist), max(1, math.ceil(p * n))))
+        return i / LAG_BINS_PER_UNIT
+
+
+def lazy_rescale_scan(bmax, *, scale_log2, rescale_threshold: float) -> LazyRescaleScan:
+    """Replay FA4 SM100's lazy rescale (see the module docstring) over block maxima.
+
+    Parameters
+    ----------
+    bmax : torch.Tensor, (..., nblk) float32
+        Block maxima of S (unscaled), e.g. from :func:`block_maxima`; -inf for masked blocks. Each leading index
+        is one row; blocks are visited from the last to the first.
+    scale_log2 : float
+        softmax_scale * log2(e) in float32 (:func:`scale_log2`).
+    rescale_threshold : float
+        FA4's ``rescale_threshold`` (log2 units; 0 rescales on every growth, SM100's bf16/fp16 default is 8).
+
+    Returns
+    -------
+    LazyRescaleScan
+
+    Examples
+    --------
+    >>> import torch
+    >>> m = torch.tensor([[9.0, 1.0, 4.0, 0.0]])       # visited right to left: 0, 4, 1, 9
+    >>> r = lazy_rescale_scan(m, scale_log2=1.0, rescale_threshold=4.0)
+    >>> int(r.rescale_events[0]), int(r.rescales_done[0]), float(r.max_lag[0])
+    (2, 1, 4.0)
+    """
+    import torch
+    if bmax.device.type == "cpu":
+        # one small vector op per KV block: a thread pool only adds synchronisation (10x slower on a busy host)
+        old = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return _scan(bmax, scale_log2, rescale_threshold)
+        finally:
+            torch.set_num_threads(old)
+    return _scan(bmax, scale_log2, rescale_threshold)
+
+
+def _scan(bmax, scale_log2, rescale_threshold):
+    import torch
+    if not (rescale_threshold >= 0 and math.isfinite(rescale_threshold)):
+        raise ValueError(f"rescale_threshold must be a finite number >= 0, got {rescale_threshold!r}")
+    if not (float(scale_log2) > 0 and math.isfinite(float(scale_log2))):
+        raise ValueError(f"scale_log2 must be a positive finite number, got {scale_log2!r}")
+    dev = bmax.device
+    m = bmax.reshape(-1, bmax.shape[-1]).to(torch.float32)
+    rows, nblk = m.shape
+    sl2 = torch.tensor(np.float32(scale_log2), device=dev)
+    neg_thr = torch.tensor(-np.float32(rescale_threshold), device=dev)
+    ninf = torch.tensor(-math.inf, device=dev)
+    stored = torch.full((rows,), -math.inf, device=dev)
+    true = stored.clone()
+    started = torch.zeros(rows, dtype=torch.bool, device=dev)
+    visited = torch.zeros(rows, dtype=torch.int32, device=dev)
+    events = torch.zeros(rows, dtype=torch.int32, device=dev)
+    done = torch.zeros(rows, dtype=torch.int32, device=dev)
+    max_lag = torch.zeros(rows, dtype=torch.float64, device=dev)
+    nbins = LAG_RANGE * LAG_BINS_PER_UNIT + 2
+    hist = torch.zeros(nbins, dtype=torch.int64, device=dev)
+    lag_sum = torch.zeros((), dtype=torch.float64, device=dev)
+    sl2_64 = sl2.double()
+    for n in range(nblk - 1, -1, -1):
+        mb = m[:, n]
+        seen = mb > ninf
+        visited += seen
+        step = started.clone()       # rows past their first block
+        # kernel arithmetic, each op one fp32 RN: FMNMX, FADD, FMUL, FSETP.GE
+        m_new = torch.maximum(stored, mb)
+        a = (stored - m_new) * sl2
+        keep = a >= neg_thr if rescale_threshold > 0 else torch.zeros_like(started)
+        grew = step & (mb > true)
+        events += grew
+        moved = step & ~keep & (m_new > stored)
+        done += moved
+        first = ~started & seen
+        new_stored = torch.where(keep, stored, m_new)
+        stored = torch.where(first, mb, torch.where(step, new_stored, stored))
+        true = torch.where(first | step, torch.maximum(true, mb), true)
+        started |= seen
+        lag = torch.where(step, (true.double() - stored.double()) * sl2_64, torch.zeros((), dtype=torch.float64,
+                                                                                          device=dev))
+        max_lag = torch.maximum(max_lag, lag)
+        lag_sum += lag.sum()
+        idx = torch.where(lag > 0, torch.ceil(lag * LAG_BINS_PER_UNIT).clamp(1, nbins - 1),
+                          torch.zeros((), dtype=torch.float64, device=dev)).long()
+        hist += torch.bincount(idx[step], minlength=nbins)
+    return LazyRescaleScan(visited.cpu().numpy(), events.cpu().numpy(), done.cpu().numpy(),
+                           max_lag.float().cpu().numpy(), float(lag_sum), hist.cpu().numpy())

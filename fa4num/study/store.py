@@ -1,0 +1,68 @@
+"""The result store: a Parquet dataset (a directory of ``part-*.parquet`` files), one row per task.
+
+Each row holds the task's ``key`` (see :func:`fa4num.study.grid.config_key`), ``study``, the configuration
+columns, the metrics and provenance columns. Rows are appended as new part files while a run goes on (an
+interrupted run keeps what it finished), and :func:`compact` rewrites the dataset as one file. Any Parquet reader
+reads the directory (``pandas.read_parquet(DIR)`` with pyarrow).
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+PART_GLOB = "part-*.parquet"
+
+
+def part_files(out) -> list[Path]:
+    return sorted(Path(out).glob(PART_GLOB))
+
+
+def stored_keys(out) -> set[str]:
+    """Keys of the rows already in the dataset (only the key column is read)."""
+    import pyarrow.parquet as pq
+    keys: set[str] = set()
+    for p in part_files(out):
+        keys.update(pq.read_table(p, columns=["key"]).column("key").to_pylist())
+    return keys
+
+
+def read_store(out):
+    """The whole dataset as a pandas DataFrame (empty, with no columns, when there is none).
+
+    Parts written by different runs may differ in columns (a study that gained a metric): they are aligned by
+    name, missing values NaN/None."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+    parts = [pq.read_table(p).to_pandas() for p in part_files(out)]
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat(parts, ignore_index=True, sort=False)
+
+
+def write_rows(out, rows) -> Path | None:
+    """Append ``rows`` (a list of dicts or a DataFrame) as one new part file (atomically: written under a
+    temporary name, then renamed)."""
+    import pandas as pd
+    df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    if df.empty:
+        return None
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = out / f"part-{uuid.uuid4().hex[:12]}.parquet"
+    tmp = name.with_suffix(".tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, name)
+    return name
+
+
+def compact(out) -> Path | None:
+    """Rewrite the dataset as a single part file (last row wins per key); returns it (None if empty)."""
+    parts = part_files(out)
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    df = read_store(out).drop_duplicates("key", keep="last").reset_index(drop=True)
+    new = write_rows(out, df)
+    for p in parts:
+        p.unlink()
+    return new

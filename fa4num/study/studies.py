@@ -1,0 +1,215 @@
+"""Study functions: each takes one configuration as keyword arguments and returns a dict of scalar metrics.
+
+A grid names one of ``STUDIES`` or any importable ``"package.module:function"``. A function's ``version``
+attribute enters the task keys: raise it when the function's results change, and reruns recompute.
+
+- :func:`skip_rate`: FA4 SM100's lazy rescale at one threshold on one input (block maxima, any length).
+- :func:`error_budget`: output and LSE error against fp64 of FA4's SM100 forward with one knob changed.
+- :func:`echo`: returns its configuration (tests a runner or a cluster without computing anything).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+
+STUDIES = {
+    "skip_rate": "fa4num.study.studies:skip_rate",
+    "error_budget": "fa4num.study.studies:error_budget",
+    "echo": "fa4num.study.studies:echo",
+}
+
+
+def resolve_study(name: str):
+    """The function a grid's ``study`` names (a STUDIES entry or "module:function")."""
+    ref = STUDIES.get(name, name)
+    mod, sep, fn = ref.partition(":")
+    if not sep:
+        raise ValueError(f"study must be one of {sorted(STUDIES)} or 'package.module:function', got {name!r}")
+    try:
+        return getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"study {name!r}: cannot import {ref} ({exc})") from exc
+
+
+def study_version(name: str) -> int:
+    return int(getattr(resolve_study(name), "version", 1))
+
+
+def echo(**config) -> dict:
+    """The identity study: returns ``config`` with each key prefixed by ``echo_``.
+
+    Examples
+    --------
+    >>> echo(x=1)
+    {'echo_x': 1}
+    """
+    return {f"echo_{k}": v for k, v in config.items()}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# skip rate
+
+_BMAX_CACHE: dict = {}
+
+
+def _cached_block_maxima(dist, seqlen, seed, heads, head_dim, tile_n, device):
+    """Block maxima of one input, kept for the next task of this process (the thresholds of a grid share it)."""
+    from .inputs import make_study_inputs
+    from .skip import block_maxima, pick_device
+    key = (dist, seqlen, seed, heads, head_dim, tile_n, str(pick_device(device)))
+    if key not in _BMAX_CACHE:
+        _BMAX_CACHE.clear()
+        inp = make_study_inputs(dist, seqlen, heads=heads, head_dim=head_dim, seed=seed)
+        bm = block_maxima(inp.q, inp.k, causal=inp.causal, tile_n=tile_n, device=device)
+        _BMAX_CACHE[key] = (bm, inp.q.shape[-1], inp.causal, inp.q.shape[1], inp.k.shape[1])
+    return _BMAX_CACHE[key]
+
+
+def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads: int = 4, head_dim: int = 128,
+              tile_n: int = 128, device: str = "auto") -> dict:
+    """FA4 SM100's lazy rescale on one input: rescale events, rescales done and avoided, stale-max lag.
+
+    The input is ``fa4num.study.inputs.make_study_inputs(dist, seqlen, heads=, head_dim=, seed=)`` (q and k
+    of length ``seqlen``); the counts come from :func:`fa4num.study.skip.lazy_rescale_scan` over
+    :func:`fa4num.study.skip.block_maxima` with softmax_scale = 1/sqrt(head_dim) (FA4's default) and
+    ``rescale_threshold = threshold``.
+
+    Returns
+    -------
+    dict
+        ``rows`` (query rows x heads), ``blocks_per_row`` (mean KV blocks with a visible key), ``rescale_events``
+        (true max grew; threshold-0 rescales), ``rescales_done``, ``rescales_avoided`` (events - done),
+        ``rescales_avoided_share`` (avoided / events; NaN without events), ``events_per_row``,
+        ``done_per_row``, ``lag_mean``, ``lag_q50``, ``lag_q90``, ``lag_q99`` (per (row, block) step after the
+        row's first block, upper edges of 1/64 bins), ``lag_max`` (exact), ``stale_share`` (steps with a lag > 0),
+        ``row_max_lag_q50``, ``causal``, ``heads_q``, ``heads_kv``, ``head_dim_eff`` and ``device``.
+
+    Examples
+    --------
+    >>> r = skip_rate(dist="sink", seqlen=512, threshold=0, heads=1, head_dim=64, device="cpu")
+    >>> r["rescales_avoided_share"], r["rescales_done"] == r["rescale_events"]
+    (0.0, True)
+    """
+    from .skip import lazy_rescale_scan, pick_device, scale_log2
+    if not (threshold >= 0 and math.isfinite(threshold)):
+        raise ValueError(f"threshold must be a finite number >= 0, got {threshold!r}")
+    bm, d, causal, hq, hk = _cached_block_maxima(dist, int(seqlen), int(seed), int(heads), int(head_dim),
+                                                 int(tile_n), device)
+    sl2 = scale_log2(1.0 / math.sqrt(d))
+    scan = lazy_rescale_scan(bm, scale_log2=sl2, rescale_threshold=float(threshold))
+    ev, dn = int(scan.rescale_events.sum()), int(scan.rescales_done.sum())
+    rows = scan.rescale_events.size
+    steps = scan.steps
+    return {
+        "rows": rows, "blocks_per_row": float(scan.kv_blocks.mean()),
+        "rescale_events": ev, "rescales_done": dn, "rescales_avoided": ev - dn,
+        "rescales_avoided_share": (ev - dn) / ev if ev else float("nan"),
+        "events_per_row": ev / rows, "done_per_row": dn / rows,
+        "lag_mean": scan.lag_sum / steps if steps else float("nan"),
+        "lag_q50": scan.lag_quantile(0.5), "lag_q90": scan.lag_quantile(0.9), "lag_q99": scan.lag_quantile(0.99),
+        "lag_max": float(scan.max_lag.max(initial=0)),
+        "stale_share": float(scan.lag_hist[1:].sum() / steps) if steps else float("nan"),
+        "row_max_lag_q50": float(np.quantile(scan.max_lag, 0.5)),
+        "causal": bool(causal), "heads_q": int(hq), "heads_kv": int(hk), "head_dim_eff": int(d),
+        "device": str(pick_device(device)),
+    }
+
+
+skip_rate.version = 1
+
+
+# ------------------------------------------------------------------------------------------------------------
+# error budget
+
+KNOB_NAMES = ("rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res", "ex2_emu_start_frg",
+              "poly_degree", "coeffs", "fused_bias", "dtype")
+
+
+def parse_knob(knob: str) -> dict:
+    """"default" -> {}; "name=value" -> {name: value} (value as int, float, bool or string).
+
+    Examples
+    --------
+    >>> parse_knob("rescale_threshold=0"), parse_knob("coeffs=fa4-deg4")
+    ({'rescale_threshold': 0}, {'coeffs': 'fa4-deg4'})
+    """
+    if knob == "default":
+        return {}
+    parts = {}
+    for item in knob.split(","):
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or name not in KNOB_NAMES:
+            raise ValueError(f"knob must be 'default' or comma-separated NAME=VALUE with NAME in {KNOB_NAMES}, "
+                             f"got {knob!r}")
+        text = text.strip()
+        for conv in (int, float):
+            try:
+                parts[name] = conv(text)
+                break
+            except ValueError:
+                continue
+        else:
+            parts[name] = {"true": True, "false": False}.get(text.lower(), text)
+    return parts
+
+
+def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: int = 0, heads: int = 2,
+                 head_dim: int = 128, mode: str = "bitexact", q_mult: float = 1.0) -> dict:
+    """Output and LSE error of FA4's SM100 forward (``fa4num.attention.forward(kernel="fa4-sm100")``) with one
+    knob changed, against fp64 attention on the same rounded inputs.
+
+    ``knob``: "default" (FA4's choices for the problem) or "NAME=VALUE[,NAME=VALUE]" with NAME a forward option
+    (rescale_threshold, max_offset, ex2_emu_freq, ex2_emu_res, ex2_emu_start_frg, poly_degree, coeffs,
+    fused_bias) or ``dtype`` (the input and P dtype: "bfloat16" or "float16"). q, k come from
+    ``make_study_inputs(dist, ...)`` (times ``q_mult`` for q), v ~ N(0, 1) from the same seed. ``mode``:
+    "bitexact" (tensor-core and MUFU models) or "statistical" (fp32 BLAS GEMMs and libm MUFU; the software
+    exp2 stays bit-exact).
+
+    Returns
+    -------
+    dict
+        ``rel_l2``, ``max_abs`` (output vs fp64), ``lse_max_abs``, ``lse_mean_abs``, the same output errors of
+        fp64 rounded once to the dtype (``floor_rel_l2``, ``floor_max_abs``), ``rel_l2_over_floor``,
+        ``rescales`` (rescales the kernel did), ``exp2_emulated_share``.
+    """
+    import ml_dtypes
+    import torch
+
+    from fa4num.attention import forward
+    from fa4num.attention import reference as ref
+
+    from .inputs import make_study_inputs
+    opts = parse_knob(knob)
+    dtype = opts.pop("dtype", "bfloat16")
+    dts = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+    if dtype not in dts:
+        raise ValueError(f"knob dtype must be one of {tuple(dts)}, got {dtype!r}")
+    inp = make_study_inputs(dist, int(seqlen), heads=int(heads), head_dim=int(head_dim), seed=int(seed))
+    g = torch.Generator()
+    g.manual_seed(int(seed) * 1000 + 999)
+    v32 = torch.randn(inp.k.shape, generator=g)
+    q = (inp.q.float() * float(q_mult)).numpy()[None]
+    k = inp.k.float().numpy()[None]
+    v = v32.numpy()[None]
+    q, k, v = (a.astype(dts[dtype]) for a in (q, k, v))
+    o64, lse64 = ref.attention_fp64(q, k, v, causal=inp.causal)
+    res = forward(q, k, v, causal=inp.causal, kernel="fa4-sm100", mode=mode, **opts)
+    m = ref.metrics(res.out, o64)
+    floor = ref.metrics(ref.round_once(o64, dts[dtype]), o64)
+    lse_err = np.abs(np.asarray(res.lse, np.float64) - lse64)
+    lse_err = lse_err[np.isfinite(lse_err)]
+    st = res.stats
+    n_emu, n_mufu = int(st.exp2_emulated.sum()), int(st.exp2_mufu.sum())
+    return {"rel_l2": m.rel_l2, "max_abs": m.max_abs, "lse_max_abs": float(lse_err.max(initial=0)),
+            "lse_mean_abs": float(lse_err.mean()) if lse_err.size else float("nan"),
+            "floor_rel_l2": floor.rel_l2, "floor_max_abs": floor.max_abs,
+            "rel_l2_over_floor": m.rel_l2 / floor.rel_l2 if floor.rel_l2 else float("nan"),
+            # forward's counter of rescales done (named rescales_done once forward's stats are renamed)
+            "rescales": int(getattr(st, "rescales_done", getattr(st, "rescales", np.zeros(1))).sum()),
+            "exp2_emulated_share": n_emu / max(1, n_emu + n_mufu), "causal": bool(inp.causal)}
+
+
+error_budget.version = 1
