@@ -5,9 +5,9 @@ FA4 b36 runs three kernels (``interface.py`` ``_flash_attn_bwd``); this module f
 1. Preprocess (``flash_bwd_preprocess.py`` ``FlashAttentionBackwardPreprocess.kernel``), per query row:
    ``D = rowsum(dO * O)`` in fp32 from the 16-bit O and dO. Each thread of a row holds 8 consecutive columns
    per 128-bit load (``threads_per_row = gmem_k_block_size / 8`` threads, ``gmem_k_block_size`` = 128, 64 or
-   32 by the padded head_dim_v), folds its columns left to right into 0.0 with ``fma.rn.f32`` (NVVM contracts
-   the product into the add of ``TensorSSA.reduce``), then ``utils.warp_reduce`` adds the threads' partials
-   with a butterfly (``shfl.bfly`` offsets 1, 2, 4, ...). ``lse_log2 = RN(lse * LOG2_E)`` (0 for lse = -inf;
+   32 by the padded head_dim_v), folds its columns left to right into 0.0 (``TensorSSA.reduce``; a product of
+   two 16-bit values is exact in fp32, so whether NVVM contracts it into an FMA does not matter), then
+   ``utils.warp_reduce`` adds the threads' partials with a butterfly (``shfl.bfly`` offsets 1, 2, 4, ...). ``lse_log2 = RN(lse * LOG2_E)`` (0 for lse = -inf;
    padding rows get +inf, so their P is 0).
 2. Main kernel (``flash_bwd_sm90.py`` ``FlashAttentionBackwardSm90``), one CTA per KV block ``n_block`` of
    ``tile_n`` keys, visiting the query blocks ``m_block_min .. m_block_max - 1`` in increasing order
@@ -127,7 +127,6 @@ class _Run:
     dt: np.dtype
     gemm: str
     mufu_arch: str
-    dpsum_fma: bool
     spt: bool                  # dQ adds in decreasing n (deterministic and causal/local)
     dq_order: tuple | None     # an explicit order of the KV blocks' dQ adds (studies of deterministic=False)
 
@@ -145,11 +144,11 @@ def _ffma(a, b, c):
     return np.asarray(fp.fma(a, b, c), np.float32)
 
 
-def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None, fma: bool = True) -> np.ndarray:
+def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None) -> np.ndarray:
     """D = rowsum(dO * O) as ``flash_bwd_preprocess.py`` computes it: (rows,) float32 from (rows, d) arrays.
 
     Thread t of a row holds columns 8t .. 8t+7 of every ``gmem_k_block_size``-wide slice; it folds them into
-    0.0 in column order with ``fma.rn.f32`` (``fma=False``: a separate RN multiply and add), then the
+    0.0 in column order (each product of two 16-bit values is exact in fp32; one RN add per term), then the
     ``threads_per_row`` partials are added by a butterfly (``utils.warp_reduce``). ``head_dim_v_padded`` is
     head_dim_v rounded up to the accumulator multiple (32, or 64 for hd > 128), zero columns beyond it.
 
@@ -175,10 +174,7 @@ def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None, fma: bool = Tru
     for r in range(dp // kblk):
         for e in range(8):
             cols = r * kblk + np.arange(tpr) * 8 + e
-            if fma:
-                parts = _ffma(o[:, cols], g[:, cols], parts)
-            else:
-                parts = parts + o[:, cols] * g[:, cols]
+            parts = parts + o[:, cols] * g[:, cols]
     while parts.shape[1] > 1:      # shfl.bfly offset 1, 2, 4, ...: lane 0 ends with the pairwise tree
         parts = parts[:, 0::2] + parts[:, 1::2]
     return parts[:, 0]
@@ -232,7 +228,7 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
             doh = np.zeros((rows_pad, dv_dim), run.dt)
             doh[:sq] = dos[:, hh]
             dpsum = np.zeros(rows_pad, np.float32)
-            dpsum[:sq] = dpsum_sm90(os_[:, hh], dos[:, hh], head_dim_v_padded=dvp, fma=run.dpsum_fma)
+            dpsum[:sq] = dpsum_sm90(os_[:, hh], dos[:, hh], head_dim_v_padded=dvp)
             lse = lses[hh].astype(np.float32)
             l2 = np.full(rows_pad, np.inf, np.float32)      # rows past seqlen_q: lse = +inf -> P = 0
             l2[:sq] = np.where(lse == -np.inf, np.float32(0), lse * LOG2_E_F32)
@@ -332,7 +328,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         without it), ``learnable_sink`` (does not change dq/dk/dv given the forward's LSE; dsink is not
         computed); emulator knobs ``mode`` ("bitexact" or "statistical": fp32 BLAS GEMMs and numpy exp2),
         ``gemm`` (one of ``fa4num.hw.mma.MODELS``), ``mufu_arch`` ("sm90" or "libm"), ``tile_m``/``tile_n``,
-        ``dpsum_fma`` (True: the preprocess's contracted FMA; False: separate multiply and add), ``dq_order``
+        ``dq_order``
         (a permutation of the KV blocks: the order of their dQaccum adds in every query block, to enumerate
         what ``deterministic=False`` can produce).
 
@@ -366,7 +362,6 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     if opts.pop("softcap", 0.0):
         raise ValueError("softcap is not emulated by backward (MUFU.TANH has no bit-exact model yet); "
                          "use softcap=0.0")
-    dpsum_fma = bool(opts.pop("dpsum_fma", True))
     dq_order = opts.pop("dq_order", None)
     dq_order = None if dq_order is None else tuple(int(i) for i in dq_order)
     tile_m, tile_n = opts.pop("tile_m", None), opts.pop("tile_n", None)
@@ -397,7 +392,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         raise ValueError(f"softmax_scale must be a finite nonzero float, got {softmax_scale}")
     s32 = np.float32(scale)
     run = _Run(tile=tile, window=window, scale=s32, scale_log2=np.float32(s32 * LOG2_E_F32), dt=qa.dtype,
-               gemm=gemm, mufu_arch=mufu_arch, dpsum_fma=dpsum_fma, spt=bool(deterministic and window.masked), dq_order=dq_order)
+               gemm=gemm, mufu_arch=mufu_arch, spt=bool(deterministic and window.masked), dq_order=dq_order)
 
     dq = np.zeros(qa.shape, np.float32)
     dk = np.zeros(ka.shape, np.float32)
@@ -434,7 +429,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         tdt = torch.bfloat16 if qa.dtype == _NP_DTYPES["bfloat16"] else torch.float16
         res = [torch.from_numpy(x.view(np.int16)).view(tdt).to(device) for x in res]
     used = {"mode": mode, "gemm": gemm, "mufu_arch": mufu_arch, "tile_m": tile.tile_m, "tile_n": tile.tile_n,
-            "window": window, "dpsum_fma": dpsum_fma, "varlen": varlen}
+            "window": window, "varlen": varlen}
     return BackwardResult(*res, BackwardStats(**stats), kernel, used, float(s32), bool(deterministic))
 
 
