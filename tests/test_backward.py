@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fa4num.attention import backward, forward
-from fa4num.attention.backward import sm90_bwd_tile
+from fa4num.attention.backward import sm90_bwd_tile, sm100_bwd_tile
 from fa4num.attention.reference import backward_fp64, backward_metrics
 
 BF16 = ml_dtypes.bfloat16
@@ -124,7 +124,8 @@ def test_stats(small):
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(kernel="fa4-sm100"), "kernel"),
+    (dict(kernel="fa4-sm80"), "kernel"),
+    (dict(use_2cta_instrs=True), "use_2cta_instrs"),
     (dict(softcap=5.0), "softcap"),
     (dict(mode="fast"), "mode"),
     (dict(gemm="tf32"), "gemm"),
@@ -150,3 +151,24 @@ def test_bad_shapes(small):
     with pytest.raises(ValueError, match="multiple"):
         q3, k3, v3, do3 = _inputs(h=3, hk=2)
         backward(q3, k3, v3, q3, do3, np.zeros((1, 3, 70), np.float32))
+
+
+def test_sm100_from_source():
+    """fa4-sm100 (emulated from source, not run on a Blackwell GPU): the SM90 element arithmetic with SM100's
+    128 x 128 tile; with 2-CTA instructions (head_dim >= 128) a cluster's 256 keys form one dQ reduction, so
+    only dQ differs from the 1-CTA run (dK and dV are per-key chains over the same 128-row query blocks)."""
+    assert sm100_bwd_tile(128).cta_group == 2 and sm100_bwd_tile(96).cta_group == 1
+    with pytest.raises(ValueError, match="256"):
+        sm100_bwd_tile(256)
+    q, k, v, do = _inputs(sq=150, sk=300, h=2, hk=2, d=128, seed=7)
+    fw = forward(q, k, v)
+    one = backward(q, k, v, fw.out, do, fw.lse, kernel="fa4-sm100", use_2cta_instrs=False)
+    ref90 = backward(q, k, v, fw.out, do, fw.lse, kernel="fa4-sm90", tile_m=128, tile_n=128)
+    for name in ("dq", "dk", "dv"):
+        assert np.array_equal(_bits(getattr(one, name)), _bits(getattr(ref90, name))), name
+    two = backward(q, k, v, fw.out, do, fw.lse, kernel="fa4-sm100")
+    assert two.options["cta_group"] == 2 and two.options["tile_n"] == 256
+    assert np.array_equal(_bits(two.dk), _bits(one.dk)) and np.array_equal(_bits(two.dv), _bits(one.dv))
+    assert not np.array_equal(_bits(two.dq), _bits(one.dq))
+    ref = backward_fp64(q, k, v, do)
+    assert backward_metrics(two, ref)["dq"].rel_l2 < 2e-2

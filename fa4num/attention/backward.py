@@ -37,7 +37,16 @@ Tiles: ``interface.py`` ``_tile_size_bwd_sm90`` (:func:`sm90_bwd_tile`). The ten
 not depend on the thread layout (``SdP_swapAB`` etc. swap operands, not the k order), only on the k16 chunks,
 which start at each m block (a multiple of 16 rows) or at the KV block's first key.
 
-``kernel="fa4-sm100"`` is not emulated here (Blackwell's backward, ``flash_bwd_sm100.py``, is a separate kernel).
+``kernel="fa4-sm100"``: Blackwell's backward (``flash_bwd_sm100.py`` ``FlashAttentionBackwardSm100``), emulated
+from source, not run on a Blackwell GPU. Its per-element arithmetic is the SM90 one (``compute_loop``: packed
+``fma_packed_f32x2(S, scale_log2, -lse_log2)`` then ``exp2(fastmath)`` = ex2.approx.ftz, no software exp2;
+``sub_packed_f32x2`` / ``mul_packed_f32x2`` for dS, RN; ``cvt_f16``), the GEMMs are tcgen05 MMAs (the
+``sm100`` accumulator of ``fa4num.hw.mma``), and the tile differs: tile_m = tile_n = 128 (``interface.py``), and
+for head_dim >= 128 a 2-CTA cluster whose pair of KV blocks acts as one block of 256 keys: BlockInfo's
+``tile_n * cluster_size``, the dQ MMA's reduction over 256 keys (``mma_tiler_dsk``) and one dQaccum add per
+cluster (``dQacc_reduce``, ``_dq_semaphore_lock_value``: the same increasing / spt-decreasing order).
+The preprocess and postprocess are the SM90 ones (hdim_multiple_of 32). MUFU.EX2 uses the H200 tables (no
+Blackwell table is available). head_dim 256 runs a dedicated kernel (``sm100_hd256_*``) that is not emulated.
 """
 from __future__ import annotations
 
@@ -54,40 +63,58 @@ from . import masking
 from .forward import _NP_DTYPES, _to_numpy
 
 LOG2_E_F32 = np.float32(math.log2(math.e))   # utils.LOG2_E as the kernel's Float32 constant (0x3FB8AA3B)
-KERNELS = ("fa4-sm90",)
+KERNELS = ("fa4-sm90", "fa4-sm100")
 MODES = ("bitexact", "statistical")
 
 
 @dataclass(frozen=True)
-class Sm90BwdTile:
-    """Tile configuration of ``interface.py`` ``_tile_size_bwd_sm90`` that the numerics depend on."""
-    tile_m: int            # query rows per m block (k extent of one dK/dV wgmma chain segment)
-    tile_n: int            # keys per KV block (k extent of the dQ GEMM)
-    hdim_multiple_of: int  # head-dim rounding of the accumulators: 64 with dKV_swapAB, else 32
-    dQ_single_wg: bool     # hd 96: one warp group computes dQ (no numeric effect, recorded for reference)
+class BwdTile:
+    """Tile configuration of the backward that the numerics depend on (``interface.py``)."""
+    tile_m: int            # query rows per m block (k extent of one dK/dV chain segment)
+    tile_n: int            # keys per KV block, or per 2-CTA cluster on SM100 (k extent of the dQ GEMM)
+    hdim_multiple_of: int  # head-dim rounding of the accumulators: 64 with SM90's dKV_swapAB, else 32
+    dQ_single_wg: bool     # SM90 hd 96: one warp group computes dQ (no numeric effect, recorded for reference)
+    cta_group: int = 1     # SM100: 2 with 2-CTA instructions (the cluster's two KV blocks act as one)
 
 
-def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -> Sm90BwdTile:
+def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -> BwdTile:
     """The SM90 backward tile of FA4 b36 for ``head_dim`` (== head_dim_v).
 
     Examples
     --------
     >>> sm90_bwd_tile(128)
-    Sm90BwdTile(tile_m=80, tile_n=128, hdim_multiple_of=32, dQ_single_wg=False)
+    BwdTile(tile_m=80, tile_n=128, hdim_multiple_of=32, dQ_single_wg=False, cta_group=1)
     >>> sm90_bwd_tile(128, causal=True).tile_m
     64
     """
     if not 8 <= head_dim <= 256:
         raise ValueError(f"head_dim must be in [8, 256] for fa4-sm90, got {head_dim}")
     if head_dim <= 64:
-        return Sm90BwdTile(128, 128, 32, False)
+        return BwdTile(128, 128, 32, False)
     if head_dim <= 96:
-        return Sm90BwdTile(64, 128, 32, True)
+        return BwdTile(64, 128, 32, True)
     if head_dim <= 128:
-        return Sm90BwdTile(64 if (causal or local) else 80, 128, 32, False)
+        return BwdTile(64 if (causal or local) else 80, 128, 32, False)
     if head_dim <= 192:
-        return Sm90BwdTile(64, 96, 64, False)      # dKV_swapAB
-    return Sm90BwdTile(64, 48, 64, False)          # hd256: dKV_swapAB, tile_n 48
+        return BwdTile(64, 96, 64, False)      # dKV_swapAB
+    return BwdTile(64, 48, 64, False)          # hd256: dKV_swapAB, tile_n 48
+
+
+def sm100_bwd_tile(head_dim: int, *, use_2cta_instrs: bool | None = None) -> BwdTile:
+    """The SM100 backward tile of FA4 b36 (``interface.py`` ``_flash_attn_bwd``, arch 10.x): 128 x 128, with
+    2-CTA instructions (a cluster of two KV blocks, 256 keys) for head_dim >= 128 unless disabled
+    (``FLASH_ATTENTION_DISABLE_2CTA``). Emulated from source, not run on a Blackwell GPU.
+
+    Examples
+    --------
+    >>> sm100_bwd_tile(128).tile_n, sm100_bwd_tile(64).tile_n
+    (256, 128)
+    """
+    if not 8 <= head_dim <= 192:
+        raise ValueError(f"head_dim must be in [8, 192] for the fa4-sm100 backward (256 runs FA4's dedicated "
+                         f"hd256 kernel, not emulated), got {head_dim}")
+    two = head_dim >= 128 if use_2cta_instrs is None else bool(use_2cta_instrs)
+    return BwdTile(128, 128 * (2 if two else 1), 32, False, 2 if two else 1)
 
 
 @dataclass
@@ -120,7 +147,8 @@ class BackwardResult:
 
 @dataclass(frozen=True)
 class _Run:
-    tile: Sm90BwdTile
+    tile: BwdTile
+    arch: str                  # tensor-core accumulator model of fa4num.hw.mma
     window: masking.Window
     scale: np.float32          # softmax_scale as the kernel's Float32 argument
     scale_log2: np.float32
@@ -192,7 +220,7 @@ def _pad16(a, axis):
 
 def _gemm(a, b, run, c=None):
     """D = C + a @ b.T through the tensor-core model, k padded with zeros to a whole k16 step."""
-    return mma_chain(_pad16(a, 1), _pad16(b, 1), c, model=run.gemm, arch="sm90")
+    return mma_chain(_pad16(a, 1), _pad16(b, 1), c, model=run.gemm, arch=run.arch)
 
 
 def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
@@ -285,7 +313,7 @@ def _validate(qa, ka, va, oa, doa, lsea, varlen):
         raise ValueError(f"q, k, v, out, dout must share one dtype, got {qa.dtype}, {ka.dtype}, {va.dtype}, "
                          f"{oa.dtype}, {doa.dtype}")
     if qa.dtype.name not in ("bfloat16", "float16"):
-        raise ValueError(f"dtype must be bfloat16 or float16 for the fa4-sm90 backward, got {qa.dtype.name}")
+        raise ValueError(f"dtype must be bfloat16 or float16 for FA4's backward, got {qa.dtype.name}")
     if ka.shape != va.shape:
         raise ValueError(f"k and v must have the same shape (head_dim_v != head_dim is not emulated), got "
                          f"{ka.shape} and {va.shape}")
@@ -319,7 +347,8 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     lse : float32 (batch, heads, seqlen_q) (varlen: (heads, total_q)), the forward's LSE (natural log).
     softmax_scale : default 1/sqrt(head_dim), used as the kernel's Float32 argument.
     causal : bottom-right aligned causal mask.
-    kernel : "fa4-sm90" (the Hopper backward the H200 runs).
+    kernel : "fa4-sm90" (the Hopper backward the H200 runs) or "fa4-sm100" (Blackwell's, emulated from source,
+        not run on a Blackwell GPU; ``use_2cta_instrs`` option as FA4's default, head_dim <= 192).
     deterministic : True (FA4's ``deterministic=True``: the dQ adds in the semaphore order, see the module
         docstring). False emulates one admissible order of the atomic adds (increasing KV block); the real
         kernel's dQ then varies run to run in the last bits, dK and dV do not.
@@ -344,7 +373,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     ((1, 32, 1, 64), 'bfloat16')
     """
     if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r} (the SM100 backward is not emulated)")
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     opts = dict(options)
     mode = opts.pop("mode", "bitexact")
     if mode not in MODES:
@@ -365,6 +394,9 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     dq_order = opts.pop("dq_order", None)
     dq_order = None if dq_order is None else tuple(int(i) for i in dq_order)
     tile_m, tile_n = opts.pop("tile_m", None), opts.pop("tile_n", None)
+    use_2cta = opts.pop("use_2cta_instrs", None)
+    if use_2cta is not None and kernel != "fa4-sm100":
+        raise ValueError("use_2cta_instrs applies to kernel='fa4-sm100' only")
     if opts:
         raise ValueError(f"unknown options {sorted(opts)}")
     if (cu_q is None) != (cu_k is None):
@@ -380,18 +412,21 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
             else np.asarray(lse, np.float32))
     _validate(qa, ka, va, oa, doa, lsea, varlen)
     d = qa.shape[-1]
-    tile = sm90_bwd_tile(d, causal=window.causal, local=window.local)
+    if kernel == "fa4-sm90":
+        tile = sm90_bwd_tile(d, causal=window.causal, local=window.local)
+    else:
+        tile = sm100_bwd_tile(d, use_2cta_instrs=use_2cta)
     if tile_m is not None or tile_n is not None:
         tm = tile.tile_m if tile_m is None else int(tile_m)
         tn = tile.tile_n if tile_n is None else int(tile_n)
         if tm < 16 or tm % 16 or tn < 16 or tn % 16:
             raise ValueError(f"tile_m and tile_n must be positive multiples of 16, got {tm}, {tn}")
-        tile = Sm90BwdTile(tm, tn, tile.hdim_multiple_of, tile.dQ_single_wg)
+        tile = BwdTile(tm, tn, tile.hdim_multiple_of, tile.dQ_single_wg, tile.cta_group)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     if not (math.isfinite(scale) and scale != 0):
         raise ValueError(f"softmax_scale must be a finite nonzero float, got {softmax_scale}")
     s32 = np.float32(scale)
-    run = _Run(tile=tile, window=window, scale=s32, scale_log2=np.float32(s32 * LOG2_E_F32), dt=qa.dtype,
+    run = _Run(tile=tile, arch="sm90" if kernel == "fa4-sm90" else "sm100", window=window, scale=s32, scale_log2=np.float32(s32 * LOG2_E_F32), dt=qa.dtype,
                gemm=gemm, mufu_arch=mufu_arch, spt=bool(deterministic and window.masked), dq_order=dq_order)
 
     dq = np.zeros(qa.shape, np.float32)
@@ -429,8 +464,10 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         tdt = torch.bfloat16 if qa.dtype == _NP_DTYPES["bfloat16"] else torch.float16
         res = [torch.from_numpy(x.view(np.int16)).view(tdt).to(device) for x in res]
     used = {"mode": mode, "gemm": gemm, "mufu_arch": mufu_arch, "tile_m": tile.tile_m, "tile_n": tile.tile_n,
+            "cta_group": tile.cta_group,
             "window": window, "varlen": varlen}
     return BackwardResult(*res, BackwardStats(**stats), kernel, used, float(s32), bool(deterministic))
 
 
-__all__ = ["backward", "BackwardResult", "BackwardStats", "Sm90BwdTile", "sm90_bwd_tile", "dpsum_sm90"]
+__all__ = ["backward", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",
+           "dpsum_sm90"]
