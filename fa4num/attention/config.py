@@ -11,7 +11,11 @@ import math
 from dataclasses import dataclass, fields, replace
 
 KERNELS = ("fa4-sm90", "fa4-sm100")
-GEMM_MODELS = ("wgmma", "exact", "blas")
+GEMM_MODELS = ("wgmma", "tcgen05", "exact", "blas")
+# gemm option -> (fa4num.hw.mma model, accumulator table): "wgmma" is Hopper's fused sum, "tcgen05" Blackwell's
+GEMM_IMPL = {"wgmma": ("wgmma", "sm90"), "tcgen05": ("wgmma", "sm100"), "exact": ("exact", "sm90"),
+             "blas": ("blas", "sm90")}
+NUM_SMS_SM100 = 148   # B200: get_num_sms_for_selection feeds the 2-CTA and pack-GQA rules
 DTYPES_SM90 = ("bfloat16", "float16")
 DTYPES_SM100 = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 
@@ -21,17 +25,41 @@ def head_dim_padded(d: int) -> int:
     return int(math.ceil(d / 16) * 16)
 
 
-def sm90_tile(head_dim: int, causal: bool) -> tuple[int, int]:
-    """(tile_m, tile_n) of ``_tile_size_fwd_sm90`` for head_dim == head_dim_v, no local window."""
+def sm90_tile(head_dim: int, causal: bool, *, local: bool = False, head_dim_v: int | None = None) -> tuple[int, int]:
+    """(tile_m, tile_n) of ``interface.py`` ``_tile_size_fwd_sm90`` (no block sparsity)."""
+    dv = head_dim if head_dim_v is None else head_dim_v
     if head_dim <= 64:
         return 192, 128
     if head_dim <= 96:
-        return (192, 128) if causal else (192, 144)
+        return (192, 128) if (causal or local) else (192, 144)
     if head_dim <= 128:
         return 128, 128
     if head_dim <= 192:
-        return 128, 112 if head_dim > 128 else 128
-    return 128, 80
+        return 128, 96 if local else (128 if dv <= 128 else 112)
+    return 128, 64 if local else 80
+
+
+def default_pack_gqa(*, kernel: str, qhead_per_kvhead: int, head_dim: int, head_dim_v: int, max_seqlen_q: int,
+                     num_splits: int, batch: int, heads: int, num_sms: int = NUM_SMS_SM100) -> bool:
+    """FA4's pack_gqa when the caller passes None (``interface.py`` ``_flash_attn_fwd``, b36 ~lines 1000-1011):
+    on whenever several q heads share a KV head, except on SM100 with head dim 256 and a GQA ratio that does not
+    divide 128 when there are several M blocks or the 2-CTA grid fits one wave: then 2-CTA wins over
+    cp.async-Q PackGQA.
+
+    Examples
+    --------
+    >>> default_pack_gqa(kernel="fa4-sm100", qhead_per_kvhead=6, head_dim=256, head_dim_v=256, max_seqlen_q=256,
+    ...                  num_splits=1, batch=1, heads=12)
+    False
+    >>> default_pack_gqa(kernel="fa4-sm90", qhead_per_kvhead=6, head_dim=256, head_dim_v=256, max_seqlen_q=256,
+    ...                  num_splits=1, batch=1, heads=12)
+    True
+    """
+    pack = qhead_per_kvhead > 1
+    if (kernel == "fa4-sm100" and head_dim == 256 and head_dim_v == 256 and 128 % qhead_per_kvhead
+            and (max_seqlen_q > 128 or (num_splits == 1 and 2 * batch * heads <= num_sms))):
+        pack = False
+    return pack
 
 
 # (use_2cta_instrs, is_causal, head_dim_padded, is_sm103) -> (ex2_emu_freq, ex2_emu_start_frg)
@@ -55,6 +83,7 @@ class Sm90Options:
     gemm: str = "wgmma"
     ffma_exponent: bool = True     # x = FFMA(S, scale, -RN(m*scale)) (ptxas contraction) vs FMUL + FADD
     mufu_arch: str = "sm90"
+    pack_gqa: bool = False         # the M tile interleaves the q heads of one KV head
 
 
 @dataclass(frozen=True)
@@ -62,7 +91,7 @@ class Sm100Options:
     """Knobs of the SM100 emulation; every one can be overridden through ``forward(**options)``."""
     tile_m: int = 128                  # rows of one M block (q_stage * 128 * CTAs per cluster)
     tile_n: int = 128
-    gemm: str = "wgmma"
+    gemm: str = "tcgen05"              # Blackwell's tensor-core accumulation model (fa4num.hw.mma, arch sm100)
     rescale_threshold: float = 8.0
     max_offset: int = 0
     ex2_emu_freq: int = 0
@@ -73,47 +102,74 @@ class Sm100Options:
     use_2cta_instrs: bool = False      # FA4's 2-CTA choice; it selects the tuning-table entry (see sm100_defaults)
     fused_bias: bool = True
     mufu_arch: str = "sm90"            # MUFU tables measured on the H200; no B200 tables exist
-    is_sm103: bool = False             # SM103 (B300): no software exp2
+    is_sm103: bool = False             # SM103 (B300): no software exp2, non-fast-math exp2 for the rescale factor
+    pack_gqa: bool = False             # the M tile interleaves the q heads of one KV head
+    num_splits: int = 1                # split-KV: KV blocks cut into this many splits, merged by the combine kernel
 
 
 def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qhead_per_kvhead: int,
-                   batch: int = 1, heads: int = 1, num_sms: int = 148, use_2cta_instrs: bool | None = None,
-                   is_sm103: bool = False) -> Sm100Options:
-    """The knobs FA4's SM100 forward (flash-attn-4 4.0.0b36: head_dim 256 runs the same kernel) picks for this
-    problem. interface.py: q_stage = 2 if seqlen_q*qhead_per_kvhead > tile_m and head_dim != 256; 2-CTA when
-    there is more than one q_stage*tile_m M block (or, for head_dim 256, 2*batch*heads <= num_sms), tile_m is a
-    multiple of qhead_per_kvhead under pack-GQA, and head_dim is 256, or not causal with hd_pad in {128, 192}.
-    ``use_2cta_instrs`` / ``is_sm103`` given explicitly pick another tuning-table entry."""
-    hd_pad = head_dim_padded(head_dim)
-    pack_gqa = qhead_per_kvhead > 1
-    rows = seqlen_q * (qhead_per_kvhead if pack_gqa else 1)
-    q_stage = 2 if rows > 128 and head_dim != 256 else 1
-    heads_sched = heads // qhead_per_kvhead if pack_gqa else heads
+                   batch: int = 1, heads: int = 1, num_sms: int = NUM_SMS_SM100, use_2cta_instrs: bool | None = None,
+                   is_sm103: bool = False, local: bool = False, head_dim_v: int | None = None,
+                   pack_gqa: bool | None = None, varlen_q: bool = False, split_kv: bool = False,
+                   page_size: int | None = None) -> Sm100Options:
+    """The knobs FA4's SM100 forward (flash-attn-4 4.0.0b36) picks for this problem (``interface.py``
+    ``_flash_attn_fwd`` / ``_get_fwd_config``, ``flash_fwd_sm100.py`` ``__init__``):
+
+    - pack_gqa: :func:`default_pack_gqa` unless given;
+    - q_stage = 2 if seqlen_q (x qhead_per_kvhead under pack-GQA) > 128 and head_dim_v != 256;
+    - 2-CTA: not split-KV, varlen q only for head dim 256, page size None or 128, more than one q_stage*128
+      M block (or, for head dim 256, 2 * batch * scheduled heads <= num_sms), 128 a multiple of the GQA ratio
+      under pack-GQA, and head dim 256, or neither causal nor local with padded head dims (128|192, 128);
+    - software exp2: the ``_TUNING_CONFIG`` / ``_FP8_TUNING_CONFIG`` entry of (use_2cta, causal, hd_pad,
+      is_sm103), else on for hd_pad <= 128 (or 192 with 2-CTA, not causal/local) with freq 16, never on SM103;
+      pack-GQA (hd_pad > 64, not causal/local) takes the tuned freq or 10, and 32 with varlen q.
+    ``use_2cta_instrs`` / ``is_sm103`` given explicitly pick another tuning-table entry.
+    (Emulated from source, not run on a Blackwell GPU.)
+
+    Examples
+    --------
+    >>> o = sm100_defaults(dtype="bfloat16", head_dim=256, causal=False, seqlen_q=256, qhead_per_kvhead=6,
+    ...                    batch=1, heads=12)
+    >>> o.use_2cta_instrs, o.ex2_emu_freq, o.pack_gqa
+    (True, 14, False)
+    """
+    dv = head_dim if head_dim_v is None else head_dim_v
+    hd_pad, hdv_pad = head_dim_padded(head_dim), head_dim_padded(dv)
+    g = qhead_per_kvhead
+    if pack_gqa is None:
+        pack_gqa = default_pack_gqa(kernel="fa4-sm100", qhead_per_kvhead=g, head_dim=head_dim, head_dim_v=dv,
+                                    max_seqlen_q=seqlen_q, num_splits=2 if split_kv else 1, batch=batch,
+                                    heads=heads, num_sms=num_sms)
+    rows = seqlen_q * (g if pack_gqa else 1)
+    q_stage = 2 if rows > 128 and dv != 256 else 1
+    is_hd256 = head_dim == 256 and dv == 256
     use_2cta = use_2cta_instrs
     if use_2cta is None:
-        use_2cta = ((rows > q_stage * 128 or (head_dim == 256 and 2 * batch * heads_sched <= num_sms))
-                    and (128 % qhead_per_kvhead == 0 or not pack_gqa)
-                    and (head_dim == 256 or (not causal and hd_pad in (128, 192))))
+        decode_2cta = is_hd256 and 2 * batch * (heads // g if pack_gqa else heads) <= num_sms
+        use_2cta = (not split_kv and (not varlen_q or is_hd256) and page_size in (None, 128)
+                    and (rows > q_stage * 128 or decode_2cta)
+                    and (128 % g == 0 or not pack_gqa)
+                    and (is_hd256 or (not causal and not local and hd_pad in (128, 192) and hdv_pad == 128)))
     key = (use_2cta, causal, hd_pad, is_sm103)
     width8 = dtype.startswith("float8")
-    enable = (hd_pad <= 128 or (hd_pad == 192 and use_2cta and not causal)) and not is_sm103
-    freq, start = 16, 1
-    if key in SM100_TUNING:
-        freq, start = SM100_TUNING[key]
-        enable = freq > 0
+    enable = ((hd_pad <= 128 or (hd_pad == 192 and use_2cta and not causal and not local)) and not is_sm103)
+    tune = dict(zip(("freq", "start"), SM100_TUNING[key])) if key in SM100_TUNING else {}
+    if tune:
+        enable = tune["freq"] > 0
     if width8 and key in SM100_FP8_TUNING:
-        freq, start = SM100_FP8_TUNING[key]
-        enable = freq > 0
-    tuned = key in SM100_TUNING or (width8 and key in SM100_FP8_TUNING)
-    if not enable:
-        freq = 0
-    elif pack_gqa and hd_pad > 64 and not causal and not tuned:
-        freq = 10   # pack-GQA override: _tune.get("ex2_emu_freq", 10) (no varlen here)
+        tune = dict(zip(("freq", "start"), SM100_FP8_TUNING[key]))
+        enable = tune["freq"] > 0
+    start = tune.get("start", 1)
+    freq = 0
+    if enable:
+        freq = tune.get("freq", 16)
+        if pack_gqa and hd_pad > 64 and not causal and not local:
+            freq = 32 if varlen_q else tune.get("freq", 10)
     # rows that share one KV block range: q_stage tiles of 128, times 2 for a 2-CTA pair (BlockInfo(cta_tiler[0]
-    # * cta_group_size)); only the kv_blocks statistic depends on it
+    # * cta_group_size))
     return Sm100Options(tile_m=q_stage * 128 * (2 if use_2cta else 1), rescale_threshold=0.0 if width8 else 8.0,
                         max_offset=8 if width8 else 0, ex2_emu_freq=freq, ex2_emu_start_frg=start,
-                        use_2cta_instrs=use_2cta, is_sm103=is_sm103)
+                        use_2cta_instrs=use_2cta, is_sm103=is_sm103, pack_gqa=pack_gqa)
 
 
 def apply_overrides(opts, overrides: dict):

@@ -1,15 +1,20 @@
-"""``forward``: FA4's attention forward pass emulated on the CPU, bit for bit.
+"""``forward``: FA4's attention forward pass emulated on the CPU, bit for bit, with FA4's feature set
+(softcap, sliding windows, learnable sinks, varlen, pack-GQA, split-KV, fp8 descales, paged KV).
 
-Per (batch, head) the KV blocks are visited right to left, as ``flash_fwd_sm90.py`` ``mma`` and
-``flash_fwd_sm100.py`` ``softmax_loop`` do (first the block holding seqlen_k - 1, with the seqlen mask, then
-the causal-masked blocks, then the rest). Each block runs:
-  S = Q K_blk^T through the tensor-core model (fa4num.hw.mma; K chunks of 16 along head_dim);
-  masking: key >= seqlen_k and, with causal, key > row + seqlen_k - seqlen_q (bottom-right aligned) -> -inf;
+Work is cut as the kernels cut it: per sequence (batch entry or varlen segment) and KV head, the query rows
+(packed ``row * qhead_per_kvhead + head`` under pack-GQA, ``pack_gqa.py``) form M blocks of ``tile_m`` rows; an
+M block visits the KV blocks ``block_info.py`` ``BlockInfo.get_n_block_min_max`` gives it, right to left
+(``flash_fwd_sm90.py`` ``mma``; ``flash_fwd_sm100.py`` ``softmax_loop``): first ``n_block_max - 1`` with the
+sequence mask, then the rest. Each block runs:
+  S = Q K_blk^T through the tensor-core model (fa4num.hw.mma; wgmma on SM90, tcgen05 on SM100);
+  softcap: S <- softcap * tanh(S * scale / softcap) before the mask (fa4num.softmax.scoremod);
+  masking (fa4num.attention.masking: seqlen, causal, local window; all bottom-right aligned) -> -inf;
   the softmax step of the kernel (fa4num.softmax.sm90 / sm100);
   O <- RN(O * row_scale), then O = C + P_q V_blk through the tensor-core model (C = O, chunks of 16 keys).
-A block in which a row has no unmasked key changes nothing for that row (max unchanged, factor exactly 1,
-zero products), so each row is processed only from the first block that holds one of its keys; this is the
-same result as the kernel's tile-wide loop, and a row with no key at all gives O = 0 and LSE = -inf.
+Finalize: the learnable sink joins the row sum, O * rcp(row_sum) -> out dtype, LSE. SM100 split-KV writes fp32
+partial outputs and LSEs per split, merged by ``flash_fwd_combine.py`` (:func:`combine_splits`).
+Masking every block (the kernel masks only the blocks that need it) gives the same bits: elsewhere every key is
+visible.
 """
 from __future__ import annotations
 
@@ -20,44 +25,67 @@ import ml_dtypes
 import numpy as np
 
 from fa4num.hw.mma import mma_chain
+from fa4num.softmax import scoremod as _scoremod
 from fa4num.softmax import sm90 as _sm90
 from fa4num.softmax import sm100 as _sm100
-from fa4num.softmax._ops import f32, scale_log2_of
+from fa4num.softmax._ops import LOG2_E_F32, f32, ffma, mufu, scale_log2_of
 
 from . import config
+from . import masking as _masking
 
 _NP_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
               "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2)}
 _TORCH_NAMES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float8_e4m3fn": "float8_e4m3fn",
                 "torch.float8_e5m2": "float8_e5m2"}
+NONFINITE = ("propagate", "raise")
+MAX_SPLITS = 256   # _flash_attn_fwd_combine asserts num_splits <= 256
 
 
 @dataclass
 class AttentionStats:
-    """Per-row counters, each (batch, heads, seqlen_q) int32 (``max_lag`` float32, log2 units)."""
-    kv_blocks: np.ndarray         # KV blocks the kernel's m-block loop visits for the row
-    rescales: np.ndarray          # blocks where O and row_sum were multiplied by a factor != 1 (finite max)
-    rescales_skipped: np.ndarray  # blocks where the max grew but the lazy rescale kept the stale max (SM100)
-    max_lag: np.ndarray           # largest (true max - stored max) * scale_log2 seen
+    """Per-row counters, shaped like the LSE ((batch, heads, seqlen_q), or (heads, total_q) for varlen q).
+
+    Rescale counts use one definition for both kernels: a *rescale event* is a KV block (after the row has
+    seen a key) whose max exceeds the row's true running max (threshold 0); a *rescale done* is a block where
+    the kernel replaced its stored max by a larger one and multiplied O and the row sum by the factor.
+    SM90 rescales at every event; SM100's lazy rescale avoids ``rescale_events - rescales_done`` of them.
+    """
+    kv_blocks: np.ndarray         # KV blocks the kernel visits for the row (summed over splits)
+    rescale_events: np.ndarray    # blocks where the true row max grew (threshold-0 rescales)
+    rescales_done: np.ndarray     # blocks where the kernel rescaled O and row_sum to a new max
+    max_lag: np.ndarray           # float32: largest (true max - stored max) * scale_log2 seen (log2 units)
     exp2_emulated: np.ndarray     # exp2 evaluations done by the software polynomial
     exp2_mufu: np.ndarray         # exp2 evaluations done by MUFU.EX2 (row_scale ones not counted)
     p_saturated: np.ndarray       # P values above the P dtype's largest finite value (clipped by satfinite)
+    masked_by_window: np.ndarray  # keys < seqlen_k the row cannot see because of causal/window masking
+    sink_share: np.ndarray        # float32: exp(sink - LSE), the softmax mass on the learnable sink (0 without)
+    gemm: str = "wgmma"           # the tensor-core accumulation model that ran (config.GEMM_IMPL)
+    tanh_exact: bool = True       # False: softcap ran with libm's tanh (no bit-exact MUFU.TANH model)
+
+    @property
+    def rescales_avoided(self) -> np.ndarray:
+        return self.rescale_events - self.rescales_done
 
     def summary(self) -> dict:
-        return {"kv_blocks": int(self.kv_blocks.sum()), "rescales": int(self.rescales.sum()),
-                "rescales_skipped": int(self.rescales_skipped.sum()), "max_lag": float(self.max_lag.max(initial=0)),
+        return {"kv_blocks": int(self.kv_blocks.sum()), "rescale_events": int(self.rescale_events.sum()),
+                "rescales_done": int(self.rescales_done.sum()),
+                "rescales_avoided": int(self.rescales_avoided.sum()),
+                "max_lag": float(self.max_lag.max(initial=0)),
                 "exp2_emulated": int(self.exp2_emulated.sum()), "exp2_mufu": int(self.exp2_mufu.sum()),
-                "p_saturated": int(self.p_saturated.sum())}
+                "p_saturated": int(self.p_saturated.sum()), "masked_by_window": int(self.masked_by_window.sum()),
+                "sink_share_max": float(self.sink_share.max(initial=0)), "gemm": self.gemm,
+                "tanh_exact": self.tanh_exact}
 
 
 @dataclass
 class AttentionResult:
-    out: object          # (batch, seqlen_q, heads, head_dim), q's dtype (bf16 for fp8 inputs); numpy or torch
-    lse: object          # (batch, heads, seqlen_q) float32
+    out: object          # q's layout with head_dim_v, q's dtype (bf16 for fp8 inputs); numpy or torch
+    lse: object          # float32 (batch, heads, seqlen_q), or (heads, total_q) with cu_seqlens_q
     stats: AttentionStats
     kernel: str
     options: object = field(repr=False)
     softmax_scale: float = 0.0
+    num_splits: int = 1
 
 
 def _to_numpy(x, name: str) -> tuple[np.ndarray, object]:
@@ -78,44 +106,144 @@ def _to_numpy(x, name: str) -> tuple[np.ndarray, object]:
     return a, None
 
 
-def _validate(q, k, v, kernel, softmax_scale):
-    if kernel not in config.KERNELS:
-        raise ValueError(f"kernel must be one of {config.KERNELS}, got {kernel!r}")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if a.ndim != 4:
-            raise ValueError(f"{name} must be 4-D (batch, seqlen, heads, head_dim), got shape {a.shape}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    dt = q.dtype.name
+def _plain(x, name):
+    """A small float/int side input (sink, descale, cu_seqlens, page table) as numpy."""
+    if x is None:
+        return None
+    if type(x).__module__.startswith("torch"):
+        x = x.detach().cpu()
+        if x.is_floating_point():
+            x = x.float()
+        x = x.numpy()
+    return np.asarray(x)
+
+
+# ---------------------------------------------------------------------------------------------- problem setup
+@dataclass
+class _Seq:
+    """One sequence: q rows (sq, h, d), keys/values (sk, hk, d/dv), where its rows go in out/lse."""
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    out_index: object     # index into out's leading axes
+    lse_index: object     # callable head -> index into lse
+    batch: int
+
+
+def _validate_dtypes(qa, ka, va, kernel):
+    if not (qa.dtype == ka.dtype == va.dtype):
+        raise ValueError(f"q, k, v must share one dtype, got {qa.dtype}, {ka.dtype}, {va.dtype}")
     allowed = config.DTYPES_SM90 if kernel == "fa4-sm90" else config.DTYPES_SM100
-    if dt not in allowed:
-        raise ValueError(f"dtype {dt} is not supported by kernel {kernel!r}; allowed: {allowed}")
-    b, sq, h, d = q.shape
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {k.shape} and {v.shape}")
-    if k.shape[0] != b:
-        raise ValueError(f"k batch {k.shape[0]} != q batch {b}")
-    if k.shape[3] != d:
-        raise ValueError(f"k/v head_dim {k.shape[3]} != q head_dim {d} (head_dim_v != head_dim is not emulated)")
-    hk = k.shape[2]
+    if qa.dtype.name not in allowed:
+        raise ValueError(f"dtype {qa.dtype.name} is not supported by kernel {kernel!r}; allowed: {allowed}")
+
+
+def _check_head_dims(d, dv, kernel, dt):
+    align = 16 // _NP_DTYPES[dt].itemsize
+    # interface.py _validate_head_dims: SM90 8..256 each; SM100 8..128 each, (192, 128) or (256, 256)
+    if kernel == "fa4-sm90":
+        ok = 8 <= d <= 256 and 8 <= dv <= 256
+        allowed = "[8, 256] (q/k and v)"
+    else:
+        ok = (8 <= d <= 128 and 8 <= dv <= 128) or (d, dv) in ((192, 128), (256, 256))
+        allowed = "[8, 128] (q/k and v), or (head_dim, head_dim_v) = (192, 128) or (256, 256)"
+    if not ok or d % align or dv % align:
+        raise ValueError(f"head_dim must be in {allowed} and a multiple of {align} for {kernel} with {dt}, got "
+                         f"head_dim={d}, head_dim_v={dv}")
+
+
+def _build_sequences(qa, ka, va, cu_q, cu_k, page_table, max_seqlen_q, max_seqlen_k):
+    """Split the inputs into sequences (FA4's varlen and paged layouts); validate their shapes."""
+    if cu_q is None:
+        if qa.ndim != 4:
+            raise ValueError(f"q must be 4-D (batch, seqlen, heads, head_dim), got shape {qa.shape} "
+                             "(3-D q needs cu_seqlens_q)")
+        batch = qa.shape[0]
+    else:
+        if qa.ndim != 3:
+            raise ValueError(f"q must be 3-D (total_q, heads, head_dim) with cu_seqlens_q, got shape {qa.shape}")
+        cu_q = _masking.check_cu_seqlens(cu_q, "cu_seqlens_q", total=qa.shape[0])
+        batch = cu_q.size - 1
+    h, d = qa.shape[-2:]
+    if page_table is not None:
+        if cu_k is not None:
+            raise ValueError("page_table and cu_seqlens_k cannot be combined (FA4 asserts this)")
+        pt = np.asarray(page_table)
+        if pt.ndim != 2 or pt.shape[0] != batch or not np.issubdtype(pt.dtype, np.integer):
+            raise ValueError(f"page_table must be an integer array (batch={batch}, max_pages), got shape "
+                             f"{pt.shape} dtype {pt.dtype}")
+        if ka.ndim != 4 or va.ndim != 4 or ka.shape[:3] != va.shape[:3]:
+            raise ValueError(f"paged k/v must be (num_pages, page_size, heads_kv, head_dim), got {ka.shape}, "
+                             f"{va.shape}")
+        if pt.size and (pt.min() < 0 or pt.max() >= ka.shape[0]):
+            raise ValueError(f"page_table entries must be in [0, {ka.shape[0]}), got [{pt.min()}, {pt.max()}]")
+        page = ka.shape[1]
+        # BlockInfo sees seqlen_k = pages per sequence * page_size; pages only change where keys are read from
+        kseq = [ka[pt[b]].reshape(-1, *ka.shape[2:]) for b in range(batch)]
+        vseq = [va[pt[b]].reshape(-1, *va.shape[2:]) for b in range(batch)]
+        del page
+    elif cu_k is None:
+        if ka.ndim != 4 or va.ndim != 4 or ka.shape[0] != batch or va.shape[:3] != ka.shape[:3]:
+            raise ValueError(f"k and v must be 4-D (batch={batch}, seqlen_k, heads_kv, head_dim) with matching "
+                             f"batch, seqlen_k and heads_kv, got {ka.shape} and {va.shape}")
+        kseq, vseq = list(ka), list(va)
+    else:
+        if ka.ndim != 3 or va.ndim != 3 or va.shape[:2] != ka.shape[:2]:
+            raise ValueError(f"k and v must be 3-D (total_k, heads_kv, head_dim) with cu_seqlens_k, got "
+                             f"{ka.shape} and {va.shape}")
+        cu_k = _masking.check_cu_seqlens(cu_k, "cu_seqlens_k", total=ka.shape[0])
+        if cu_k.size != batch + 1:
+            raise ValueError(f"cu_seqlens_k must have batch + 1 = {batch + 1} entries, got {cu_k.size}")
+        kseq = [ka[cu_k[b]:cu_k[b + 1]] for b in range(batch)]
+        vseq = [va[cu_k[b]:cu_k[b + 1]] for b in range(batch)]
+    hk = ka.shape[-2]
+    if ka.shape[-1] != d:
+        raise ValueError(f"k head_dim {ka.shape[-1]} != q head_dim {d}")
     if hk < 1 or h % hk:
         raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
-    align = 16 // q.dtype.itemsize
-    # interface.py _validate_head_dims: SM90 8..256; SM100 8..128 or exactly 256 (192 only with head_dim_v 128)
-    ok = 8 <= d <= 256 if kernel == "fa4-sm90" else (8 <= d <= 128 or d == 256)
-    if not ok or d % align:
-        allowed = "[8, 256]" if kernel == "fa4-sm90" else "[8, 128] or 256"
-        raise ValueError(f"head_dim must be in {allowed} and a multiple of {align} for {kernel} with {dt}, got {d}")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if not np.isfinite(a.astype(np.float32)).all():
-            raise ValueError(f"{name} contains NaN or inf; FA4 would propagate it into out/lse "
-                             "(remove it, or mask those keys)")
-    if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale != 0):
-        raise ValueError(f"softmax_scale must be a finite nonzero float, got {softmax_scale}")
+    seqs = []
+    for b in range(batch):
+        if cu_q is None:
+            qs, out_idx = qa[b], (b, slice(None))
+            lse_idx = (lambda hh, b=b: (b, hh, slice(None)))
+        else:
+            sl = slice(int(cu_q[b]), int(cu_q[b + 1]))
+            qs, out_idx = qa[sl], (sl,)
+            lse_idx = (lambda hh, sl=sl: (hh, sl))
+        seqs.append(_Seq(qs, kseq[b], vseq[b], out_idx, lse_idx, b))
+    longest_q = max((s.q.shape[0] for s in seqs), default=0)
+    longest_k = max((s.k.shape[0] for s in seqs), default=0)
+    for name, given, need in (("max_seqlen_q", max_seqlen_q, longest_q), ("max_seqlen_k", max_seqlen_k, longest_k)):
+        if given is not None and int(given) < need:
+            raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
+    return seqs, batch, longest_q if max_seqlen_q is None else int(max_seqlen_q)
 
 
-def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, int]:
-    """P -> the input dtype the way the kernel converts it (cvt.rn; fp8 .satfinite); count saturated values."""
+# ---------------------------------------------------------------------------------------------- one M block
+@dataclass
+class _Ctx:
+    kernel: str
+    opts: object
+    sl2: np.float32
+    softmax_scale: np.float32
+    softcap: float
+    window: _masking.Window
+    dt: str
+    model: str
+    accum: str
+    emu: object
+    tanh_arch: str
+
+
+def _gemm(a, b, c, ctx):
+    if ctx.model == "blas":
+        out = np.asarray(a, np.float32) @ np.asarray(b, np.float32).T
+        return out if c is None else c + out
+    return mma_chain(a, b, c, model=ctx.model, arch=ctx.accum)
+
+
+def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
+    """P -> the input dtype the way the kernel converts it (cvt.rn; fp8 .satfinite); mark saturated values."""
     limit = float(ml_dtypes.finfo(_NP_DTYPES[dt]).max)
     if dt in ("bfloat16", "float16"):
         return p.astype(_NP_DTYPES[dt]), p > limit
@@ -124,117 +252,149 @@ def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, int]:
     return np.asarray(conv(p)).view(_NP_DTYPES[dt]).reshape(p.shape), p > limit
 
 
-def _visited_blocks(sq, sk, h_per_kv, tile_m, tile_n, causal, pack_gqa):
-    """Blocks ``BlockInfo.get_n_block_min_max`` gives each row's m-block: (h_per_kv, sq) int32."""
-    nmax = -(-sk // tile_n)
-    rows = np.arange(sq)[None, :] * (h_per_kv if pack_gqa else 1) + (np.arange(h_per_kv)[:, None] if pack_gqa
-                                                                       else 0)
-    if not causal:
-        return np.full((h_per_kv, sq), nmax, np.int32)
-    m_block = rows // tile_m
-    m_idx_max = (m_block + 1) * tile_m
-    if pack_gqa:
-        m_idx_max = -(-m_idx_max // h_per_kv)
-    n_idx = m_idx_max + sk - sq
-    return np.clip(np.minimum(nmax, -(-n_idx // tile_n)), 0, None).astype(np.int32)
-
-
-def _run_head(qh, kh, vh, *, kernel, opts, causal, sl2, dt, stats_rows):
-    """One (batch, head): returns (normalised O in fp32, LSE)."""
-    sq, d = qh.shape
-    sk = kh.shape[0]
+def _run_mblock(qr, kh, vh, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0):
+    """One M block of rows (a tile, or one split of it): returns (O normalised fp32 (R, dv), LSE (R,), row
+    counters dict). qr: (R, d) q rows; qpos: (R,) their query index in the sequence."""
+    r, dv = qr.shape[0], vh.shape[1]
+    opts = ctx.opts
     tn = opts.tile_n
-    dp = config.head_dim_padded(d)
-    arch = "sm90" if kernel == "fa4-sm90" else "sm100"
-    # BLAS mode multiplies float32 copies (exact conversions) once instead of per block
-    in_dt = np.dtype(np.float32) if opts.gemm == "blas" else qh.dtype
-    q_pad = np.zeros((sq, dp), in_dt)
-    q_pad[:, :d] = qh
-    nblk = -(-sk // tn)
-    k_pad = np.zeros((nblk * tn, dp), in_dt)
-    k_pad[:sk, :d] = kh
-    vt_pad = np.zeros((d, nblk * tn), in_dt)
-    vt_pad[:, :sk] = vh.T
-    o = np.zeros((sq, d), np.float32)
-    diag = sk - sq   # causal: key j is visible from row i iff j <= i + diag
-    if kernel == "fa4-sm90":
-        state = _sm90.Sm90State.empty(sq)
-    else:
-        state = _sm100.Sm100State.empty(sq)
-        emu = _sm100.emulated_columns(tn, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
-                                      start_frg=opts.ex2_emu_start_frg)
-    started = np.zeros(sq, bool)
-    blas = opts.gemm == "blas"
-    if blas:
-        # statistical mode: S in one BLAS product; P V after the loop as one product of P with every block's
-        # columns weighted by the product of the later blocks' row scales (the kernel rescales O instead)
-        s_all = q_pad @ k_pad.T
-        p_all = np.zeros((sq, nblk * tn), np.float32)
-        scales = np.ones((nblk, sq), np.float32)
-    for n in range(nblk - 1, -1, -1):
+    cnt = {n: np.zeros(r, np.int32) for n in ("rescale_events", "rescales_done", "p_saturated", "kv_blocks")}
+    cnt["max_lag"] = np.zeros(r, np.float32)
+    sm90 = ctx.kernel == "fa4-sm90"
+    state = _sm90.Sm90State.empty(r) if sm90 else _sm100.Sm100State.empty(r)
+    o = np.zeros((r, dv), np.float32)
+    true_max = np.full(r, -np.inf, np.float32)
+    blocks = [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
+    if n_hi <= n_lo and not sm90 and opts.num_splits > 1:
+        blocks = []           # has_kv_work: an empty split writes O = 0, LSE = -inf
+    cnt["kv_blocks"][:] = len(blocks)
+    for i, n in enumerate(blocks):
         c0 = n * tn
-        r0 = min(max(c0 - diag, 0), sq) if causal else 0
-        if r0 >= sq:
-            continue
-        rows = slice(r0, sq)
-        s = s_all[rows, c0:c0 + tn] if blas else mma_chain(q_pad[rows], k_pad[c0:c0 + tn], model=opts.gemm,
-                                                           arch=arch)
-        col = c0 + np.arange(tn)
-        masked = np.broadcast_to(col[None, :] >= sk, s.shape)
-        if causal:
-            masked = masked | (col[None, :] > (np.arange(r0, sq) + diag)[:, None])
-        s = np.where(masked, np.float32(-np.inf), s)
-        is_first = n == nblk - 1
-        sub = _slice_state(state, rows)
-        if kernel == "fa4-sm90":
-            p, scale = _sm90.online_softmax(s, sub, scale_log2=sl2, is_first=is_first, arch=opts.mufu_arch,
-                                            ffma_exponent=opts.ffma_exponent)
-            grew = started[rows] & (scale != 1)
-            stats_rows["rescales"][rows] += grew
+        cols = c0 + np.arange(tn)
+        if n < 0:
+            # a tile with no KV block (n_block_max = 0): masked everywhere, K/V loads out of bounds read zeros
+            kb = np.zeros((tn, kh.shape[1]), kh.dtype)
+            vb = np.zeros((tn, dv), vh.dtype)
         else:
-            step = _sm100.softmax_step(s, sub, scale_log2=sl2, is_first=is_first,
+            kb = np.zeros((tn, kh.shape[1]), kh.dtype)
+            vb = np.zeros((tn, dv), vh.dtype)
+            hi = min(c0 + tn, sk)
+            kb[:hi - c0] = kh[c0:hi]
+            vb[:hi - c0] = vh[c0:hi]
+        s = _gemm(qr, kb, None, ctx)
+        if ctx.softcap:
+            s = _scoremod.softcap_scores(s, softcap=ctx.softcap, softmax_scale=ctx.softmax_scale,
+                                         arch=ctx.tanh_arch)
+        vis = _masking.visible(qpos[:, None], cols[None, :], seqlen_q=sq, seqlen_k=sk, window=ctx.window)
+        s = np.where(vis, s, np.float32(-np.inf)).astype(np.float32)
+        is_first = i == 0
+        prev_stored = state.row_max.copy()
+        with np.errstate(invalid="ignore"):
+            m_blk = np.fmax.reduce(s, axis=1)
+            cnt["rescale_events"] += (~is_first) & np.isfinite(true_max) & (m_blk > true_max)
+            true_max = np.fmax(true_max, m_blk)
+        if sm90:
+            p, scale = _sm90.online_softmax(s, state, scale_log2=ctx.sl2, is_first=is_first, arch=opts.mufu_arch,
+                                            ffma_exponent=opts.ffma_exponent)
+            rescale = np.ones(r, bool)
+        else:
+            step = _sm100.softmax_step(s, state, scale_log2=ctx.sl2, is_first=is_first,
                                        rescale_threshold=opts.rescale_threshold, max_offset=opts.max_offset,
-                                       emulate=emu, poly_degree=opts.poly_degree, coeffs=opts.coeffs,
-                                       arch=opts.mufu_arch, fused_bias=opts.fused_bias)
+                                       emulate=ctx.emu, poly_degree=opts.poly_degree, coeffs=opts.coeffs,
+                                       arch=opts.mufu_arch, fused_bias=opts.fused_bias,
+                                       scale_ex2_ftz=not opts.is_sm103)
             p, scale = step.p, step.acc_scale
-            stats_rows["rescales"][rows] += started[rows] & step.rescaled & (scale != 1)
-            stats_rows["rescales_skipped"][rows] += step.skipped
-            stats_rows["max_lag"][rows] = np.maximum(stats_rows["max_lag"][rows], step.lag)
-        _store_state(state, sub, rows)
-        started[rows] |= ~masked.all(axis=1)
-        p_q, sat = _cast_p(p, dt)
-        stats_rows["p_saturated"][rows] += sat.sum(axis=1).astype(np.int32)
-        if blas:
-            p_all[rows, c0:c0 + tn] = p_q.astype(np.float32)
-            scales[n, rows] = scale
-            continue
-        o_rows = o[rows] * scale[:, None]
-        o[rows] = mma_chain(p_q, vt_pad[:, c0:c0 + tn], o_rows, model=opts.gemm, arch=arch)
-    if blas:
-        # block n's P V is multiplied by the scales of every block visited after it (blocks n-1 .. 0)
-        later = np.cumprod(np.vstack([np.ones((1, sq), np.float32), scales[:-1]]), axis=0, dtype=np.float32)
-        p_all *= np.repeat(later.T, tn, axis=1)
-        o = p_all @ vt_pad.T
-    if kernel == "fa4-sm90":
-        rcp, lse = _sm90.finalize(state, scale_log2=sl2, arch=opts.mufu_arch)
+            cnt["max_lag"] = np.maximum(cnt["max_lag"], step.lag)
+            # correction_loop: a warp (32 rows) rescales O only when one of its rows has scale < 1
+            # (vote_ballot_sync); a lane whose scale is 1.0 is then multiplied by 1.0 (unchanged)
+            want = np.zeros(-(-r // 32) * 32, bool)
+            want[:r] = scale < 1
+            rescale = np.repeat(want.reshape(-1, 32).any(axis=1), 32)[:r]
+        with np.errstate(invalid="ignore"):
+            cnt["rescales_done"] += (~is_first) & np.isfinite(prev_stored) & (state.row_max > prev_stored)
+        p_q, sat = _cast_p(p, ctx.dt)
+        cnt["p_saturated"] += sat.sum(axis=1).astype(np.int32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            if not is_first:
+                o = np.where(rescale[:, None], o * scale[:, None], o).astype(np.float32)
+            o = _gemm(p_q, np.ascontiguousarray(vb.T), o, ctx)
+    if sm90:
+        rcp, lse = _sm90.finalize(state, scale_log2=ctx.sl2, arch=opts.mufu_arch, sink=sink_rows)
     else:
-        rcp, lse = _sm100.finalize(state, scale_log2=sl2, max_offset=opts.max_offset, arch=opts.mufu_arch)
-    return o * rcp[:, None], lse
+        rcp, lse = _sm100.finalize(state, scale_log2=ctx.sl2, max_offset=opts.max_offset, arch=opts.mufu_arch,
+                                   sink=sink_rows, v_descale=v_descale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (o * rcp[:, None]).astype(np.float32), lse, cnt
 
 
-def _slice_state(state, rows):
-    return type(state)(**{k: v[rows].copy() for k, v in vars(state).items()})
+# ---------------------------------------------------------------------------------------------- split-KV combine
+def combine_splits(out_partial, lse_partial, *, arch: str = "sm90"):
+    """FA4's split-KV merge (``flash_fwd_combine.py`` ``FlashAttentionForwardCombine``), bit for bit from source.
+
+    out_partial: (num_splits, R, dv) float32, each split's normalised O; lse_partial: (num_splits, R) float32.
+    Returns (out fp32 (R, dv) before the cast to the output dtype, lse (R,)). Per row:
+      lse_max = max over splits (0 if -inf); scale_s = ex2.approx.ftz(fma.rn(lse_s, LOG2_E, -RN(lse_max*LOG2_E)));
+      sum = the scales added as the kernel's threads do (``smem_threads_per_col_lse`` lanes, each summing its
+      splits s = lane, lane + lanes, ... left to right, then a shuffle butterfly with offsets 1, 2, 4, ...);
+      lse = fma.rn(lg2.approx.ftz(sum), LN2, lse_max); scale_s = RN(scale_s * RN(1 / sum)) (0 if sum is 0/NaN);
+      O = sum over valid splits (scale_s > 0) of fma.rn(scale_s, O_s, O), in split order from 0.
+    The lane count is 32 for head_dim_v > 64 (tile_m 8) and 16 otherwise (tile_m 16); the padded split count
+    is 2^max(ceil(log2 num_splits), 4, and 5 when tile_m is 8). (Emulated from source, not run on a GPU.)
+
+    Examples
+    --------
+    >>> o = np.ones((2, 1, 8), np.float32); l = np.float32([[0.0], [0.0]])
+    >>> out, lse = combine_splits(o, l, arch="libm")
+    >>> float(out[0, 0]), round(float(lse[0]), 6)
+    (1.0, 0.693147)
+    """
+    op = f32(out_partial)
+    lp = f32(lse_partial)
+    if op.ndim != 3 or lp.shape != op.shape[:2]:
+        raise ValueError(f"out_partial must be (num_splits, rows, head_dim) and lse_partial (num_splits, rows); "
+                         f"got {op.shape} and {lp.shape}")
+    ns, r, dv = op.shape
+    if not 1 <= ns <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {ns}")
+    tile_m = 8 if dv > 64 else 16                      # k_block_size 128 -> tile_m 8, 64 -> 16
+    lanes = 256 // tile_m                               # smem_threads_per_col_lse
+    log_max = max(math.ceil(math.log2(ns)), 4, 5 if tile_m == 8 else 0)
+    max_splits = 1 << log_max
+    lse_pad = np.full((max_splits, r), -np.inf, np.float32)
+    lse_pad[:ns] = lp
+    ex2 = mufu("ex2", arch)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        lse_max = lse_pad.max(axis=0)                   # exact; NaN-free inputs assumed by the kernel too
+        lse_max_cur = np.where(lse_max == -np.inf, np.float32(0), lse_max).astype(np.float32)
+        scales = ex2(ffma(lse_pad, LOG2_E_F32, -(lse_max_cur * LOG2_E_F32)[None, :]))
+        per_lane = scales.reshape(max_splits // lanes, lanes, r)    # split s = i * lanes + lane
+        acc = np.zeros((lanes, r), np.float32)
+        for i in range(per_lane.shape[0]):
+            acc = acc + per_lane[i]
+        width = 1
+        while width < lanes:
+            acc = acc + acc[np.arange(lanes) ^ width]
+            width *= 2
+        total = acc[0]
+        lse = ffma(mufu("lg2", arch)(total), np.float32(math.log(2.0)), lse_max)
+        bad = (total == 0) | np.isnan(total)
+        inv = np.where(bad, np.float32(0), np.float32(1) / np.where(bad, np.float32(1), total)).astype(np.float32)
+        scales = (scales * inv[None, :]).astype(np.float32)
+        out = np.zeros((r, dv), np.float32)
+        valid = lse_pad != -np.inf
+        last = np.where(valid.any(axis=0), max_splits - 1 - np.argmax(valid[::-1], axis=0), -1)
+        for s in range(ns):
+            use = (scales[s] > 0) & (s <= last)
+            out = np.where(use[:, None], ffma(scales[s][:, None], op[s], out), out).astype(np.float32)
+    return out, lse.astype(np.float32)
 
 
-def _store_state(state, sub, rows):
-    for k, v in vars(sub).items():
-        getattr(state, k)[rows] = v
-
-
+# ---------------------------------------------------------------------------------------------- options
 MODES = ("bitexact", "statistical")
 
 
-def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, *, batch=1, heads=1):
+def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, *, batch=1, heads=1, local=False, dv=None,
+                     pack_gqa=None, varlen_q=False, num_splits=1, page_size=None):
     options = dict(options)
     mode = options.pop("mode", "bitexact")
     if mode not in MODES:
@@ -242,12 +402,16 @@ def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, *, batch=1, h
     if mode == "statistical":
         # GEMMs through fp32 BLAS, MUFU through numpy's libm: vectorised and fast, not bit-exact
         options = {"gemm": "blas", "mufu_arch": "libm", **options}
+    dv = d if dv is None else dv
     if kernel == "fa4-sm90":
-        tm, tn = config.sm90_tile(d, causal)
-        opts = config.Sm90Options(tile_m=tm, tile_n=tn)
+        tm, tn = config.sm90_tile(d, causal, local=local, head_dim_v=dv)
+        pk = config.default_pack_gqa(kernel=kernel, qhead_per_kvhead=h_per_kv, head_dim=d, head_dim_v=dv,
+                                     max_seqlen_q=sq, num_splits=num_splits, batch=batch, heads=heads)
+        opts = config.Sm90Options(tile_m=tm, tile_n=tn, pack_gqa=pk if pack_gqa is None else bool(pack_gqa))
     else:
         opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv,
-                                     batch=batch, heads=heads,
+                                     batch=batch, heads=heads, local=local, head_dim_v=dv, pack_gqa=pack_gqa,
+                                     varlen_q=varlen_q, split_kv=num_splits > 1, page_size=page_size,
                                      use_2cta_instrs=options.pop("use_2cta_instrs", None),
                                      is_sm103=options.pop("is_sm103", False))
     opts = config.apply_overrides(opts, options)
@@ -272,69 +436,275 @@ def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, *, batch=1, h
     return opts
 
 
-def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", **options) -> AttentionResult:
-    """Emulate FA4's forward pass; returns ``AttentionResult(out, lse, stats)``.
+def _descale(x, name, batch, hk):
+    a = _plain(x, name)
+    if a is None:
+        return np.ones((batch, hk), np.float32)
+    if a.shape != (batch, hk):
+        raise ValueError(f"{name} must have shape (batch, heads_kv) = {(batch, hk)}, got {a.shape}")
+    return a.astype(np.float32)
 
-    q: (batch, seqlen_q, heads, head_dim); k, v: (batch, seqlen_k, heads_kv, head_dim), heads % heads_kv == 0
-    (GQA/MQA). numpy arrays (ml_dtypes.bfloat16, float16, ml_dtypes float8 on fa4-sm100) or torch tensors;
-    the result has the input's kind (and device).
-    softmax_scale: default 1/sqrt(head_dim) (interface.py), applied as Float32 (scale_log2 = RN(scale * log2 e)).
-    causal: bottom-right aligned (key j visible from query i iff j <= i + seqlen_k - seqlen_q).
-    kernel: "fa4-sm90" (Hopper path as the H200 runs it) or "fa4-sm100" (Blackwell path per FA4's source).
-    options: ``mode`` = "bitexact" (default) or "statistical" (gemm="blas" and mufu_arch="libm": fp32 BLAS
-        GEMMs and numpy exp2/rcp/log2, for large studies); knobs of both kernels: ``gemm`` ("wgmma" bit-accurate
-        tensor-core model, "exact" = exact sums rounded once, "blas"), ``tile_m``, ``tile_n``, ``mufu_arch``
-        ("sm90" H200 tables, or "libm"); fa4-sm90 ``ffma_exponent``; fa4-sm100
-        ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``, ``ex2_emu_start_frg``,
-        ``poly_degree``, ``coeffs`` (tuple or polys/ entry name), ``use_2cta_instrs`` and ``is_sm103`` (pick
-        another tuning-table entry), ``fused_bias``.
+
+def _num_splits_auto(*, batch, hk, h_per_kv, pack_gqa, sq, sk, tile_m, tile_n, window):
+    """``num_splits_heuristic`` of ``_get_fwd_config`` for num_splits < 1 (148 SMs, at most 128 splits)."""
+    rows = sq * (h_per_kv if pack_gqa else 1)
+    q_stage = 2 if rows > 128 else 1
+    m_blocks = -(-rows // (q_stage * tile_m))
+    total = batch * hk * (1 if pack_gqa else h_per_kv) * m_blocks
+    loaded = sk
+    if window.local:
+        wr = sk if window.right is None else window.right
+        wl = sk if window.left is None else window.left
+        loaded = max(0, min(sk, wr + wl + 1 + tile_m))
+    n_blocks = -(-loaded // tile_n)
+    if n_blocks <= 4 or total == 0:
+        return 1
+    return max(1, min(config.NUM_SMS_SM100 // total, 128, n_blocks))
+
+
+# ---------------------------------------------------------------------------------------------- entry point
+def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
+            window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None, cu_seqlens_k=None,
+            max_seqlen_q=None, max_seqlen_k=None, num_splits=1, q_descale=None, k_descale=None, v_descale=None,
+            page_table=None, nonfinite="propagate", **options) -> AttentionResult:
+    """Emulate FA4's forward pass (``flash_attn.cute.flash_attn_func`` / ``flash_attn_varlen_func``).
+
+    Parameters
+    ----------
+    q, k, v : arrays or torch tensors
+        FA4's layouts: q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, heads_kv, head_dim[_v]);
+        with ``cu_seqlens_q`` q is (total_q, heads, head_dim), with ``cu_seqlens_k`` k/v are
+        (total_k, heads_kv, ...), with ``page_table`` k/v are (num_pages, page_size, heads_kv, ...).
+        bf16/fp16 (ml_dtypes for numpy), fp8 e4m3/e5m2 on fa4-sm100. heads % heads_kv == 0 (GQA/MQA).
+    softmax_scale : float, optional
+        Default 1/sqrt(head_dim); applied as Float32 (scale_log2 = RN(scale * log2 e)). Any finite value.
+    causal : bool
+        Bottom-right aligned (key j visible from query i iff j <= i + seqlen_k - seqlen_q).
+    kernel : {"fa4-sm90", "fa4-sm100"}
+        The Hopper path as the H200 runs it, or the Blackwell path from FA4's source (not run on a Blackwell
+        GPU).
+    softcap : float
+        >= 0; 0 disables. score <- softcap * tanh(score * scale / softcap) (tanh.approx.f32).
+    window_size : (left, right)
+        Sliding window (None = unbounded side), bottom-right aligned like causal; see
+        :func:`fa4num.attention.masking.resolve_window`. A window wider than the sequence masks nothing.
+    learnable_sink : array (heads,), optional
+        One extra softmax logit per q head (natural-log units, not scaled) with no value row.
+    pack_gqa : bool, optional
+        None: FA4's default (:func:`fa4num.attention.config.default_pack_gqa`).
+    cu_seqlens_q, cu_seqlens_k : int arrays (batch + 1,), optional
+        Varlen prefix sums; ``max_seqlen_q``/``max_seqlen_k`` (optional) must cover the longest sequence.
+    num_splits : int
+        fa4-sm100 split-KV: 1 (none), > 1 splits merged by FA4's combine kernel, < 1 FA4's heuristic.
+        fa4-sm90 refuses splits, as FA4 does ("SplitKV not supported on SM 9.0").
+    q_descale, k_descale, v_descale : float32 (batch, heads_kv), optional
+        fp8 only (fa4-sm100): scale_log2 *= q_descale * k_descale, the final O scale *= v_descale.
+    page_table : int array (batch, pages_per_seq), optional
+        Paged KV (fa4-sm100): keys are gathered page by page; numerically the same as contiguous K/V of
+        length pages_per_seq * page_size.
+    nonfinite : {"propagate", "raise"}
+        "propagate" (default): NaN/inf in q/k/v give the kernel's bits; "raise": ValueError naming the input.
+    **options
+        ``mode`` = "bitexact" (default) or "statistical" (fp32 BLAS GEMMs, numpy exp2/rcp/log2); kernel knobs
+        (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``; fa4-sm90 ``ffma_exponent``;
+        fa4-sm100 ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``,
+        ``ex2_emu_start_frg``, ``poly_degree``, ``coeffs``, ``use_2cta_instrs``, ``is_sm103``, ``fused_bias``).
+
+    Returns
+    -------
+    AttentionResult
+        ``out`` (q's layout, head_dim_v; q's dtype, bf16 for fp8), ``lse`` (float32 (batch, heads, seqlen_q),
+        (heads, total_q) for varlen q), ``stats`` (:class:`AttentionStats`).
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((1, 40, 2, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    >>> res = forward(q, k, v, causal=True, window_size=(8, None))
+    >>> res.out.shape, res.lse.shape, int(res.stats.masked_by_window[0, 0, -1])
+    ((1, 40, 2, 64), (1, 2, 40), 31)
     """
+    if kernel not in config.KERNELS:
+        raise ValueError(f"kernel must be one of {config.KERNELS}, got {kernel!r}")
+    if nonfinite not in NONFINITE:
+        raise ValueError(f"nonfinite must be one of {NONFINITE}, got {nonfinite!r}")
     qa, device = _to_numpy(q, "q")
     ka, _ = _to_numpy(k, "k")
     va, _ = _to_numpy(v, "v")
-    _validate(qa, ka, va, kernel, softmax_scale)
-    b, sq, h, d = qa.shape
-    sk, hk = ka.shape[1], ka.shape[2]
+    _validate_dtypes(qa, ka, va, kernel)
     dt = qa.dtype.name
+    if softmax_scale is not None:
+        try:
+            softmax_scale = float(softmax_scale)
+        except (TypeError, ValueError):
+            raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}") from None
+        if math.isnan(softmax_scale):
+            raise ValueError("softmax_scale must not be NaN")
+    softcap = 0.0 if softcap is None else float(softcap)
+    if not (softcap >= 0 and math.isfinite(softcap)):
+        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
+    window = _masking.resolve_window(bool(causal), window_size)
+    seqs, batch, msq = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
+                                        _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
+                                        max_seqlen_q, max_seqlen_k)
+    h, d = qa.shape[-2:]
+    hk, dv = va.shape[-2], va.shape[-1]
+    _check_head_dims(d, dv, kernel, dt)
     h_per_kv = h // hk
-    opts = _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, batch=b, heads=h)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    sl2 = scale_log2_of(scale)
-    out_dt = _NP_DTYPES["bfloat16"] if dt.startswith("float8") else _NP_DTYPES[dt]
-    out = np.zeros((b, sq, h, d), out_dt)
-    lse = np.full((b, h, sq), -np.inf, np.float32)
-    names = ("rescales", "rescales_skipped", "exp2_emulated", "exp2_mufu", "p_saturated")
-    st = {n: np.zeros((b, h, sq), np.int32) for n in names}
-    st["max_lag"] = np.zeros((b, h, sq), np.float32)
-    pack_gqa = h_per_kv > 1
-    visited = _visited_blocks(sq, sk, h_per_kv, opts.tile_m, opts.tile_n, causal, pack_gqa)
-    st["kv_blocks"] = np.zeros((b, h, sq), np.int32)
+    if nonfinite == "raise":
+        for name, a in (("q", qa), ("k", ka), ("v", va)):
+            if not np.isfinite(a.astype(np.float32)).all():
+                raise ValueError(f"{name} contains NaN or inf (nonfinite='raise'; the default 'propagate' gives "
+                                 "the kernel's NaN/inf bits)")
+    sink = _plain(learnable_sink, "learnable_sink")
+    if sink is not None:
+        if sink.shape != (h,) or not np.issubdtype(sink.dtype, np.floating):
+            raise ValueError(f"learnable_sink must be a float array of shape (heads,) = ({h},), got shape "
+                             f"{sink.shape} dtype {sink.dtype}")
+        sink = sink.astype(np.float32)
+    fp8 = dt.startswith("float8")
+    if not fp8 and any(x is not None for x in (q_descale, k_descale, v_descale)):
+        raise ValueError("q_descale/k_descale/v_descale are only supported for fp8 inputs (FA4 asserts this)")
+    qd, kd, vd = (_descale(x, n, batch, hk) for x, n in ((q_descale, "q_descale"), (k_descale, "k_descale"),
+                                                         (v_descale, "v_descale")))
+    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)):
+        raise ValueError(f"num_splits must be an int, got {num_splits!r}")
+    num_splits = int(num_splits)
+    if kernel == "fa4-sm90" and num_splits != 1:
+        raise ValueError(f"num_splits must be 1 for fa4-sm90 (FA4: 'SplitKV not supported on SM 9.0'), "
+                         f"got {num_splits}")
+    if num_splits > MAX_SPLITS:
+        raise ValueError(f"num_splits must be <= {MAX_SPLITS} (the combine kernel's limit), got {num_splits}")
+    varlen_q = cu_seqlens_q is not None
+    msk = max((s.k.shape[0] for s in seqs), default=0) if max_seqlen_k is None else int(max_seqlen_k)
+    page_size = ka.shape[1] if page_table is not None else None
+    if pack_gqa is not None and not isinstance(pack_gqa, (bool, np.bool_)):
+        raise ValueError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
+    opts = _resolve_options(kernel, dt, d, window.causal, msq, h_per_kv, options, batch=batch, heads=h,
+                            local=window.local, dv=dv, pack_gqa=pack_gqa, varlen_q=varlen_q,
+                            num_splits=num_splits if num_splits >= 1 else 1, page_size=page_size)
+    if kernel == "fa4-sm100":
+        if num_splits < 1:
+            num_splits = _num_splits_auto(batch=batch, hk=hk, h_per_kv=h_per_kv, pack_gqa=opts.pack_gqa, sq=msq,
+                                          sk=msk, tile_m=128, tile_n=opts.tile_n, window=window)
+        if num_splits > 1 and d != dv:
+            # _get_fwd_config: split-KV with head_dim != head_dim_v needs tile_n 64 and >= 64 KV blocks
+            n_blocks64 = -(-msk // 64)
+            if n_blocks64 >= 64:
+                opts = config.replace(opts, tile_n=64)
+            else:
+                num_splits = 1
+        if num_splits > 1 and opts.use_2cta_instrs and "use_2cta_instrs" not in options:
+            opts = config.replace(opts, use_2cta_instrs=False)
+        opts = config.replace(opts, num_splits=num_splits)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
+    model, accum = config.GEMM_IMPL[opts.gemm]
+    tanh_arch = opts.mufu_arch
+    emu = None
     n_emu = 0
     if kernel == "fa4-sm100":
-        n_emu = int(_sm100.emulated_columns(opts.tile_n, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
-                                            start_frg=opts.ex2_emu_start_frg).sum())
-    for hh in range(h):
-        vis = visited[hh % h_per_kv] if pack_gqa else visited[0]
-        st["kv_blocks"][:, hh] = vis
-        st["exp2_emulated"][:, hh] = vis * n_emu
-        st["exp2_mufu"][:, hh] = vis * (opts.tile_n - n_emu)
-    if sk == 0 or sq == 0:
-        return _wrap(out, lse, st, kernel, opts, scale, device)
-    for bb in range(b):
+        emu = _sm100.emulated_columns(opts.tile_n, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
+                                      start_frg=opts.ex2_emu_start_frg)
+        n_emu = int(emu.sum())
+    out_dt = _NP_DTYPES["bfloat16"] if fp8 else _NP_DTYPES[dt]
+    lead = qa.shape[:-2]
+    out = np.zeros((*lead, h, dv), out_dt)
+    lse_shape = (h, qa.shape[0]) if varlen_q else (qa.shape[0], h, qa.shape[1])
+    lse = np.full(lse_shape, -np.inf, np.float32)
+    names = ("kv_blocks", "rescale_events", "rescales_done", "exp2_emulated", "exp2_mufu", "p_saturated",
+             "masked_by_window")
+    st = {n: np.zeros(lse_shape, np.int32) for n in names}
+    st["max_lag"] = np.zeros(lse_shape, np.float32)
+    st["sink_share"] = np.zeros(lse_shape, np.float32)
+    tanh_exact = not softcap or _scoremod.tanh_is_exact(tanh_arch)
+    g = h_per_kv if opts.pack_gqa else 1
+    for seq in seqs:
+        sq, sk = seq.q.shape[0], seq.k.shape[0]
+        if sq == 0:
+            continue
+        # keys the window hides (within seqlen_k), per query row
+        qi = np.arange(sq)
+        nvis = _masking.visible(qi[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk,
+                                window=window).sum(axis=1) if sk else np.zeros(sq, np.int64)
         for hh in range(h):
-            rows = {n: st[n][bb, hh] for n in ("rescales", "rescales_skipped", "max_lag", "p_saturated")}
-            o, l = _run_head(qa[bb, :, hh], ka[bb, :, hh // h_per_kv], va[bb, :, hh // h_per_kv], kernel=kernel,
-                             opts=opts, causal=causal, sl2=sl2, dt=dt, stats_rows=rows)
-            out[bb, :, hh] = f32(o).astype(out_dt)
-            lse[bb, hh] = l
-    return _wrap(out, lse, st, kernel, opts, scale, device)
+            st["masked_by_window"][seq.lse_index(hh)] = sk - nvis
+        if sk == 0:
+            # interface.py: seqlen_k == 0 -> out = 0, lse = -inf (or the sink)
+            if sink is not None:
+                for hh in range(h):
+                    lse[seq.lse_index(hh)] = sink[hh]
+            continue
+        for kvh in range(hk):
+            qk_descale = np.float32(qd[seq.batch, kvh] * kd[seq.batch, kvh])
+            ctx = _Ctx(kernel, opts, None, None, softcap, window, dt, model, accum, emu, tanh_arch)
+            if softcap:
+                ctx.sl2 = _scoremod.SCALE_LOG2_WITH_SCOREMOD
+                ctx.softmax_scale = np.float32(np.float32(scale) * qk_descale)
+            else:
+                ctx.sl2 = np.float32(scale_log2_of(scale) * qk_descale)
+                ctx.softmax_scale = np.float32(scale)
+            heads = range(kvh * h_per_kv, (kvh + 1) * h_per_kv)
+            kh, vh = seq.k[:, kvh], seq.v[:, kvh]
+            groups = [list(heads)] if g > 1 else [[hh] for hh in heads]
+            for grp in groups:
+                # rows of this tile sequence: packed row = query * g + head offset
+                ng = len(grp)
+                rows_q = np.repeat(np.arange(sq), ng)
+                rows_h = np.tile(np.asarray(grp), sq)
+                nrows = sq * ng
+                o_all = np.zeros((nrows, dv), np.float32)
+                l_all = np.full(nrows, -np.inf, np.float32)
+                cnt_all = {n: np.zeros(nrows, np.int32) for n in ("rescale_events", "rescales_done",
+                                                                   "p_saturated", "kv_blocks")}
+                cnt_all["max_lag"] = np.zeros(nrows, np.float32)
+                for mb in range(-(-nrows // opts.tile_m)):
+                    rs = slice(mb * opts.tile_m, min((mb + 1) * opts.tile_m, nrows))
+                    qr = seq.q[rows_q[rs], rows_h[rs]]
+                    sink_rows = None if sink is None else sink[rows_h[rs]]
+                    parts = []
+                    for split in range(num_splits):
+                        lo, hi = _masking.n_block_range(mb, tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq,
+                                                        seqlen_k=sk, window=window, qhead_per_kvhead_packgqa=ng,
+                                                        split_idx=split, num_splits=num_splits)
+                        parts.append(_run_mblock(qr, kh, vh, rows_q[rs], sq=sq, sk=sk, n_lo=lo, n_hi=hi, ctx=ctx,
+                                                 sink_rows=sink_rows if split == 0 else None,
+                                                 v_descale=vd[seq.batch, kvh]))
+                    if num_splits == 1:
+                        o_all[rs], l_all[rs], cnt = parts[0]
+                    else:
+                        o_all[rs], l_all[rs] = combine_splits(np.stack([p[0] for p in parts]),
+                                                              np.stack([p[1] for p in parts]), arch=opts.mufu_arch)
+                        cnt = {n: sum(p[2][n] for p in parts) for n in parts[0][2] if n != "max_lag"}
+                        cnt["max_lag"] = np.max([p[2]["max_lag"] for p in parts], axis=0)
+                    for n, val in cnt.items():
+                        cnt_all[n][rs] = val
+                for j, hh in enumerate(grp):
+                    sel = rows_h == hh
+                    o = o_all[sel]
+                    oc = o.astype(out_dt)
+                    # cvt.rn.{bf16,f16}.f32 turns every NaN into the canonical 0x7FFF
+                    oc.view(np.uint16)[np.isnan(o)] = 0x7FFF
+                    out[seq.out_index + (hh,)] = oc
+                    li = seq.lse_index(hh)
+                    lse[li] = l_all[sel]
+                    for n, val in cnt_all.items():
+                        st[n][li] = val[sel]
+                    st["exp2_emulated"][li] = cnt_all["kv_blocks"][sel] * n_emu
+                    st["exp2_mufu"][li] = cnt_all["kv_blocks"][sel] * (opts.tile_n - n_emu)
+    if sink is not None:
+        sink_b = sink[:, None] if varlen_q else sink[None, :, None]
+        with np.errstate(invalid="ignore", over="ignore"):
+            share = np.exp(sink_b.astype(np.float64) - lse.astype(np.float64))
+        st["sink_share"] = np.where(np.isfinite(share), share, 0).astype(np.float32)
+    stats = AttentionStats(**st, gemm=opts.gemm, tanh_exact=tanh_exact)
+    return _wrap(out, lse, stats, kernel, opts, scale, device, num_splits)
 
 
-def _wrap(out, lse, st, kernel, opts, scale, device):
-    stats = AttentionStats(**st)
+def _wrap(out, lse, stats, kernel, opts, scale, device, num_splits=1):
     if device is None:
-        return AttentionResult(out, lse, stats, kernel, opts, scale)
+        return AttentionResult(out, lse, stats, kernel, opts, scale, num_splits)
     import torch
     ot = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16 if out.dtype == _NP_DTYPES["bfloat16"]
                                                   else torch.float16).to(device)
-    return AttentionResult(ot, torch.from_numpy(lse).to(device), stats, kernel, opts, scale)
+    return AttentionResult(ot, torch.from_numpy(lse).to(device), stats, kernel, opts, scale, num_splits)

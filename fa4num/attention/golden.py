@@ -57,3 +57,64 @@ def check_case(case: dict, z) -> CaseCheck:
     lbad = int((res.lse.view(np.uint32) != z[f"{spec.name}.lse"].view(np.uint32)).sum())
     return CaseCheck(spec.name, input_digest(q, k, v) == case["input_sha256"], nbad, bits.size, lbad,
                      res.lse.size)
+
+
+# ---- feature cases (softcap, windows, sinks, varlen, pack-GQA, non-finite inputs, odd scales, hd256 x GQA) -----
+GOLDEN_DIR = GOLDEN_SM90.parent
+FEATURE_FILES = {tag: GOLDEN_DIR / f"fa4_sm90_features_{tag}_h200.npz" for tag in ("dev", "holdout")}
+
+
+def feature_call(case: dict, arrays: dict) -> dict:
+    """``forward`` keyword arguments of a feature case, the same ones the capture script passed to
+    ``flash_attn_func`` / ``flash_attn_varlen_func`` (experiments/gpu/fa4_capture_features.py ``_call``)."""
+    kw = dict(softmax_scale=case.get("softmax_scale"), causal=case["causal"], softcap=case.get("softcap") or 0.0)
+    if case.get("window_size") is not None:
+        kw["window_size"] = tuple(case["window_size"])
+    if "learnable_sink" in arrays:
+        kw["learnable_sink"] = arrays["learnable_sink"]
+    if case.get("pack_gqa") is not None:
+        kw["pack_gqa"] = case["pack_gqa"]
+    if "cu_seqlens_q" in arrays:
+        vl = case["varlen"]
+        kw.update(cu_seqlens_q=arrays["cu_seqlens_q"], cu_seqlens_k=arrays["cu_seqlens_k"],
+                  max_seqlen_q=max(vl["seqlens_q"]), max_seqlen_k=max(vl["seqlens_k"]))
+    return kw
+
+
+@dataclass(frozen=True)
+class FeatureCheck:
+    name: str
+    inputs_match: bool       # regenerated inputs have the SHA-256 of those the GPU saw
+    out_digest_match: bool   # SHA-256 of every output bit equals the GPU's
+    out_mismatches: int      # differing output elements among those stored (all, or the sample)
+    out_checked: int
+    lse_mismatches: int
+    lse_size: int
+    tanh_exact: bool         # False: the case needs a MUFU.TANH model that fa4num.hw does not have yet
+
+    @property
+    def bit_exact(self) -> bool:
+        return self.inputs_match and self.out_digest_match and self.out_mismatches == 0 and self.lse_mismatches == 0
+
+
+def check_feature_case(rec: dict, z, *, kernel: str = "fa4-sm90") -> FeatureCheck:
+    """Emulate one feature case of a capture file (compact: digest + sampled elements; or the full capture
+    with ``NAME.out_bits``) and compare every bit it holds."""
+    case = rec["case"]
+    name = case["name"]
+    arrays = inputs.make_feature_inputs(case)
+    digest = hashlib.sha256(b"".join(np.ascontiguousarray(arrays[n]).tobytes() for n in sorted(arrays))).hexdigest()
+    res = forward(arrays["q"], arrays["k"], arrays["v"], kernel=kernel, **feature_call(case, arrays))
+    bits = np.ascontiguousarray(res.out).view(np.uint16)
+    if f"{name}.out_bits" in z.files:
+        gold = z[f"{name}.out_bits"]
+        nbad, nchk = int((bits != gold).sum()), gold.size
+        dig_ok = nbad == 0
+    else:
+        idx, gold = z[f"{name}.out_sample_idx"], z[f"{name}.out_sample_bits"]
+        nbad, nchk = int((bits.reshape(-1)[idx] != gold).sum()), gold.size
+        dig_ok = hashlib.sha256(bits.tobytes()).hexdigest() == rec["digests"]["out"]
+    glse = z[f"{name}.lse"]
+    lbad = int((np.ascontiguousarray(res.lse, np.float32).view(np.uint32) != glse.view(np.uint32)).sum())
+    return FeatureCheck(name, digest == rec["input_sha256"], dig_ok, nbad, nchk, lbad, glse.size,
+                        res.stats.tanh_exact)

@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from . import config
-from .forward import AttentionResult, AttentionStats, _resolve_options, _visited_blocks
+from . import masking
+from .forward import AttentionResult, AttentionStats, _resolve_options
 from ..softmax._ops import scale_log2_of
 
 _TORCH_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
@@ -31,6 +32,22 @@ def _ex2_emulation(x, coeffs):
     for c in reversed(coeffs[:-1]):
         p = (p * f + float(c)).float().double()
     return torch.ldexp(p.float(), n.to(torch.int32))
+
+
+def _kv_blocks(b, h, sq, sk, rep, opts, causal):
+    """KV blocks each row's M block visits (masking.n_block_range), (b, h, sq) int32."""
+    w = masking.resolve_window(causal)
+    g = rep if opts.pack_gqa else 1
+    out = np.zeros((h, sq), np.int32)
+    rows = np.arange(sq * g)
+    for hh in range(h):
+        packed = rows[rows % g == (hh % rep if g > 1 else 0)]
+        for mb in np.unique(packed // opts.tile_m):
+            lo, hi = masking.n_block_range(int(mb), tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq,
+                                           seqlen_k=sk, window=w, qhead_per_kvhead_packgqa=g)
+            sel = packed[packed // opts.tile_m == mb] // g
+            out[hh, sel] = max(hi, lo + 1) - lo if hi > lo else 1
+    return np.broadcast_to(out, (b, h, sq)).copy()
 
 
 def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", device=None,
@@ -87,25 +104,25 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     scales = torch.ones((nblk, b, h, sq), device=dev)
     p_all = torch.zeros_like(s_all)
     started = torch.zeros((b, h, sq), dtype=torch.bool, device=dev)
-    n_resc = torch.zeros((b, h, sq), dtype=torch.int32, device=dev)
-    n_skip = torch.zeros_like(n_resc)
-    n_sat = torch.zeros_like(n_resc)
+    n_done = torch.zeros((b, h, sq), dtype=torch.int32, device=dev)
+    n_events = torch.zeros_like(n_done)
+    n_sat = torch.zeros_like(n_done)
     lag = torch.zeros((b, h, sq), device=dev)
     for n in range(nblk - 1, -1, -1):
         s = s_all[..., n * tn:(n + 1) * tn]
         m_blk = s.amax(-1)
         m_new = torch.maximum(m, m_blk)
+        n_events += (started & (m_blk > true_m)).int()
         true_m = torch.maximum(true_m, m_blk)
         m_safe = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)
         acc_ = (m - m_safe) * sl2
         acc = torch.exp2(acc_)
         if kernel == "fa4-sm100" and opts.rescale_threshold > 0:
             keep = acc_ >= -opts.rescale_threshold
-            n_skip += (keep & (m_blk > m)).int()
             m_new = torch.where(keep, m, m_new)
             m_safe = torch.where(keep, m, m_safe)
             acc = torch.where(keep, torch.ones_like(acc), acc)
-        n_resc += (started & (acc != 1)).int()
+        n_done += (started & (m_new > m)).int()
         m = m_new
         bias = float(opts.max_offset) - m_safe.double() * sl2 if kernel == "fa4-sm100" else -(m_safe * sl2).double()
         x = (s.double() * sl2 + bias[..., None]).float()
@@ -133,10 +150,13 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     lse = torch.where(zero_or_nan, torch.full_like(lse, float("-inf")), lse)
     out_dtype = torch.bfloat16 if dt.startswith("float8") else p_dtype
     out = (o * safe.reciprocal()[..., None]).transpose(1, 2).to(out_dtype)
-    visited = _visited_blocks(sq, sk, rep, opts.tile_m, tn, causal, rep > 1)
-    kvb = np.stack([visited[hh % rep] if rep > 1 else visited[0] for hh in range(h)])[None].repeat(b, 0)
+    kvb = _kv_blocks(b, h, sq, sk, rep, opts, causal)
     n_emu = int(emu.sum()) if emu is not None else 0
-    stats = AttentionStats(kv_blocks=kvb, rescales=n_resc.cpu().numpy(), rescales_skipped=n_skip.cpu().numpy(),
+    vis = masking.visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk,
+                          window=masking.resolve_window(causal))
+    hidden = np.broadcast_to((sk - vis.sum(axis=1)).astype(np.int32), (b, h, sq)).copy()
+    stats = AttentionStats(kv_blocks=kvb, rescale_events=n_events.cpu().numpy(), rescales_done=n_done.cpu().numpy(),
                            max_lag=lag.cpu().numpy().astype(np.float32), exp2_emulated=kvb * n_emu,
-                           exp2_mufu=kvb * (tn - n_emu), p_saturated=n_sat.cpu().numpy())
+                           exp2_mufu=kvb * (tn - n_emu), p_saturated=n_sat.cpu().numpy(), masked_by_window=hidden,
+                           sink_share=np.zeros((b, h, sq), np.float32), gemm="blas")
     return AttentionResult(out, lse.float(), stats, kernel, opts, scale)

@@ -81,6 +81,8 @@ def _rz_to_f32(v):
     above the largest finite value: the largest finite value, as RZ never overflows to inf)."""
     if v == 0.0:
         return np.float32(0.0)        # the hardware returns +0 for an exact zero sum
+    if not math.isfinite(v):
+        return np.float32(v)          # an inf term (or inf - inf = NaN) passes through, no RZ clamp
     m, ex = math.frexp(v)             # v = m * 2^ex, 0.5 <= |m| < 1
     if ex - 1 < -126:
         r = np.trunc(v * 2.0 ** 149) * 2.0 ** -149

@@ -28,7 +28,7 @@ def f32(x) -> np.ndarray:
 
 
 _TINY = np.float32(2.0 ** -126)
-_LIBM = {"ex2": np.exp2, "rcp": np.reciprocal, "lg2": np.log2}
+_LIBM = {"ex2": np.exp2, "rcp": np.reciprocal, "lg2": np.log2, "tanh": np.tanh}
 
 
 def _flush(x):
@@ -54,17 +54,27 @@ def _libm(name):
     return call
 
 
-def mufu(name: str, arch: str):
-    """MUFU.<name> (ex2, rcp or lg2) with .ftz as a function of an fp32 array: the fa4num.hw table model of
-    ``arch`` (bit-exact), or numpy's libm when arch == "libm" (fast, statistical)."""
+def has_mufu(name: str, arch: str) -> bool:
+    """Whether fa4num.hw has a bit-exact model of MUFU.<name> (``arch == "libm"`` always answers True)."""
     if arch == "libm":
-        return _libm(name)
+        return True
+    from fa4num import hw
+    return hasattr(hw, f"mufu_{name}")
+
+
+def mufu(name: str, arch: str, *, ftz: bool = True):
+    """MUFU.<name> (ex2, rcp, lg2; tanh where fa4num.hw models it) as a function of an fp32 array: the
+    fa4num.hw table model of ``arch`` (bit-exact; ``ftz=False`` gives the non-.ftz form ptxas builds around
+    the instruction), or numpy's libm when arch == "libm" (fast, statistical). ``tanh.approx.f32`` has no
+    table model in fa4num.hw yet: it falls back to libm's tanh rounded to fp32 (see :func:`has_mufu`)."""
     from fa4num import hw  # the "gpu" helper's package; imported here so softmax never caches a stale model
+    if arch == "libm" or not hasattr(hw, f"mufu_{name}"):
+        return _libm(name)
     fn = getattr(hw, f"mufu_{name}")
 
     def call(x):
         x = f32(x)
-        return f32(fn(x, arch=arch, ftz=True)).reshape(x.shape)
+        return f32(fn(x, arch=arch, ftz=ftz)).reshape(x.shape)
     return call
 
 

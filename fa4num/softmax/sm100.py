@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._ops import LN2_F32, f32, ffma, mufu
+from ._ops import LN2_F32, LOG2_E_F32, f32, ffma, mufu
 
 FRAGMENT = 32   # frg_tile in apply_exp2_convert
 
@@ -89,12 +89,14 @@ def fadd_reduce(p: np.ndarray, init) -> np.ndarray:
 
 def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_threshold: float = 8.0,
                  max_offset: int = 0, emulate=None, poly_degree: int = 3, coeffs=None, arch: str = "sm90",
-                 fused_bias: bool = True) -> Sm100Step:
+                 fused_bias: bool = True, scale_ex2_ftz: bool = True) -> Sm100Step:
     """One KV block of the SM100 softmax warp (``softmax_step`` in flash_fwd_sm100.py). Updates ``state``.
 
     s: (R, N) float32 scores, masked entries -inf. emulate: (N,) bool mask from :func:`emulated_columns`
     (None: all MUFU). arch: which MUFU table model to use (the measured H200 tables are "sm90").
     fused_bias=False computes bias = RN(max_offset - RN(m*scale_log2)) (two roundings), for studies.
+    scale_ex2_ftz=False: the rescale factor through the non-fast-math exp2 (``ex2.approx.f32`` without .ftz),
+    as SM103 computes it (softmax.py ``update_row_max_from_local``, ``cute.math.exp2(acc_scale_)``).
     """
     from fa4num.ex2 import fa4_emulated
     s = f32(s)
@@ -110,8 +112,9 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
     rescaled = np.zeros(rows, bool)
     skipped = np.zeros(rows, bool)
     if not is_first:
-        acc_scale_ = (m_old - m_safe) * sl2
-        acc_scale = ex2(acc_scale_)
+        with np.errstate(invalid="ignore"):
+            acc_scale_ = (m_old - m_safe) * sl2
+        acc_scale = ex2(acc_scale_) if scale_ex2_ftz else mufu("ex2", arch, ftz=False)(acc_scale_)
         rescaled = np.ones(rows, bool)
         if rescale_threshold > 0:
             keep = acc_scale_ >= np.float32(-rescale_threshold)   # FSETP.GE; NaN compares false -> rescale
@@ -138,13 +141,30 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
     return Sm100Step(p, acc_scale, rescaled, skipped, lag)
 
 
-def finalize(state: Sm100State, *, scale_log2, max_offset: int = 0, arch: str = "sm90"):
-    """Correction-warp epilogue: (scale = rcp.approx.ftz(row_sum), LSE) per row (flash_fwd_sm100.py
-    correction_loop). Zero or NaN row_sum -> rcp(1.0), LSE -inf."""
+def finalize(state: Sm100State, *, scale_log2, max_offset: int = 0, arch: str = "sm90", sink=None,
+             v_descale=1.0):
+    """Correction-warp epilogue: (scale, LSE) per row (flash_fwd_sm100.py ``correction_loop``).
+
+    A learnable sink (float32 per row, natural-log units) is folded in first (softmax.py
+    ``apply_learnable_sink``): a row with no key gets m = RN(sink * RN(LOG2_E / scale_log2)) and
+    row_sum = 2^max_offset; otherwise row_sum += ex2.approx.ftz(RN(fma.rn(sink, LOG2_E, -RN(m * scale_log2))
+    + max_offset)). Then scale = RN(rcp.approx.ftz(row_sum, 1.0 if zero/NaN) * v_descale) and
+    LSE = RN(fma.rn(m, scale_log2, RN(lg2.approx.ftz(row_sum) - max_offset)) * LN2), -inf if zero/NaN.
+    (Emulated from source, not run on a Blackwell GPU.)"""
     rs = state.row_sum
-    zero_or_nan = (rs == 0) | np.isnan(rs)
-    safe = np.where(zero_or_nan, np.float32(1), rs).astype(np.float32)
-    scale = mufu("rcp", arch)(safe)
-    lg = mufu("lg2", arch)(safe) - np.float32(max_offset)
-    lse = ffma(state.row_max, np.float32(scale_log2), lg) * LN2_F32
-    return scale, np.where(zero_or_nan, np.float32(-np.inf), lse).astype(np.float32)
+    m = state.row_max
+    sl2 = np.float32(scale_log2)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if sink is not None:
+            sink = np.broadcast_to(f32(sink), m.shape)
+            empty = m == -np.inf
+            x = ffma(sink, LOG2_E_F32, -(m * sl2)) + np.float32(max_offset)
+            added = rs + mufu("ex2", arch)(x)
+            m = np.where(empty, sink * (LOG2_E_F32 / sl2), m).astype(np.float32)
+            rs = np.where(empty, np.float32(2.0 ** max_offset), added).astype(np.float32)
+        zero_or_nan = (rs == 0) | np.isnan(rs)
+        safe = np.where(zero_or_nan, np.float32(1), rs).astype(np.float32)
+        scale = mufu("rcp", arch)(safe) * np.float32(v_descale)
+        lg = mufu("lg2", arch)(safe) - np.float32(max_offset)
+        lse = ffma(m, sl2, lg) * LN2_F32
+    return scale.astype(np.float32), np.where(zero_or_nan, np.float32(-np.inf), lse).astype(np.float32)

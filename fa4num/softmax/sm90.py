@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._ops import LN2_F32, f32, ffma, mufu
+from ._ops import LN2_F32, LOG2_E_F32, f32, ffma, mufu
 
 LANES = 4   # threads of a quad that share one accumulator row
 
@@ -82,18 +82,33 @@ def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str
     return p, row_scale
 
 
-def finalize(state: Sm90State, *, scale_log2, arch: str = "sm90") -> tuple[np.ndarray, np.ndarray]:
-    """``Softmax.finalize`` without sink: (row_scale = rcp.approx.ftz(row_sum), LSE) per row.
+def finalize(state: Sm90State, *, scale_log2, arch: str = "sm90", sink=None) -> tuple[np.ndarray, np.ndarray]:
+    """``Softmax.finalize``: (row_scale = rcp.approx.ftz(row_sum), LSE) per row.
 
     Butterfly over the quad: (l0 + l1) + (l2 + l3) (fp32 add is commutative, so every lane gets these bits).
-    Zero or NaN row sum -> scale rcp(1.0), LSE -inf. LSE = RN(fma.rn(m, scale_log2, lg2(row_sum)) * LN2).
+    Without a sink: LSE = RN(fma.rn(m, scale_log2, lg2(row_sum)) * LN2).
+    With a learnable sink (float32 per row, natural-log units): m_scaled = RN(m * scale_log2), or
+    RN(sink * LOG2_E) for a row with no key (m = -inf); row_sum += ex2.approx.ftz(RN(RN(sink * LOG2_E) -
+    m_scaled)); LSE = RN(RN(m_scaled + lg2(row_sum)) * LN2). No FMA contraction there: both products feed
+    the select, which matches the H200's bits (an FFMA variant misses 7 of 2,500 sink LSEs).
+    Zero or NaN row sum -> scale rcp(1.0), LSE -inf.
     """
     rs = state.row_sum
     total = (rs[:, 0] + rs[:, 1]) + (rs[:, 2] + rs[:, 3])
-    zero_or_nan = (total == 0) | np.isnan(total)
-    rcp = mufu("rcp", arch)(np.where(zero_or_nan, np.float32(1), total))
-    with np.errstate(invalid="ignore"):
-        lg = mufu("lg2", arch)(np.where(zero_or_nan, np.float32(1), total))
-        lse = ffma(state.row_max, np.float32(scale_log2), lg) * LN2_F32
+    m = state.row_max
+    sl2 = np.float32(scale_log2)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if sink is not None:
+            sink = np.broadcast_to(f32(sink), m.shape)
+            m_scaled = np.where(m == -np.inf, sink * LOG2_E_F32, m * sl2).astype(np.float32)
+            total = total + mufu("ex2", arch)(sink * LOG2_E_F32 - m_scaled)
+        zero_or_nan = (total == 0) | np.isnan(total)
+        safe = np.where(zero_or_nan, np.float32(1), total).astype(np.float32)
+        rcp = mufu("rcp", arch)(safe)
+        lg = mufu("lg2", arch)(safe)
+        if sink is None:
+            lse = ffma(m, sl2, lg) * LN2_F32
+        else:
+            lse = (m_scaled + lg) * LN2_F32
     lse = np.where(zero_or_nan, np.float32(-np.inf), lse).astype(np.float32)
     return rcp, lse
