@@ -1,46 +1,100 @@
 """The ``fa4num`` command. Each subpackage that has commands owns a ``_cli.py`` with ``register(subparsers)``;
-this module only collects them, so a command lives next to the code it drives."""
+this module only collects them, so a command lives next to the code it drives.
+
+Start-up is lazy: the table below names each command, the module that registers it and a one-line help, so
+``fa4num --help`` imports nothing heavy and ``fa4num CMD ...`` imports only CMD's module. Errors are one line
+(``fa4num: error: --shape: expected ...``), exit status 2 for a bad argument or value, 1 for a failure while
+working, 130 for Ctrl-C; ``--debug`` (anywhere on the line) shows the traceback instead.
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
-# (module holding register(), what it adds) -- order is the order of `fa4num --help`.
-_COMMAND_MODULES = (
-    "fa4num.ex2._cli",        # report, sweep
-    "fa4num.fit._cli",        # fit, polys
-    "fa4num.hw._cli",         # mufu (tables: build / info)
-    "fa4num.attention._cli",  # attention
-    "fa4num.study._cli",      # study run / list / summary (Dask imported only when running)
-    "fa4num.gpu._cli",        # gpu ... (needs torch+CUDA+Triton at run time, not at import)
+# (command, module holding register(), one-line help) -- order is the order of `fa4num --help`. A module may
+# register several commands; it is imported only when one of its commands runs.
+_COMMANDS = (
+    ("report", "fa4num.ex2._cli", "write the FA4 accuracy report (Markdown + JSON + PNG) from embedded defaults"),
+    ("sweep", "fa4num.ex2._cli", "ulp/bf16 error statistics of an exp2 implementation over fp32 inputs"),
+    ("fit", "fa4num.fit._cli", "fit 2^x coefficients, compare with FA4's set, optionally register them"),
+    ("polys", "fa4num._polys_cli", "list, show and export coefficient sets of the polys registry"),
+    ("mufu", "fa4num.hw._cli", "MUFU ex2/rcp/lg2 table models: info, or build on a GPU"),
+    ("attention", "fa4num.attention._cli", "emulated FA4 forward: accuracy runs and golden checks"),
+    ("study", "fa4num.study._cli", "studies at scale on Dask: run grids, list them, summarise results"),
+    ("gpu", "fa4num.gpu._cli", "run the real instructions and kernels on a GPU and compare with the emulators"),
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class UsageError(ValueError):
+    """A bad argument found by a command after parsing (exit status 2, one line)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``fa4num: error: --opt: message``, exit status 2."""
+
+    def error(self, message):
+        message = re.sub(r"^argument (\S+?)(/\S+)?: ", r"\1: ", message)
+        sys.stderr.write(f"fa4num: error: {message} (see `{self.prog} --help`)\n")
+        sys.exit(2)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with ``command``'s module registered in full and every other command as a help-only stub."""
+    parser = _Parser(
         prog="fa4num",
         description="fa4num: bit-exact numerics of FlashAttention-4 (software exp2, lazy rescaling, MUFU models, "
                     "polynomial fitting, forward-pass emulation). Start with `fa4num report`.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # that subpackage has no commands (yet)
-                continue
-            raise
-        mod.register(sub)
+    parser.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    chosen = next((mod for name, mod, _ in _COMMANDS if name == command), None)
+    registered = False
+    for name, module, help_text in _COMMANDS:
+        if module != chosen:
+            sub.add_parser(name, help=help_text)
+        elif not registered:
+            importlib.import_module(module).register(sub)
+            registered = True
     return parser
 
 
+def _command_of(argv: list) -> str | None:
+    """The first word that is not an option: the command (the top level has only flags)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        sys.stderr.write("fa4num: interrupted\n")
+        return 130
+    except (ValueError, TypeError) as err:   # bad values found by the library (it names the argument)
+        if debug:
+            raise
+        sys.stderr.write(f"fa4num: error: {_one_line(err)}\n")
+        return 2
+    except Exception as err:  # noqa: BLE001 -- one line instead of a traceback; --debug shows it
+        if debug:
+            raise
+        what = _one_line(err) if isinstance(err, OSError) else f"{type(err).__name__}: {_one_line(err)}"
+        sys.stderr.write(f"fa4num: error: {what} (run with --debug for the traceback)\n")
+        return 1
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import datetime as _dt
 import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -37,10 +38,10 @@ def package_versions(names=_PACKAGES) -> dict:
 
 
 def gpu_info() -> dict | None:
-    """Name, compute capability and driver of the first CUDA device, or None without one."""
-    try:
-        import torch
-    except ImportError:
+    """Name, compute capability and driver of the first CUDA device, or None without one (or when torch has not
+    been imported: importing it costs seconds, and a process that never imported torch ran nothing on a GPU)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
         return None
     if not torch.cuda.is_available():
         return None

@@ -1,5 +1,5 @@
 """fa4num.attention.forward(kernel="fa4-sm90") against the real FA4 kernel's bits captured on an H200
-(tests/golden/attention/fa4_sm90_h200.npz, written by experiments/gpu/fa4_golden_sm90.py from a run of
+(fa4num/data/golden/fa4_sm90_h200.npz, written by experiments/gpu/fa4_golden_sm90.py from a run of
 experiments/gpu/fa4_capture_sm90.py; provenance inside the file). Every output element and every LSE must match."""
 import hashlib
 import json

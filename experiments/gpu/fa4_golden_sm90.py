@@ -1,4 +1,4 @@
-"""Turn a capture of experiments/gpu/fa4_capture_sm90.py into tests/golden/attention/fa4_sm90_h200.npz.
+"""Turn a capture of experiments/gpu/fa4_capture_sm90.py into fa4num/data/golden/fa4_sm90_h200.npz (package data).
 
     python experiments/gpu/fa4_golden_sm90.py CAPTURE.npz [--capture-revision REV]
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from fa4num.provenance import provenance
 
-OUT = pathlib.Path(__file__).resolve().parents[2] / "tests/golden/attention/fa4_sm90_h200.npz"
+OUT = pathlib.Path(__file__).resolve().parents[2] / "fa4num/data/golden/fa4_sm90_h200.npz"
 
 
 def main() -> int:

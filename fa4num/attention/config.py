@@ -8,6 +8,7 @@ SM100: default tile 128 x 128 (``interface.py``), knobs from ``flash_fwd_sm100.p
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, fields, replace
 
 KERNELS = ("fa4-sm90", "fa4-sm100")
@@ -172,17 +173,68 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
                         use_2cta_instrs=use_2cta, is_sm103=is_sm103, pack_gqa=pack_gqa)
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+# What each knob may be, checked where options enter (forward(**options), `fa4num attention run --opt`).
+# Refused: what FA4 itself refuses or cannot mean -- a NaN, infinite or negative rescale_threshold (FA4 tests
+# `rescale_threshold > 0.0` at compile time, so such values would silently act as 0), a non-integer max_offset
+# (``cutlass.Constexpr[int]``) or ex2 frequency/residue/start fragment (Python ints in softmax.py
+# ``apply_exp2_convert``). Not refused here: any softmax_scale and non-finite inputs, which FA4 accepts (the
+# forward gives the kernel's bits for them).
+_CHECKS = {
+    "tile_m": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "tile_n": (lambda v: _is_int(v) and v >= 16 and v % 16 == 0, "a positive multiple of 16"),
+    "gemm": (lambda v: v in GEMM_MODELS, f"one of {', '.join(GEMM_MODELS)}"),
+    "ffma_exponent": (lambda v: isinstance(v, bool), "true or false"),
+    "mufu_arch": (lambda v: isinstance(v, str), "a MUFU table name such as 'sm90'"),
+    "rescale_threshold": (lambda v: _is_real(v) and math.isfinite(v) and v >= 0,
+                          "a finite number >= 0 (0 rescales at every new row max)"),
+    "max_offset": (lambda v: _is_int(v), "an integer (FA4: 0, or 8 for fp8)"),
+    "ex2_emu_freq": (lambda v: _is_int(v) and v >= 0, "an integer >= 0 (0: no software exp2)"),
+    "ex2_emu_res": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "ex2_emu_start_frg": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "poly_degree": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "coeffs": (lambda v: v is None or isinstance(v, str) or (
+        isinstance(v, (tuple, list)) and len(v) >= 2 and all(_is_real(c) and math.isfinite(c) for c in v)),
+        "a polys entry name or a list of at least 2 finite fp32 coefficients"),
+    "use_2cta_instrs": (lambda v: isinstance(v, bool), "true or false"),
+    "fused_bias": (lambda v: isinstance(v, bool), "true or false"),
+    "is_sm103": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def check_option(name: str, value) -> None:
+    """ValueError naming ``name`` when ``value`` is not a valid value of that knob (see _CHECKS)."""
+    check = _CHECKS.get(name)
+    if check is not None and not check[0](value):
+        raise ValueError(f"{name}: expected {check[1]}, got {value!r}")
+
+
 def apply_overrides(opts, overrides: dict):
-    """Replace fields of an options dataclass; unknown names raise ValueError listing the allowed ones."""
+    """Replace fields of an options dataclass, each checked for type and range.
+
+    Unknown names raise ValueError listing the allowed ones; a bad value raises ValueError naming the option and
+    what it may be (``rescale_threshold: expected a finite number >= 0 ..., got nan``).
+
+    Examples
+    --------
+    >>> apply_overrides(Sm100Options(), {"rescale_threshold": 4.0}).rescale_threshold
+    4.0
+    >>> apply_overrides(Sm100Options(), {"ex2_emu_freq": 1.5})
+    Traceback (most recent call last):
+    ...
+    ValueError: ex2_emu_freq: expected an integer >= 0 (0: no software exp2), got 1.5
+    """
     names = {f.name for f in fields(opts)}
     bad = sorted(set(overrides) - names)
     if bad:
         raise ValueError(f"unknown option(s) {bad} for this kernel; allowed: {sorted(names)}")
-    new = replace(opts, **overrides)
-    if new.gemm not in GEMM_MODELS:
-        raise ValueError(f"gemm must be one of {GEMM_MODELS}, got {new.gemm!r}")
-    if new.tile_n < 16 or new.tile_n % 16:
-        raise ValueError(f"tile_n must be a positive multiple of 16, got {new.tile_n}")
-    if new.tile_m < 1:
-        raise ValueError(f"tile_m must be >= 1, got {new.tile_m}")
-    return new
+    for name, value in overrides.items():
+        check_option(name, value)
+    return replace(opts, **overrides)

@@ -43,7 +43,7 @@ def attention_fp64(q, k, v, *, softmax_scale=None, causal=False) -> tuple[np.nda
     s = np.einsum("bihd,bjhd->bhij", qf, kf) * scale
     if causal:
         s = np.where(_causal_mask(qa.shape[1], ka.shape[1]), -np.inf, s)
-    m = s.max(axis=-1, keepdims=True)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)   # seqlen_k = 0: no key at all, -inf like a masked row
     m_safe = np.where(np.isfinite(m), m, 0.0)
     e = np.exp(s - m_safe)
     z = e.sum(axis=-1, keepdims=True)

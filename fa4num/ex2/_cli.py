@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
+
+from fa4num.argtypes import nonneg_int, not_nan_float, positive_int
+from fa4num.outputs import atomic_files, check_output_dir
 
 
 def _coeffs(text: str):
@@ -13,21 +15,34 @@ def _coeffs(text: str):
     out = []
     for part in text.split(","):
         part = part.strip()
-        if part.lower().startswith("0x"):
-            out.append(float(np.array(int(part, 16), dtype=np.uint32).view(np.float32)))
-        else:
-            out.append(float(part))
+        try:
+            if part.lower().startswith("0x"):
+                bits = int(part, 16)
+                if bits >> 32:
+                    raise ValueError
+                out.append(float(np.array(bits, dtype=np.uint32).view(np.float32)))
+            else:
+                out.append(float(part))
+        except ValueError:
+            raise ValueError(f"--coeffs: expected c0,c1,... as numbers or 0x fp32 bit patterns, got {part!r} "
+                             f"in {text!r}") from None
     return tuple(out)
 
 
 def _report(args) -> int:
     from .report import write_report
+    check_output_dir(args.out)
     path = write_report(args.out, quick=args.quick, progress=not args.no_progress)
-    print(f"wrote {path} (+ report.json, figures) ")
+    print(f"wrote {path} (+ report.json, figures)")
     return 0
 
 
 def _sweep(args) -> int:
+    out = check_output_dir(args.out)   # before any work: a bad folder must not cost the sweep
+    if args.range is not None and not args.range[0] <= args.range[1]:
+        raise ValueError(f"--range: LO must be <= HI, got {args.range[0]:g} {args.range[1]:g}")
+    if args.grid is not None and (args.range is None or not all(map(math.isfinite, args.range))):
+        raise ValueError("--grid: needs a finite --range LO HI")
     from .plots import plot_error_vs_x, plot_ulp_histogram
     from .engine import Domain, fa4_implementation, mufu_implementation, sweep
     if args.impl == "fa4":
@@ -43,19 +58,18 @@ def _sweep(args) -> int:
     else:
         impl = mufu_implementation(arch=args.arch, ftz=not args.no_ftz)
     if args.grid is not None:
-        if args.range is None:
-            raise SystemExit("--grid needs --range LO HI")
         domain = Domain(kind="grid", lo=args.range[0], hi=args.range[1], grid_bits=args.grid)
     else:
         lo, hi = args.range if args.range is not None else (-math.inf, math.inf)
         domain = Domain(lo=lo, hi=hi, stride=args.stride)
-    result = sweep(impl, domain, chunk=args.chunk, xbins=args.xbins, progress=not args.no_progress)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = args.name or impl.name
-    result.to_json(out / f"{stem}.json")
-    plot_error_vs_x(result, out / f"{stem}_error_vs_x.png")
-    plot_ulp_histogram(result, out / f"{stem}_ulp_histogram.png")
+    if not stem or "/" in stem or stem.startswith("."):
+        raise ValueError(f"--name: {stem!r} must be a plain file stem (no '/', not starting with '.')")
+    result = sweep(impl, domain, chunk=args.chunk, xbins=args.xbins, progress=not args.no_progress)
+    with atomic_files(out) as tmp:   # all three files or none: an interrupt leaves the previous result intact
+        result.to_json(tmp / f"{stem}.json")
+        plot_error_vs_x(result, tmp / f"{stem}_error_vs_x.png")
+        plot_ulp_histogram(result, tmp / f"{stem}_ulp_histogram.png")
     print(result.summary())
     print(f"wrote {out / (stem + '.json')} and two figures")
     return 0
@@ -80,20 +94,20 @@ def register(subparsers) -> None:
                     "provenance plus figures.")
     sw.add_argument("--impl", choices=("fa4", "mufu"), default="fa4",
                     help="fa4: FA4's software exp2 (fa4num.ex2.fa4_emulated); mufu: fa4num.hw.mufu_ex2 model")
-    sw.add_argument("--variant", default="packed", help="fa4 form: packed (default), scalar or asm")
-    sw.add_argument("--degree", type=int, default=None, help="fa4 polynomial degree (default 3, FA4's)")
+    sw.add_argument("--variant", default="packed", choices=("packed", "scalar", "asm"), help="fa4 form: packed (default), scalar or asm")
+    sw.add_argument("--degree", type=positive_int, default=None, help="fa4 polynomial degree (default 3, FA4's)")
     sw.add_argument("--coeffs", default=None,
                     help="fa4 coefficients c0,c1,... (decimal or 0x fp32 bit patterns, each exact in fp32), "
                          "or a polys/ entry name")
     sw.add_argument("--arch", default="sm90", help="mufu: architecture of the measured tables (default sm90)")
     sw.add_argument("--no-ftz", action="store_true", help="mufu: model ex2.approx.f32 instead of .ftz")
-    sw.add_argument("--range", nargs=2, type=float, metavar=("LO", "HI"),
+    sw.add_argument("--range", nargs=2, type=not_nan_float, metavar=("LO", "HI"),
                     help="only x in [LO, HI] (default: all 2^32 bit patterns, NaNs included)")
-    sw.add_argument("--stride", type=int, default=1, help="every STRIDE-th bit pattern of the range (default 1)")
-    sw.add_argument("--grid", type=int, default=None, metavar="BITS",
+    sw.add_argument("--stride", type=positive_int, default=1, help="every STRIDE-th bit pattern of the range (default 1)")
+    sw.add_argument("--grid", type=nonneg_int, default=None, metavar="BITS",
                     help="instead of bit patterns: x = k*2^-BITS in [LO, HI] (uniform in x)")
-    sw.add_argument("--chunk", type=int, default=1 << 24, help="inputs per fused pass (default 2^24)")
-    sw.add_argument("--xbins", type=int, default=512, help="bins in x for the error-vs-x figure (finite ranges)")
+    sw.add_argument("--chunk", type=positive_int, default=1 << 24, help="inputs per fused pass (default 2^24)")
+    sw.add_argument("--xbins", type=nonneg_int, default=512, help="bins in x for the error-vs-x figure (finite ranges)")
     sw.add_argument("--out", default="fa4num-sweep", help="output directory (default: ./fa4num-sweep)")
     sw.add_argument("--name", default=None, help="file stem (default: the implementation's name)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")

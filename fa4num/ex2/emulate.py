@@ -126,11 +126,8 @@ def poly_coeffs(degree=3, *, coeffs=None) -> tuple:
 
 
 def _registry_coeffs(name: str):
-    """Coefficients of a polys/ registry entry (the registry belongs to fa4num.fit)."""
-    from fa4num import fit
-    load_poly = getattr(fit, "load_poly", None)
-    if load_poly is None:
-        raise ValueError(f"coeffs={name!r} names a polys/ entry, but fa4num.fit.load_poly is not available")
+    """Coefficients of a polys registry entry (read by the leaf module fa4num.polys, not the fitter)."""
+    from fa4num.polys import load_poly
     return load_poly(name)
 
 

@@ -177,9 +177,19 @@ def _provider_sections(ctx: ReportContext) -> list:
 
 def write_report(out_dir="fa4num-report", *, quick: bool = False, progress: bool = True) -> Path:
     """Run the embedded default studies and write report.md, report.json and PNG figures into out_dir."""
+    from fa4num.outputs import atomic_dir, check_output_dir
+    out_dir = check_output_dir(out_dir)
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "report.md").exists():
+        # the new report replaces the whole folder: never a folder that holds something else
+        raise ValueError(f"--out: {out_dir} is not empty and holds no report.md; give a new or empty folder, or "
+                         "one a previous report was written to")
+    with atomic_dir(out_dir) as tmp:   # an interrupted report leaves out_dir exactly as it was
+        _write_report(tmp, quick=quick, progress=progress)
+    return out_dir / "report.md"
+
+
+def _write_report(out: Path, *, quick: bool, progress: bool) -> None:
     from fa4num.provenance import provenance
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     ctx = ReportContext(out, bool(quick), bool(progress))
     t0 = time.perf_counter()
     sections = [_main_section(ctx), _underflow_section(ctx), _comparison_section(ctx)]
@@ -195,4 +205,3 @@ def write_report(out_dir="fa4num-report", *, quick: bool = False, progress: bool
     payload = {"provenance": prov, "sections": [{"title": s.title, "figures": s.figures, "data": s.data}
                                                  for s in sections]}
     (out / "report.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
-    return out / "report.md"

@@ -156,7 +156,12 @@ def fit(f, degree: int, interval=(0.0, 1.0), *, error: str = "relative", coeff_f
     check_target(target, a, b, relative=relative)
     prob = Problem(target, a, b, degree, fixed, relative)
     t0 = time.perf_counter()
-    opt = remez(prob)
+    try:
+        opt = remez(prob)
+    except ZeroDivisionError:   # mpmath's solver: the alternation system is singular at working precision
+        raise ValueError(f"interval: the Remez system for {target.name} of degree {degree} on ({a:g}, {b:g}) is "
+                         "numerically singular (f varies too much over it); fit a shorter interval and use "
+                         "range reduction, as FA4 does with [0, 1]") from None
     timings["remez"] = time.perf_counter() - t0
     optimum = Optimum(tuple(mpmath.nstr(c, 30) for c in opt.coeffs), float(opt.max_error), opt.iterations)
 
@@ -294,6 +299,9 @@ def sup_norm(f, coeffs, interval=(0.0, 1.0), *, error: str = "relative", rel_tol
     degree = len(coeffs) - 1
     if degree < 0:
         raise ValueError("coeffs: need at least one coefficient")
+    for k, c in enumerate(coeffs):
+        if isinstance(c, (int, float, np.number)) and not math.isfinite(c):
+            raise ValueError(f"coeffs: c{k} = {c!r} is not a finite number")
     a, b = _check_args(max(degree, 1), interval, error, "fp32", "minimax", "remez")
     target = make_target(f)
     check_target(target, a, b, relative=error == "relative")

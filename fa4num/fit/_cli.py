@@ -1,49 +1,38 @@
-"""``fa4num fit`` and ``fa4num polys``: fit a coefficient set, register it, compare it with FA4's, export it."""
+"""``fa4num fit``: fit a coefficient set, compare it with FA4's and, when asked, add it to a polys registry.
+(``fa4num polys`` lives in fa4num/_polys_cli.py: it needs only the registry reader, not the fitter.)"""
 from __future__ import annotations
 
 import json
-import sys
+from pathlib import Path
+
+from fa4num.argtypes import finite_float
 
 from . import registry as reg
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "fit", help="fit 2^x coefficients, write a polys/ registry entry, compare with FA4's set",
-        description="Fit p(f) ~ 2^f on an interval (FA4's software exp2 polynomial), certify it, write it to the "
-                    "polys/ registry and print a comparison with FA4's POLY_EX2 set of the same degree.")
+        "fit", help="fit 2^x coefficients, compare with FA4's set, optionally register them",
+        description="Fit p(f) ~ 2^f on an interval (FA4's software exp2 polynomial), certify it and print a "
+                    "comparison with FA4's POLY_EX2 set of the same degree. Nothing is written unless asked: "
+                    "--write adds the set to the registry shipped with fa4num, --registry FILE to your own file.")
     p.add_argument("--degree", type=int, default=3, help="polynomial degree, 1-8 (default 3)")
-    p.add_argument("--interval", type=float, nargs=2, default=(0.0, 1.0), metavar=("A", "B"))
+    p.add_argument("--interval", type=finite_float, nargs=2, default=(0.0, 1.0), metavar=("A", "B"))
     p.add_argument("--error", default="relative", choices=("relative", "absolute"))
     p.add_argument("--format", dest="coeff_format", default="fp32", choices=("fp32", "bf16", "fp16"))
     p.add_argument("--objective", default="minimax", choices=("minimax", "evaluated", "bf16"))
     p.add_argument("--method", default="remez", choices=("remez", "fpminimax", "fa4"))
     p.add_argument("--free-c0", action="store_true", help="let c0 vary (default: p(0) = 1 as in FA4)")
     p.add_argument("--name", help="registry entry name (default fa4num-<objective>-deg<n>)")
-    p.add_argument("--registry", help=f"registry file (default {reg.DEFAULT_REGISTRY})")
-    p.add_argument("--no-write", action="store_true", help="do not write the registry entry")
+    p.add_argument("--write", action="store_true",
+                   help=f"add the set to the shipped registry ({reg.DEFAULT_REGISTRY})")
+    p.add_argument("--registry", metavar="FILE",
+                   help="add the set to this registry file instead (created if absent)")
     p.add_argument("--quick", action="store_true",
                    help="skip the emulation metrics (exhaustive fp32 and bf16 sweeps, ~15 s per set)")
     p.add_argument("--json", action="store_true", help="print the fit result as JSON instead of the table")
     p.set_defaults(func=_cmd_fit)
 
-    q = subparsers.add_parser("polys", help="list, show and export polys/ coefficient sets",
-                              description="The polys/ registry of coefficient sets.")
-    q.add_argument("--registry", help=f"registry file (default {reg.DEFAULT_REGISTRY})")
-    sub = q.add_subparsers(dest="polys_command", metavar="ACTION")
-    sub.add_parser("list", help="names, degrees and headline metrics").set_defaults(func=_cmd_list)
-    s = sub.add_parser("show", help="one entry as JSON")
-    s.add_argument("name")
-    s.set_defaults(func=_cmd_show)
-    e = sub.add_parser("export", help="declare a set for a kernel language")
-    e.add_argument("name")
-    e.add_argument("--as", dest="fmt", default="cute", choices=reg.EXPORT_FORMATS)
-    e.add_argument("--symbol", help="identifier to declare (default from the entry name)")
-    e.set_defaults(func=_cmd_export)
-    f = sub.add_parser("add-fa4", help="(re)write FA4's POLY_EX2 sets fa4-deg1..5 with every metric")
-    f.add_argument("--quick", action="store_true", help="skip the emulation metrics")
-    f.set_defaults(func=_cmd_add_fa4)
-    q.set_defaults(func=lambda args: (q.print_help(), 2)[1])
 
 
 def _fmt(v) -> str:
@@ -57,6 +46,12 @@ def _fmt(v) -> str:
 def _cmd_fit(args) -> int:
     from .. import provenance as _prov
     from ._api import fit_exp2
+    target = None
+    if args.write or args.registry is not None:   # checked before the fit: a bad path must not cost the work
+        target = reg.check_writable(args.registry if args.registry is not None else reg.default_registry())
+    name = args.name or _default_name(args)
+    if not all(ch.isalnum() or ch in "-_." for ch in name):
+        raise ValueError(f"--name: {name!r} must be letters, digits, '-', '_' or '.'")
     result = fit_exp2(args.degree, interval=tuple(args.interval), error=args.error,
                       coeff_format=args.coeff_format, objective=args.objective, method=args.method,
                       fixed={} if args.free_c0 else None)
@@ -67,8 +62,9 @@ def _cmd_fit(args) -> int:
     ours = reg.describe(result.coeffs, emulation=not args.quick) if unit else {}
     fa4 = reg.fa4_sets().get(args.degree) if unit else None
     theirs = reg.describe(fa4, emulation=not args.quick) if fa4 else {}
-    name = args.name or _default_name(args)
-    if not args.no_write:
+    if target is not None and (same := _same_coeffs(result.coeffs, target, name)):
+        print(f"not written: {target} already holds these coefficients as {same}")
+    elif target is not None:
         fit_info = {k: v for k, v in result.to_dict().items()
                     if k in ("method", "path", "objective", "fixed", "error", "timings", "regeneration",
                              "optimum", "max_error", "certified_bound")}
@@ -78,6 +74,8 @@ def _cmd_fit(args) -> int:
                                provenance=_prov.provenance(), interval=tuple(args.interval),
                                coeff_format=result.coeff_format, fit=fit_info, registry=args.registry)
         print(f"wrote {name} to {path}")
+    else:
+        print(f"not written (pass --write to add {name} to {reg.default_registry()}, or --registry FILE)")
     rows = [(f"c{k} (fp32 bits)", f"0x{reg.fp32_bits(result.coeffs[k]):08X}",
              f"0x{reg.fp32_bits(fa4[k]):08X}" if fa4 else None) for k in range(args.degree + 1)]
     if result.regeneration is not None:
@@ -103,6 +101,16 @@ def _cmd_fit(args) -> int:
     return 0
 
 
+def _same_coeffs(coeffs, registry: Path, name: str):
+    """Name of another entry of ``registry`` with exactly these coefficients (a second copy would only add
+    noise: ``--method fa4`` regenerates FA4's sets, which the registry holds as fa4-degN), or None."""
+    if not registry.exists():
+        return None
+    bits = [f"0x{reg.fp32_bits(c):08X}" for c in coeffs]
+    return next((n for n, e in reg.read(registry)["entries"].items()
+                 if n != name and e.get("coeffs_fp32_bits") == bits), None)
+
+
 def _default_name(args) -> str:
     """fa4num-<objective or method>-deg<n>[-<format>][-freec0][-<a>_<b>]: distinct settings, distinct names."""
     name = f"fa4num-{args.objective if args.method == 'remez' else args.method}-deg{args.degree}"
@@ -115,31 +123,3 @@ def _default_name(args) -> str:
     if tuple(args.interval) != (0.0, 1.0):
         name += f"-{args.interval[0]:g}_{args.interval[1]:g}"
     return name
-
-
-def _cmd_list(args) -> int:
-    entries = reg.read(args.registry)["entries"]
-    print(f"{'name':<28}{'deg':>4}{'max rel (real)':>16}{'evaluated':>14}{'bf16 mism.':>12}  source")
-    for name, e in entries.items():
-        m = e.get("metrics", {})
-        print(f"{name:<28}{e['degree']:>4}{_fmt(m.get('max_rel_error', m.get('max_error'))):>16}"
-              f"{_fmt(m.get('evaluated_rel_error')):>14}{_fmt(m.get('bf16_mismatch_share')):>12}  "
-              f"{e['source'][:40]}")
-    return 0
-
-
-def _cmd_show(args) -> int:
-    print(json.dumps(reg.poly_entry(args.name, registry=args.registry), indent=1))
-    return 0
-
-
-def _cmd_export(args) -> int:
-    coeffs = reg.load_poly(args.name, registry=args.registry)
-    sys.stdout.write(reg.export(coeffs, args.fmt, name=args.symbol or args.name.upper()))
-    return 0
-
-
-def _cmd_add_fa4(args) -> int:
-    for name in reg.add_fa4_sets(registry=args.registry, emulation=not args.quick):
-        print(f"wrote {name}")
-    return 0

@@ -1,0 +1,99 @@
+"""Argument types for the ``fa4num`` command line: each turns one option's text into a checked value or raises
+:class:`argparse.ArgumentTypeError` with a message saying what was expected, so that a mistyped option is
+reported in one line before any work starts.
+
+A leaf module (standard library only): every ``_cli.py`` may use it, and importing it costs nothing.
+
+Examples
+--------
+>>> positive_int("3")
+3
+>>> finite_float("1e-3")
+0.001
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def _err(expected: str, text: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+
+
+def finite_float(text: str) -> float:
+    """A finite real number (NaN and infinities are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise _err("a finite number", text) from None
+    if not math.isfinite(value):
+        raise _err("a finite number", text)
+    return value
+
+
+def not_nan_float(text: str) -> float:
+    """A number or +-inf, not NaN (for range ends: ``-inf`` means unbounded)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise _err("a number", text) from None
+    if math.isnan(value):
+        raise _err("a number (not NaN)", text)
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise _err("a finite number > 0", text)
+    return value
+
+
+def _int(text: str, lo: int, what: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise _err(what, text) from None
+    if value < lo:
+        raise _err(what, text)
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (decimal, or 0x... hex)."""
+    return _int(text, 1, "an integer >= 1")
+
+
+def nonneg_int(text: str) -> int:
+    """An integer >= 0."""
+    return _int(text, 0, "an integer >= 0")
+
+
+def any_int(text: str) -> int:
+    """Any integer (decimal, or 0x... hex)."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise _err("an integer", text) from None
+
+
+def int_tuple(names: tuple, *, lo: int = 1):
+    """A type for comma-separated integers, one per name, each >= lo: ``int_tuple(("batch", "seqlen"))``."""
+    what = f"{','.join(names)} ({len(names)} integers >= {lo})"
+
+    def parse(text: str) -> tuple:
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != len(names):
+            raise argparse.ArgumentTypeError(f"expected {','.join(names)}, got {text!r}")
+        try:
+            values = tuple(int(p) for p in parts)
+        except ValueError:
+            raise _err(what, text) from None
+        if any(v < lo for v in values):
+            raise _err(what, text)
+        return values
+
+    parse.__name__ = "shape"
+    return parse

@@ -1,0 +1,87 @@
+"""Where commands write: output folders checked before the work starts, and written atomically.
+
+A leaf module (standard library only). :func:`check_output_dir` fails at once, naming the option, when a folder
+cannot be created or written (an existing file, a read-only parent), so that no computation is lost to a bad
+path. :func:`atomic_dir` builds a folder's new content beside it and swaps it in only when complete, and
+:func:`atomic_files` does the same for a few files added to a shared folder: an interrupted run (Ctrl-C, a
+crash) leaves what was there before exactly as it was.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> root = pathlib.Path(tempfile.mkdtemp())
+>>> with atomic_dir(root / "rep") as tmp:
+...     _ = (tmp / "a.txt").write_text("new")
+>>> sorted(p.name for p in (root / "rep").iterdir())
+['a.txt']
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def check_output_dir(path, *, option: str = "--out") -> Path:
+    """``path`` as a Path if it is (or can be created as) a writable folder; else ValueError naming ``option``.
+
+    Examples
+    --------
+    >>> check_output_dir("/proc/version", option="--out")
+    Traceback (most recent call last):
+    ...
+    ValueError: --out: /proc/version exists and is not a folder
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option}: {path} exists and is not a folder")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{option}: cannot create {path}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{option}: cannot write to {existing}" +
+                         ("" if existing == path else f" (to create {path})"))
+    if path.exists() and not os.access(path.parent if str(path.parent) else Path("."), os.W_OK | os.X_OK):
+        # atomic_dir renames ``path`` itself, which needs its parent to be writable
+        raise ValueError(f"{option}: cannot replace {path}: its parent folder is not writable")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_dir(path):
+    """Yield an empty temporary folder beside ``path``; on success it replaces ``path`` (its old content is
+    removed), on any exception or interrupt it is deleted and ``path`` is left untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+        os.replace(path, old / path.name)
+    os.replace(tmp, path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_files(folder):
+    """Yield a temporary folder inside ``folder``; on success each file written there is renamed into
+    ``folder`` (replacing a file of the same name), on any exception or interrupt none is."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=folder))
+    try:
+        yield tmp
+        for f in sorted(tmp.iterdir()):
+            os.replace(f, folder / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
