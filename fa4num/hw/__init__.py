@@ -5,5 +5,7 @@ H200 over all 2^32 inputs). The tensor-core MMA model lives in fa4num.hw.mma (ow
 """
 from .mufu import mufu_ex2, mufu_lg2, mufu_rcp, table_provenance
 from .tables import available_archs
+from .tanh import mufu_tanh, tanh_table_available
 
-__all__ = ["mufu_ex2", "mufu_rcp", "mufu_lg2", "table_provenance", "available_archs"]
+__all__ = ["mufu_ex2", "mufu_rcp", "mufu_lg2", "table_provenance", "available_archs", "mufu_tanh",
+           "tanh_table_available"]

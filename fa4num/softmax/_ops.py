@@ -59,6 +59,8 @@ def has_mufu(name: str, arch: str) -> bool:
     if arch == "libm":
         return True
     from fa4num import hw
+    if name == "tanh":
+        return hw.tanh_table_available(arch)
     return hasattr(hw, f"mufu_{name}")
 
 
@@ -68,7 +70,7 @@ def mufu(name: str, arch: str, *, ftz: bool = True):
     the instruction), or numpy's libm when arch == "libm" (fast, statistical). ``tanh.approx.f32`` has no
     table model in fa4num.hw yet: it falls back to libm's tanh rounded to fp32 (see :func:`has_mufu`)."""
     from fa4num import hw  # the "gpu" helper's package; imported here so softmax never caches a stale model
-    if arch == "libm" or not hasattr(hw, f"mufu_{name}"):
+    if arch == "libm" or not has_mufu(name, arch):
         return _libm(name)
     fn = getattr(hw, f"mufu_{name}")
 

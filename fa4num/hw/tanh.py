@@ -1,0 +1,84 @@
+"""Bit-exact model of ``tanh.approx.f32`` (MUFU.TANH), the soft cap's tanh in FA4 (``utils.create_softcap_scoremod``,
+``cute.math.tanh(fastmath=True)``), from a compact table measured on a GPU over all 2^32 inputs
+(experiments/gpu/mufu_tanh.py).
+
+The table describes each binade (sign, exponent field E) of the input by one of:
+  identity  -- the output bits equal the input bits (tiny |x|: tanh x = x);
+  const     -- one output for the whole binade (large |x|: +-1);
+  table     -- the output depends only on the top 23 - drop mantissa bits: table[offset + (M >> drop)];
+E = 255 (inf, NaN) is a binade like the others. The GPU script rebuilds all 2^32 outputs from this description
+and counts the mismatches before writing it, so a table that loads is exact on every input it was measured on.
+No table is shipped yet: until the file exists (fa4num/hw/data/mufu_tanh_<arch>.npz, or a capture
+mufu_tanh_<arch>_h200.npz under tests/golden/ or experiments/results/), :func:`tanh_table_available` is False and
+callers fall back to libm's tanh (fa4num.softmax._ops.mufu).
+"""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+KINDS = {"identity": 0, "const": 1, "table": 2}
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_cache: dict = {}
+
+
+def _candidates(arch: str):
+    yield pathlib.Path(__file__).resolve().parent / "data" / f"mufu_tanh_{arch}.npz"
+    for base in ("tests/golden", "experiments/results"):
+        d = _ROOT / base
+        if d.is_dir():
+            yield from sorted(d.rglob(f"mufu_tanh_{arch}_*.npz"))
+
+
+def _load(arch: str):
+    if arch not in _cache:
+        _cache[arch] = None
+        for p in _candidates(arch):
+            if p.exists():
+                z = np.load(p)
+                if int(z["mismatches"]) == 0:
+                    _cache[arch] = {k: z[k] for k in ("kind", "drop", "const", "offset", "table")}
+                    break
+    return _cache[arch]
+
+
+def tanh_table_available(arch: str = "sm90") -> bool:
+    """Whether a measured, self-checked tanh.approx.f32 table exists for ``arch``."""
+    return _load(arch) is not None
+
+
+def mufu_tanh(x, *, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
+    """Bit-exact ``tanh.approx.f32`` of a float32 array on ``arch`` (``ftz`` is accepted for a uniform MUFU
+    signature; tanh.approx has no .ftz form and passes subnormals through, which the table records)."""
+    t = _load(arch)
+    if t is None:
+        raise ValueError(f"no measured tanh.approx.f32 table for arch {arch!r} (run experiments/gpu/mufu_tanh.py "
+                         "on that GPU)")
+    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    s = (b >> 31).astype(np.int64)
+    e = ((b >> 23) & 0xFF).astype(np.int64)
+    m = (b & 0x7FFFFF).astype(np.int64)
+    kind = t["kind"][s, e]
+    idx = np.where(kind == KINDS["table"], t["offset"][s, e] + (m >> t["drop"][s, e]), 0)
+    out = np.where(kind == KINDS["identity"], b,
+                   np.where(kind == KINDS["const"], t["const"][s, e], t["table"][np.minimum(idx, t["table"].size - 1)]))
+    return out.astype(np.uint32).view(np.float32)
+
+
+def describe_binade(out_bits: np.ndarray, in_bits: np.ndarray, mbits: int = 23):
+    """(kind, drop, const, table) for one binade: ``out_bits``/``in_bits`` (2^mbits,) uint32 over the
+    mantissas in order. ``drop`` is the largest number of low mantissa bits the output ignores."""
+    if np.array_equal(out_bits, in_bits):
+        return KINDS["identity"], 0, 0, np.zeros(0, np.uint32)
+    if (out_bits == out_bits[0]).all():
+        return KINDS["const"], 0, int(out_bits[0]), np.zeros(0, np.uint32)
+    def flat(b):
+        g = out_bits.reshape(-1, 1 << b)
+        return bool((g == g[:, :1]).all())
+    lo, hi = 0, mbits          # flat(lo) holds; constancy on groups of 2^b implies it on groups of 2^(b-1)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if flat(mid) else (lo, mid - 1)
+    drop = lo
+    return KINDS["table"], drop, 0, np.ascontiguousarray(out_bits[::1 << drop])
