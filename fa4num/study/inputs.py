@@ -1,8 +1,9 @@
 """Seeded q, k inputs for the skip-rate study, as torch tensors in FA4's layout (seqlen, heads, head_dim).
 
-Only q and k matter for the lazy-rescale statistic (it depends on S = q k^T alone). Every array is drawn on the
-CPU with a seeded ``torch.Generator`` (the same bits on any machine, whatever device runs the study), in float32,
-then rounded once to bf16, the kernel's input dtype. Distributions (``DISTRIBUTIONS``):
+Only q and k matter for the lazy-rescale statistic (it depends on S = q k^T alone). Every array is drawn with a
+``torch.Generator`` seeded from (seed, distribution) on the device that runs the study, in float32, then rounded
+once to bf16, the kernel's input dtype. The CPU and CUDA generators give different streams: a result row records
+its ``device``, and rows from different devices are different samples of the same distribution. Distributions (``DISTRIBUTIONS``):
 
 - ``gaussian``: q, k ~ N(0, 1), not causal.
 - ``outliers``: outlier channels, as LLM activations have them: q, k ~ N(0, 1) with ``OUTLIER_CHANNELS`` fixed
@@ -49,9 +50,9 @@ class StudyInputs:
     dist: str
 
 
-def _gen(seed: int, dist: str):
+def _gen(seed: int, dist: str, device):
     import torch
-    g = torch.Generator()
+    g = torch.Generator(device=device)
     g.manual_seed(int(seed) * 1000 + DISTRIBUTIONS.index(dist))
     return g
 
@@ -60,16 +61,17 @@ def _rope(x, positions):
     """Llama's rotate-half RoPE on (seqlen, heads, d) float32: pairs (i, i + d/2) rotated by pos * base^(-2i/d)."""
     import torch
     d = x.shape[-1]
-    inv = ROPE_BASE ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+    inv = ROPE_BASE ** (-torch.arange(0, d // 2, dtype=torch.float64, device=x.device) * 2 / d)
     ang = positions.double()[:, None] * inv[None, :]
     cos, sin = ang.cos().float()[:, None, :], ang.sin().float()[:, None, :]
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def make_study_inputs(dist: str, seqlen: int, *, heads: int = 4, head_dim: int = 128, seed: int = 0) -> StudyInputs:
-    """q, k for one skip-rate configuration (see the module docstring). ``heads`` is ignored by ``llm`` (8 query
-    heads over 2 key heads) and ``minilm`` (12 heads of 32).
+def make_study_inputs(dist: str, seqlen: int, *, heads: int = 4, head_dim: int = 128, seed: int = 0,
+                      device="cpu") -> StudyInputs:
+    """q, k for one skip-rate configuration (see the module docstring), on ``device``. ``heads`` is ignored by
+    ``llm`` (8 query heads over 2 key heads) and ``minilm`` (12 heads of 32, computed on the CPU).
 
     Examples
     --------
@@ -85,18 +87,20 @@ def make_study_inputs(dist: str, seqlen: int, *, heads: int = 4, head_dim: int =
     if heads < 1 or head_dim < 8 or head_dim % 2:
         raise ValueError(f"heads must be >= 1 and head_dim an even number >= 8, got {heads}, {head_dim}")
     if dist == "minilm":
-        return _minilm(seqlen, seed)
-    g = _gen(seed, dist)
+        inp = _minilm(seqlen, seed)
+        return StudyInputs(inp.q.to(device), inp.k.to(device), inp.causal, inp.dist)
+    g = _gen(seed, dist, device)
+    dev = dict(generator=g, device=device)
     d = head_dim
     if dist == "llm":
         hq, hk = LLM_HEADS, LLM_KV_HEADS
-        q = torch.randn(seqlen, hq, d, generator=g)
-        k = torch.randn(seqlen, hk, d, generator=g)
-        mq = torch.randn(1, hq, d, generator=g)
-        mk = torch.randn(1, hk, d, generator=g)
+        q = torch.randn(seqlen, hq, d, **dev)
+        k = torch.randn(seqlen, hk, d, **dev)
+        mq = torch.randn(1, hq, d, **dev)
+        mk = torch.randn(1, hk, d, **dev)
         q += mq / mq.norm(dim=-1, keepdim=True) * LLM_MEAN_NORM * d ** 0.25
         k += mk / mk.norm(dim=-1, keepdim=True) * LLM_MEAN_NORM * d ** 0.25
-        pos = torch.arange(seqlen)
+        pos = torch.arange(seqlen, device=device)
         q, k = _rope(q, pos), _rope(k, pos)
         # the sink direction is not rotated (as a model's massive-activation channel pair at the lowest
         # frequency, which barely rotates): channel 0 after RoPE
@@ -104,8 +108,8 @@ def make_study_inputs(dist: str, seqlen: int, *, heads: int = 4, head_dim: int =
         k[..., 0] = 0.0
         k[0, :, 0] = LLM_SINK_NATS * math.sqrt(d)
         return StudyInputs(q.bfloat16(), k.bfloat16(), True, dist)
-    q = torch.randn(seqlen, heads, d, generator=g)
-    k = torch.randn(seqlen, heads, d, generator=g)
+    q = torch.randn(seqlen, heads, d, **dev)
+    k = torch.randn(seqlen, heads, d, **dev)
     if dist == "outliers":
         ch = [c % d for c in OUTLIER_CHANNELS]
         q[..., ch] *= OUTLIER_MULT
@@ -116,7 +120,7 @@ def make_study_inputs(dist: str, seqlen: int, *, heads: int = 4, head_dim: int =
         k[0, :, 0] = SINK_NATS * math.sqrt(d)
     elif dist == "rising":
         q[..., 0] = 1.0
-        k[..., 0] = (RISE_NATS * math.sqrt(d) * (1.0 - torch.arange(seqlen, dtype=torch.float64) / seqlen)).float()[:, None]
+        k[..., 0] = (RISE_NATS * math.sqrt(d) * (1.0 - torch.arange(seqlen, dtype=torch.float64, device=device) / seqlen)).float()[:, None]
     return StudyInputs(q.bfloat16(), k.bfloat16(), False, dist)
 
 

@@ -191,65 +191,89 @@ def lazy_rescale_scan(bmax, *, scale_log2, rescale_threshold: float) -> LazyResc
     >>> int(r.rescale_events[0]), int(r.rescales_done[0]), float(r.max_lag[0])
     (2, 1, 4.0)
     """
+    return lazy_rescale_scans(bmax, scale_log2=scale_log2, thresholds=(rescale_threshold,))[rescale_threshold]
+
+
+def lazy_rescale_scans(bmax, *, scale_log2, thresholds) -> dict:
+    """:func:`lazy_rescale_scan` for several thresholds in one pass over the blocks: {threshold: scan}.
+
+    Examples
+    --------
+    >>> import torch
+    >>> m = torch.tensor([[9.0, 1.0, 4.0, 0.0]])
+    >>> {t: int(r.rescales_done[0]) for t, r in lazy_rescale_scans(m, scale_log2=1.0, thresholds=(0, 4, 16)).items()}
+    {0: 2, 4: 1, 16: 0}
+    """
     import torch
+    thresholds = tuple(thresholds)
+    for t in thresholds:
+        if not (t >= 0 and math.isfinite(t)):
+            raise ValueError(f"rescale_threshold must be a finite number >= 0, got {t!r}")
+    if not (float(scale_log2) > 0 and math.isfinite(float(scale_log2))):
+        raise ValueError(f"scale_log2 must be a positive finite number, got {scale_log2!r}")
+    if not thresholds:
+        return {}
     if bmax.device.type == "cpu":
         # one small vector op per KV block: a thread pool only adds synchronisation (10x slower on a busy host)
         old = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return _scan(bmax, scale_log2, rescale_threshold)
+            return _scan(bmax, scale_log2, thresholds)
         finally:
             torch.set_num_threads(old)
-    return _scan(bmax, scale_log2, rescale_threshold)
+    return _scan(bmax, scale_log2, thresholds)
 
 
-def _scan(bmax, scale_log2, rescale_threshold):
+def _scan(bmax, scale_log2, thresholds):
     import torch
-    if not (rescale_threshold >= 0 and math.isfinite(rescale_threshold)):
-        raise ValueError(f"rescale_threshold must be a finite number >= 0, got {rescale_threshold!r}")
-    if not (float(scale_log2) > 0 and math.isfinite(float(scale_log2))):
-        raise ValueError(f"scale_log2 must be a positive finite number, got {scale_log2!r}")
     dev = bmax.device
     m = bmax.reshape(-1, bmax.shape[-1]).to(torch.float32)
     rows, nblk = m.shape
-    sl2 = torch.tensor(np.float32(scale_log2), device=dev)
-    neg_thr = torch.tensor(-np.float32(rescale_threshold), device=dev)
-    ninf = torch.tensor(-math.inf, device=dev)
-    stored = torch.full((rows,), -math.inf, device=dev)
-    true = stored.clone()
+    nt = len(thresholds)
+    f32 = dict(dtype=torch.float32, device=dev)
+    sl2 = torch.tensor(np.float32(scale_log2), **f32)
+    neg_thr = torch.tensor([-np.float32(t) for t in thresholds], **f32)[:, None]
+    lazy = torch.tensor([t > 0 for t in thresholds], device=dev)[:, None]   # threshold 0: no lazy branch at all
+    ninf = torch.tensor(-math.inf, **f32)
+    zero64 = torch.zeros((), dtype=torch.float64, device=dev)
+    stored = torch.full((nt, rows), -math.inf, **f32)
+    true = torch.full((rows,), -math.inf, **f32)
     started = torch.zeros(rows, dtype=torch.bool, device=dev)
     visited = torch.zeros(rows, dtype=torch.int32, device=dev)
     events = torch.zeros(rows, dtype=torch.int32, device=dev)
-    done = torch.zeros(rows, dtype=torch.int32, device=dev)
-    max_lag = torch.zeros(rows, dtype=torch.float64, device=dev)
+    done = torch.zeros((nt, rows), dtype=torch.int32, device=dev)
+    max_lag = torch.zeros((nt, rows), dtype=torch.float64, device=dev)
     nbins = LAG_RANGE * LAG_BINS_PER_UNIT + 2
-    hist = torch.zeros(nbins, dtype=torch.int64, device=dev)
-    lag_sum = torch.zeros((), dtype=torch.float64, device=dev)
+    # one histogram per threshold in one bincount: bin b of threshold t at t * (nbins + 1) + b; rows that have
+    # no step yet go to the extra bin nbins (dropped), so no data-dependent indexing (no GPU sync per block)
+    offs = (torch.arange(nt, device=dev) * (nbins + 1))[:, None]
+    hist = torch.zeros(nt * (nbins + 1), dtype=torch.int64, device=dev)
+    lag_sum = torch.zeros(nt, dtype=torch.float64, device=dev)
     sl2_64 = sl2.double()
     for n in range(nblk - 1, -1, -1):
         mb = m[:, n]
         seen = mb > ninf
         visited += seen
-        step = started.clone()       # rows past their first block
+        step = started              # rows past their first block (the first visited one only sets the max)
+        first = ~started & seen
+        grew = step & (mb > true)
+        events += grew
         # kernel arithmetic, each op one fp32 RN: FMNMX, FADD, FMUL, FSETP.GE
         m_new = torch.maximum(stored, mb)
         a = (stored - m_new) * sl2
-        keep = a >= neg_thr if rescale_threshold > 0 else torch.zeros_like(started)
-        grew = step & (mb > true)
-        events += grew
-        moved = step & ~keep & (m_new > stored)
-        done += moved
-        first = ~started & seen
-        new_stored = torch.where(keep, stored, m_new)
-        stored = torch.where(first, mb, torch.where(step, new_stored, stored))
+        keep = lazy & (a >= neg_thr)
+        done += step & ~keep & (m_new > stored)
+        stored = torch.where(first, mb, torch.where(step & ~keep, m_new, stored))
         true = torch.where(first | step, torch.maximum(true, mb), true)
-        started |= seen
-        lag = torch.where(step, (true.double() - stored.double()) * sl2_64, torch.zeros((), dtype=torch.float64,
-                                                                                          device=dev))
+        started = started | seen
+        lag = torch.where(step, (true.double() - stored.double()) * sl2_64, zero64)
         max_lag = torch.maximum(max_lag, lag)
-        lag_sum += lag.sum()
-        idx = torch.where(lag > 0, torch.ceil(lag * LAG_BINS_PER_UNIT).clamp(1, nbins - 1),
-                          torch.zeros((), dtype=torch.float64, device=dev)).long()
-        hist += torch.bincount(idx[step], minlength=nbins)
-    return LazyRescaleScan(visited.cpu().numpy(), events.cpu().numpy(), done.cpu().numpy(),
-                           max_lag.float().cpu().numpy(), float(lag_sum), hist.cpu().numpy())
+        lag_sum += lag.sum(dim=1)
+        idx = torch.where(lag > 0, torch.ceil(lag * LAG_BINS_PER_UNIT).clamp(1, nbins - 1), zero64).long()
+        idx = torch.where(step, idx, nbins) + offs
+        hist += torch.bincount(idx.reshape(-1), minlength=nt * (nbins + 1))
+    hist = hist.reshape(nt, nbins + 1)[:, :nbins].cpu().numpy()
+    vis, ev = visited.cpu().numpy(), events.cpu().numpy()
+    done, max_lag, lag_sum = done.cpu().numpy(), max_lag.float().cpu().numpy(), lag_sum.cpu().numpy()
+    return {t: LazyRescaleScan(vis, ev, done[i], max_lag[i], float(lag_sum[i]), hist[i])
+            for i, t in enumerate(thresholds)}

@@ -1,0 +1,55 @@
+"""CPU checks of the study's GPU scripts (experiments/gpu/skip_rate_h200.py, baselines_h200.py) and of the
+baseline table code: the logic the lead's H200 run depends on."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fa4num.attention import reference
+from fa4num.attention.inputs import CaseSpec, make_inputs
+from fa4num.study.baselines import attention_fp64_torch, baseline_table, load_baselines
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / "gpu" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_skip_rate_script_small(tmp_path):
+    mod = _script("skip_rate_h200")
+    assert mod.main(["--out", str(tmp_path), "--max-seqlen", "1024", "--seeds", "1", "--dists", "llm"]) == 0
+    df = pd.read_parquet(tmp_path / "study_skip_rate_h200")
+    assert sorted(df.threshold) == [0, 1, 2, 4, 6, 8, 10, 12, 16]
+    assert (df.rescale_events == df.rescale_events.iloc[0]).all() and df.causal.all()
+    done = df.sort_values("threshold").rescales_done.to_numpy()
+    assert done[0] == df.rescale_events.iloc[0] and (np.diff(done) <= 0).all()   # larger threshold, fewer
+    rec = json.loads((tmp_path / "skip_rate_h200.json").read_text())
+    assert rec["computed"] == 9 and rec["per_seqlen"]["1024"]["tasks"] == 9
+
+
+def test_fp64_torch_reference_and_baseline_records(tmp_path):
+    spec = CaseSpec("t", "normal", 1, 96, 160, 4, 2, 32, True, q_mult=2.0, seed=5)
+    q, k, v = make_inputs(spec)
+    out, lse = reference.attention_fp64(q, k, v, causal=True)
+    t = [torch.from_numpy(a.astype(np.float32)) for a in (q, k, v)]
+    out_t, lse_t = attention_fp64_torch(*t, causal=True)
+    np.testing.assert_allclose(out_t.numpy(), out, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(lse_t.numpy(), lse, rtol=0, atol=1e-12)
+    mod = _script("baselines_h200")
+    rec = mod.run_shape((1, 128, 2, 1, 64, True, "float16", 1.0), device="cpu", backends=("math",), warmup=0,
+                        repeats=1, seed=0)
+    assert rec["runs"]["math"]["metrics"]["rel_l2"] >= rec["floor"]["rel_l2"] * 0.5
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps([rec]))
+    df = load_baselines([p])
+    assert list(df.backend) == ["SDPA math"] and df["shape"].iloc[0] == "1x128x2/1x64 causal fp16"
+    assert "SDPA math" in baseline_table(df)
