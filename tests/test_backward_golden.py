@@ -62,6 +62,8 @@ def _prepare(which, name):
                      causal=case["causal"], **kw)
     except ValueError as e:   # a feature the forward emulator does not take yet
         pytest.skip(f"forward emulator cannot produce this case's out: {e}")
+    if not getattr(fw.stats, "tanh_exact", True):
+        pytest.skip("softcap: the forward's out needs tanh.approx.f32, which has no bit-exact model yet")
     assert _sha(fw.out) == rec["digests"]["out"], "forward emulator's out differs from the GPU's"
     return rec, arrays, fw.out, z[f"{name}.lse"], z, kw
 
@@ -87,12 +89,17 @@ def _check(rec, z, res):
 def test_backward_bit_exact(which, name):
     rec, arrays, out, lse, z, kw = _prepare(which, name)
     case = rec["case"]
-    if case.get("softcap"):
-        with pytest.raises(ValueError, match="softcap"):
-            backward(arrays["q"], arrays["k"], arrays["v"], out, arrays["dout"], lse, causal=case["causal"], **kw)
-        pytest.skip("softcap backward needs a MUFU.TANH model (not emulated)")
     res = backward(arrays["q"], arrays["k"], arrays["v"], out, arrays["dout"], lse,
                    softmax_scale=case["softmax_scale"], causal=case["causal"], deterministic=True, **kw)
+    if not res.options["tanh_exact"]:
+        # softcap without a MUFU.TANH model: libm's tanh stands in, so only most bits can agree
+        frac = []
+        for arr in ("dq", "dk", "dv"):
+            idx, want = z[f"{name}.{arr}_sample_idx"], z[f"{name}.{arr}_sample_bits"]
+            got = np.ascontiguousarray(getattr(res, arr)).view(np.uint16).reshape(-1)[idx]
+            frac.append(float((got != want).mean()))
+        assert max(frac) < 0.05, frac
+        pytest.skip(f"softcap: tanh.approx.f32 has no bit-exact model; sampled mismatch fractions {frac}")
     _check(rec, z, res)
 
 

@@ -7,17 +7,20 @@ FA4 b36 runs three kernels (``interface.py`` ``_flash_attn_bwd``); this module f
    per 128-bit load (``threads_per_row = gmem_k_block_size / 8`` threads, ``gmem_k_block_size`` = 128, 64 or
    32 by the padded head_dim_v), folds its columns left to right into 0.0 (``TensorSSA.reduce``; a product of
    two 16-bit values is exact in fp32, so whether NVVM contracts it into an FMA does not matter), then
-   ``utils.warp_reduce`` adds the threads' partials with a butterfly (``shfl.bfly`` offsets 1, 2, 4, ...). ``lse_log2 = RN(lse * LOG2_E)`` (0 for lse = -inf;
-   padding rows get +inf, so their P is 0).
+   ``utils.warp_reduce`` adds the threads' partials with a butterfly (``shfl.bfly`` offsets 1, 2, 4, ...).
+   ``lse_log2 = RN(lse * LOG2_E)`` (0 for lse = -inf; padding rows get +inf, so their P is 0).
 2. Main kernel (``flash_bwd_sm90.py`` ``FlashAttentionBackwardSm90``), one CTA per KV block ``n_block`` of
    ``tile_n`` keys, visiting the query blocks ``m_block_min .. m_block_max - 1`` in increasing order
    (``mma``, ``BlockInfo.get_m_block_min_max``); per block ``mma_one_m_block``:
      S  = Q K^T                  wgmma, fp32 accumulator, k16 steps over head_dim (``mma_qk_fn``);
+     softcap (``score_mod``, before the mask): S <- softcap * tanh(RN(RN(S * scale) / softcap)) and the
+          softmax uses scale_log2 = LOG2_E (``utils.create_softcap_scoremod``, ``fa4num.softmax.scoremod``);
      mask: key >= seqlen_k, causal / local window -> -inf (``mask.py`` ``AttentionMask.apply_mask``);
      P  = ex2.approx.ftz(fma.rn(S, scale_log2, -lse_log2))  (``cute.math.exp2(..., fastmath=True)``; the
           multiply-subtract is contracted to one FFMA);
      dP = dO V^T                 wgmma, k16 steps over head_dim_v (``mma_dov_fn``);
-     dS = RN(P * RN(dP - D))     fp32, the fp32 P (not the 16-bit copy);
+     dS = RN(P * RN(dP - D))     fp32, the fp32 P (not the 16-bit copy); with softcap then
+          dS <- RN(dS * fma(-t, t, 1)), t the tanh of the unmodified score (``score_mod_bwd``);
      P and dS are rounded to the input dtype (``utils.cvt_f16``, RN) for the next three GEMMs:
      dV += P^T dO, dK += dS^T Q  wgmma chained over the m blocks in the same fp32 accumulator (k16 steps over
           the query rows: ``mma_pdo_fn``, ``mma_dsq_fn``);
@@ -58,6 +61,7 @@ import numpy as np
 
 from fa4num import fp, hw
 from fa4num.hw.mma import MODELS, mma_chain
+from fa4num.softmax import scoremod
 
 from . import masking
 from .forward import _NP_DTYPES, _to_numpy
@@ -157,6 +161,7 @@ class _Run:
     mufu_arch: str
     spt: bool                  # dQ adds in decreasing n (deterministic and causal/local)
     dq_order: tuple | None     # an explicit order of the KV blocks' dQ adds (studies of deterministic=False)
+    softcap: float             # 0: no score_mod
 
 
 def _ex2(x, arch):
@@ -275,12 +280,19 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
                 r0, r1 = m0 * tm, m1 * tm
                 st["q_blocks"][hh, c0:c1] = m1 - m0
                 s = _gemm(qh[r0:r1], kb, run)
+                s_pre = s
+                if run.softcap:
+                    s = scoremod.softcap_scores(s, softcap=run.softcap, softmax_scale=run.scale,
+                                                arch=run.mufu_arch)
                 vis = masking.visible(np.arange(r0, r1)[:, None], np.arange(c0, c0 + tn)[None, :],
                                       seqlen_q=sq, seqlen_k=sk, window=run.window)
                 s = np.where(vis, s, np.float32(-np.inf))
                 p = _ex2(_ffma(s, run.scale_log2, -l2[r0:r1, None]), run.mufu_arch)
                 dp = _gemm(doh[r0:r1], vb, run)
                 ds = (p * (dp - dpsum[r0:r1, None])).astype(np.float32)
+                if run.softcap:
+                    ds = scoremod.softcap_grad(ds, s_pre, softcap=run.softcap, softmax_scale=run.scale,
+                                               arch=run.mufu_arch)
                 pq = p.astype(run.dt)
                 dsq = ds.astype(run.dt)
                 acc_dv = _gemm(np.ascontiguousarray(pq.T), np.ascontiguousarray(doh[r0:r1].T), run)
@@ -388,9 +400,9 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     cu_q, cu_k = opts.pop("cu_seqlens_q", None), opts.pop("cu_seqlens_k", None)
     opts.pop("max_seqlen_q", None), opts.pop("max_seqlen_k", None), opts.pop("pack_gqa", None)
     opts.pop("learnable_sink", None)
-    if opts.pop("softcap", 0.0):
-        raise ValueError("softcap is not emulated by backward (MUFU.TANH has no bit-exact model yet); "
-                         "use softcap=0.0")
+    softcap = float(opts.pop("softcap", 0.0) or 0.0)
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
     dq_order = opts.pop("dq_order", None)
     dq_order = None if dq_order is None else tuple(int(i) for i in dq_order)
     tile_m, tile_n = opts.pop("tile_m", None), opts.pop("tile_n", None)
@@ -426,8 +438,12 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     if not (math.isfinite(scale) and scale != 0):
         raise ValueError(f"softmax_scale must be a finite nonzero float, got {softmax_scale}")
     s32 = np.float32(scale)
-    run = _Run(tile=tile, arch="sm90" if kernel == "fa4-sm90" else "sm100", window=window, scale=s32, scale_log2=np.float32(s32 * LOG2_E_F32), dt=qa.dtype,
-               gemm=gemm, mufu_arch=mufu_arch, spt=bool(deterministic and window.masked), dq_order=dq_order)
+    # with a score_mod the kernel keeps softmax_scale apart and exponentiates with LOG2_E alone
+    # (utils.compute_softmax_scale_log2 / flash_bwd_sm90.py __call__)
+    sl2 = scoremod.SCALE_LOG2_WITH_SCOREMOD if softcap else np.float32(s32 * LOG2_E_F32)
+    run = _Run(tile=tile, arch="sm90" if kernel == "fa4-sm90" else "sm100", window=window, scale=s32,
+               scale_log2=sl2, dt=qa.dtype, gemm=gemm, mufu_arch=mufu_arch,
+               spt=bool(deterministic and window.masked), dq_order=dq_order, softcap=softcap)
 
     dq = np.zeros(qa.shape, np.float32)
     dk = np.zeros(ka.shape, np.float32)
@@ -464,7 +480,8 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         tdt = torch.bfloat16 if qa.dtype == _NP_DTYPES["bfloat16"] else torch.float16
         res = [torch.from_numpy(x.view(np.int16)).view(tdt).to(device) for x in res]
     used = {"mode": mode, "gemm": gemm, "mufu_arch": mufu_arch, "tile_m": tile.tile_m, "tile_n": tile.tile_n,
-            "cta_group": tile.cta_group,
+            "cta_group": tile.cta_group, "softcap": softcap,
+            "tanh_exact": not softcap or scoremod.tanh_is_exact(mufu_arch),
             "window": window, "varlen": varlen}
     return BackwardResult(*res, BackwardStats(**stats), kernel, used, float(s32), bool(deterministic))
 

@@ -161,9 +161,11 @@ class Gradients:
     dv: np.ndarray
 
 
-def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_size=(None, None)) -> Gradients:
+def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_size=(None, None),
+                  softcap=0.0) -> Gradients:
     """Exact-input gradients of softmax(scale * Q K^T) V in float64 (GQA: dK, dV summed over each group;
-    causal and sliding windows bottom-right aligned, as FA4). Rows with no visible key contribute nothing.
+    causal and sliding windows bottom-right aligned, as FA4; ``softcap`` > 0: scores softcap * tanh(scale *
+    Q K^T / softcap)). Rows with no visible key contribute nothing.
 
     dP = dO V^T, D = rowsum(dO * O) (= rowsum(P * dP)), dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q,
     dV = P^T dO, all from the float64 values of the 16-bit inputs.
@@ -191,6 +193,9 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     qf, dof = qa.astype(np.float64), da.astype(np.float64)
     kf, vf = _expand_kv(ka.astype(np.float64), h), _expand_kv(va.astype(np.float64), h)
     s = np.einsum("bihd,bjhd->bhij", qf, kf) * scale
+    if softcap:
+        t = np.tanh(s / softcap)
+        s = softcap * t
     vis = visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk,
                   window=resolve_window(causal, window_size))
     s = np.where(vis, s, -np.inf)
@@ -203,6 +208,8 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     dp = np.einsum("bihd,bjhd->bhij", dof, vf)
     dsum = (p * dp).sum(axis=-1, keepdims=True)
     ds = p * (dp - dsum)
+    if softcap:
+        ds = ds * (1 - t * t)
     dq = np.einsum("bhij,bjhd->bihd", ds, kf) * scale
     dk = np.einsum("bhij,bihd->bjhd", ds, qf) * scale
     dv = np.einsum("bhij,bihd->bjhd", p, dof)
