@@ -7,6 +7,7 @@ emulated dq, dk, dv must have the SHA-256 of the GPU's bits, and on a mismatch t
 differ are reported. Cases whose forward features the forward emulator does not take yet are skipped."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -48,8 +49,10 @@ def _feature_kwargs(case, arrays):
     return kw
 
 
-def _prepare(which, name):
-    """(case record, arrays, out, lse, z) with ``out`` from the forward emulator, checked against the GPU."""
+@functools.lru_cache(maxsize=None)
+def _forward_out(which, name):
+    """(case record, arrays, forward result or the reason it cannot stand in for the GPU's out); cached so
+    that each case's forward runs once per session."""
     z, meta = _load(which)
     rec = next(r for r in meta["cases"] if r["case"]["name"] == name)
     case = rec["case"]
@@ -61,11 +64,29 @@ def _prepare(which, name):
         fw = forward(arrays["q"], arrays["k"], arrays["v"], softmax_scale=case["softmax_scale"],
                      causal=case["causal"], **kw)
     except ValueError as e:   # a feature the forward emulator does not take yet
-        pytest.skip(f"forward emulator cannot produce this case's out: {e}")
+        return rec, arrays, kw, f"forward emulator cannot produce this case's out: {e}"
     if not getattr(fw.stats, "tanh_exact", True):
-        pytest.skip("softcap: the forward's out needs tanh.approx.f32, which has no bit-exact model yet")
+        return rec, arrays, kw, "softcap: the forward's out needs tanh.approx.f32, which has no bit-exact model yet"
+    return rec, arrays, kw, fw
+
+
+def _prepare(which, name):
+    """(case record, arrays, out, lse, z, feature kwargs) with ``out`` from the forward emulator, checked
+    against the GPU's digest."""
+    z, _ = _load(which)
+    rec, arrays, kw, fw = _forward_out(which, name)
+    if isinstance(fw, str):
+        pytest.skip(fw)
     assert _sha(fw.out) == rec["digests"]["out"], "forward emulator's out differs from the GPU's"
     return rec, arrays, fw.out, z[f"{name}.lse"], z, kw
+
+
+@functools.lru_cache(maxsize=None)
+def _backward(which, name):
+    rec, arrays, out, lse, _, kw = _prepare(which, name)
+    return backward(arrays["q"], arrays["k"], arrays["v"], out, arrays["dout"], lse,
+                    softmax_scale=rec["case"]["softmax_scale"], causal=rec["case"]["causal"], deterministic=True,
+                    **kw)
 
 
 def _check(rec, z, res):
@@ -88,9 +109,7 @@ def _check(rec, z, res):
 @pytest.mark.parametrize("which,name", _cases("dev") + _cases("holdout"))
 def test_backward_bit_exact(which, name):
     rec, arrays, out, lse, z, kw = _prepare(which, name)
-    case = rec["case"]
-    res = backward(arrays["q"], arrays["k"], arrays["v"], out, arrays["dout"], lse,
-                   softmax_scale=case["softmax_scale"], causal=case["causal"], deterministic=True, **kw)
+    res = _backward(which, name)
     if not res.options["tanh_exact"]:
         # softcap without a MUFU.TANH model: libm's tanh stands in, so only most bits can agree
         frac = []
@@ -123,7 +142,7 @@ def test_nondeterministic_dq_is_a_reordering():
     order_sensitive = np.flatnonzero((vals != vals[0]).any(axis=0))
     assert np.isin(idx, order_sensitive).all()
     # and the deterministic order is the first one (increasing KV block, non-causal)
-    det = backward(arrays["q"], arrays["k"], arrays["v"], out, arrays["dout"], lse, causal=case["causal"])
+    det = _backward("dev", "bwd_d128_nc")
     assert np.array_equal(np.ascontiguousarray(det.dq).view(np.uint16).reshape(-1), vals[0])
 
 
@@ -139,9 +158,8 @@ def test_deterministic_within_spread_where_gpu_is():
             continue
         if f"{name}.dq_nd_idx" not in z or z[f"{name}.dq_nd_idx"].size == 0:
             continue
-        _, arrays, out, lse, _, kw = _prepare("dev", name)
-        res = backward(arrays["q"], arrays["k"], arrays["v"], out, arrays["dout"], lse,
-                       softmax_scale=rec["case"]["softmax_scale"], causal=rec["case"]["causal"], **kw)
+        _, arrays, _, _, _, _ = _prepare("dev", name)
+        res = _backward("dev", name)
         dt = arrays["q"].dtype
         idx = z[f"{name}.dq_nd_idx"]
         e = np.asarray(res.dq).reshape(-1)[idx].astype(np.float32)
