@@ -213,3 +213,31 @@ def test_registry_entry_keeps_its_revision(tmp_path):
     polys.write_entry("d", (1.0, 0.125), source="t", metrics={}, provenance={"code_revision": "abc+dirty"},
                       registry=reg)   # another tracked change: the tree really is dirty
     assert polys.read(reg)["entries"]["d"]["provenance"]["code_revision"] == "abc+dirty"
+
+
+def test_interrupted_sweep_resumes(tmp_path, monkeypatch, capsys):
+    """Ctrl-C after two chunks: nothing is written but the chunks; the re-run resumes and gives the same result."""
+    from fa4num.ex2 import checkpoint
+    argv = ["sweep", "--range", "-1", "-0.99", "--chunk", "65536", "--no-progress", "--name", "s"]
+    assert main(argv + ["--out", str(tmp_path / "ref")]) == 0
+    ref = json.loads((tmp_path / "ref" / "s.json").read_text())
+    out = tmp_path / "run"
+    real_save, calls = checkpoint.SweepCheckpoint.save, []
+
+    def save_then_interrupt(self, *a, **k):
+        real_save(self, *a, **k)
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(checkpoint.SweepCheckpoint, "save", save_then_interrupt)
+    assert main(argv + ["--out", str(out)]) == 130
+    assert [p.name for p in out.iterdir()] == [".s.chunks"]   # no half-written result
+    monkeypatch.setattr(checkpoint.SweepCheckpoint, "save", real_save)
+    capsys.readouterr()
+    assert main(argv + ["--out", str(out)]) == 0
+    assert "resumed: 2 chunks" in capsys.readouterr().out
+    got = json.loads((out / "s.json").read_text())
+    for k in ("seconds", "provenance"):
+        del got[k], ref[k]
+    assert got == ref and ref["count"] > 2 * 65536
+    assert sorted(p.name for p in out.iterdir()) == ["s.json", "s_error_vs_x.png", "s_ulp_histogram.png"]

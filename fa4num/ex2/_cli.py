@@ -44,6 +44,7 @@ def _sweep(args) -> int:
     if args.grid is not None and (args.range is None or not all(map(math.isfinite, args.range))):
         raise ValueError("--grid: needs a finite --range LO HI")
     from .plots import plot_error_vs_x, plot_ulp_histogram
+    from .checkpoint import SweepCheckpoint
     from .engine import Domain, fa4_implementation, mufu_implementation, sweep
     if args.impl == "fa4":
         coeffs = _coeffs(args.coeffs) if args.coeffs else None
@@ -65,11 +66,17 @@ def _sweep(args) -> int:
     stem = args.name or impl.name
     if not stem or "/" in stem or stem.startswith("."):
         raise ValueError(f"--name: {stem!r} must be a plain file stem (no '/', not starting with '.')")
-    result = sweep(impl, domain, chunk=args.chunk, xbins=args.xbins, progress=not args.no_progress)
+    # finished chunks are kept here until the result is written: a re-run of an interrupted sweep resumes
+    ckpt = SweepCheckpoint(out / f".{stem}.chunks")
+    result = sweep(impl, domain, chunk=args.chunk, xbins=args.xbins, progress=not args.no_progress,
+                   checkpoint=ckpt)
+    if ckpt.resumed_chunks:
+        print(f"resumed: {ckpt.resumed_chunks} chunks were finished by an earlier, interrupted run")
     with atomic_files(out) as tmp:   # all three files or none: an interrupt leaves the previous result intact
         result.to_json(tmp / f"{stem}.json")
         plot_error_vs_x(result, tmp / f"{stem}_error_vs_x.png")
         plot_ulp_histogram(result, tmp / f"{stem}_ulp_histogram.png")
+    ckpt.remove()
     print(result.summary())
     print(f"wrote {out / (stem + '.json')} and two figures")
     return 0

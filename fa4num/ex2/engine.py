@@ -540,11 +540,12 @@ def _settle_pending(impl: Implementation, acc: _Accumulators, tot: _Totals, xlo,
 
 
 def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, chunk: int = 1 << 24,
-          xbins: int = 512, progress: bool = True) -> SweepResult:
+          xbins: int = 512, progress: bool = True, checkpoint=None) -> SweepResult:
     """Run ``impl`` (default: FA4's cubic, packed form) over ``domain`` (default: all 2^32 fp32 inputs).
 
     chunk: inputs per fused pass (memory stays O(blocks x bins), not O(chunk)). xbins: bins linear in x for the
-    error-vs-x figure, used when the domain has finite lo and hi (0 to skip)."""
+    error-vs-x figure, used when the domain has finite lo and hi (0 to skip). checkpoint: a
+    fa4num.ex2.checkpoint.SweepCheckpoint that keeps finished chunks, so that an interrupted sweep resumes."""
     from tqdm.auto import tqdm
 
     from fa4num.provenance import provenance
@@ -566,10 +567,18 @@ def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, c
     acc = _Accumulators(nblk, nxb)
     tot = _Totals(nxb)
     t0 = time.perf_counter()
+    done = set()
+    if checkpoint is not None:
+        key = {"implementation": impl.name, "params": impl.params, "domain": asdict(domain), "chunk": chunk,
+               "xbins": nxb}
+        done = checkpoint.start(key, tot)
     bar = tqdm(total=total, unit="x", unit_scale=True, disable=not progress, desc=impl.name)
-    for mode, start, stride, scale, count in intervals:
+    for i_iv, (mode, start, stride, scale, count) in enumerate(intervals):
         for off in range(0, count, chunk):
             n = min(chunk, count - off)
+            if (i_iv, off) in done:   # finished by an interrupted run: its totals are already in tot
+                bar.update(n)
+                continue
             first = start + off * (stride if mode == 0 else 1)
             _reset(acc)
             if impl.fused is not None:
@@ -584,9 +593,11 @@ def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, c
                              xscale, nxb, *acc.arrays(), acc.pending)
             tot.add(acc)
             _settle_pending(impl, acc, tot, xlo, xscale, nxb)
+            if checkpoint is not None:
+                checkpoint.save((i_iv, off), tot, time.perf_counter() - t0)
             bar.update(n)
     bar.close()
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0 + (checkpoint.seconds_before if checkpoint is not None else 0.0)
     return _result(impl, domain, tot, nxb, seconds, provenance)
 
 
