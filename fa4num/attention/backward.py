@@ -362,8 +362,9 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     kernel : "fa4-sm90" (the Hopper backward the H200 runs) or "fa4-sm100" (Blackwell's, emulated from source,
         not run on a Blackwell GPU; ``use_2cta_instrs`` option as FA4's default, head_dim <= 192).
     deterministic : True (FA4's ``deterministic=True``: the dQ adds in the semaphore order, see the module
-        docstring). False emulates one admissible order of the atomic adds (increasing KV block); the real
-        kernel's dQ then varies run to run in the last bits, dK and dV do not.
+        docstring). False emulates one admissible order of the unordered adds (increasing KV block, heads in
+        order); the real kernel's dQ then varies run to run in the last bits, and with GQA so do dK and dV
+        (their per-head adds lose the semaphore too).
     options : FA4's feature names ``window_size=(left, right)``, ``cu_seqlens_q``/``cu_seqlens_k`` (+
         ``max_seqlen_q``/``max_seqlen_k``, accepted and unused), ``pack_gqa`` (ignored: FA4's backward runs
         without it), ``learnable_sink`` (does not change dq/dk/dv given the forward's LSE; dsink is not
