@@ -1,16 +1,22 @@
 """FA4 b36's SM90 backward preprocess (``flash_bwd_preprocess.py``) run alone on the H200: D = rowsum(dO * O)
-and lse_log2 = lse * log2(e), the fp32 row statistics the main backward kernel reads.
+and lse_log2 = lse * log2(e), the fp32 row statistics the main backward kernel reads; and the backward with a
+learnable sink (dq, dk, dv and dsink, which the postprocess reduces from D and the LSE).
 
 The backward's dq/dk/dv goldens do not pin down how D is summed (dS is rounded to 16 bits, which hides the
 last bits of D), so this captures D itself, on inputs whose terms span 2^±8 so that the fold order and the
 FMA contraction change the result on most rows.
 
 GPU (device machine, after ``. fa4num/gpu/fa4-env.sh``):
-    python experiments/gpu/fa4_bwd_preprocess.py --out $OUT          # ~20 s (kernel compiles dominate)
+    python experiments/gpu/fa4_bwd_preprocess.py --out $OUT          # ~60 s (kernel compiles dominate)
 Writes $OUT/fa4_sm90_bwd_preprocess_h200.npz: ``meta`` (JSON: provenance, cases) and per case
 ``NAME.dpsum`` / ``NAME.lse_log2`` (float32, (batch, heads, seqlen_rounded), as the kernel stores them).
 The inputs are a pure function of the case (:func:`make_inputs`, numpy only), so they are not stored.
 Checked on the CPU by tests/test_backward_preprocess.py (fa4num.attention.backward.dpsum_sm90).
+And $OUT/fa4_sm90_bwd_sink_h200.npz: ``torch.autograd.grad`` through ``flash_attn_func(...,
+learnable_sink=..., deterministic=True)`` on :data:`SINK_CASES` (inputs from
+fa4num.attention.inputs.make_feature_inputs): per case ``NAME.lse``, ``NAME.dsink`` (float32, full) and for
+out/dq/dk/dv a SHA-256 of the bits in ``meta`` plus ``NAME.ARR_sample_idx``/``ARR_sample_bits`` (256 random
+elements). Checked by tests/test_backward_sink.py.
 """
 from __future__ import annotations
 
@@ -33,6 +39,24 @@ CASES = [
                                  (256, "bfloat16"), (64, "float16"), (128, "float16"), (256, "float16"),
                                  (72, "bfloat16")])
 ]
+
+
+# learnable-sink backward cases (feature-case dicts of fa4num.attention.inputs)
+SINK_CASES = [
+    dict(name="sinkbwd_d128_nc", kind="normal", batch=2, seqlen_q=200, seqlen_k=300, heads=4, heads_kv=4,
+         head_dim=128, causal=False, dtype="bfloat16", softmax_scale=None, q_mult=1.0, seed=401, sink_mult=2.0,
+         backward=True),
+    dict(name="sinkbwd_gqa_d64_c", kind="normal", batch=1, seqlen_q=300, seqlen_k=200, heads=4, heads_kv=2,
+         head_dim=64, causal=True, dtype="bfloat16", softmax_scale=None, q_mult=1.0, seed=402, sink_mult=3.0,
+         backward=True),
+    dict(name="sinkbwd_d96_big", kind="normal", batch=1, seqlen_q=150, seqlen_k=260, heads=2, heads_kv=2,
+         head_dim=96, causal=False, dtype="bfloat16", softmax_scale=None, q_mult=1.0, seed=403, sink_mult=12.0,
+         backward=True),
+    dict(name="sinkbwd_fp16_varlen_d64", kind="normal", batch=1, seqlen_q=0, seqlen_k=0, heads=4, heads_kv=2,
+         head_dim=64, causal=True, dtype="float16", softmax_scale=None, q_mult=1.0, seed=404, sink_mult=2.0,
+         backward=True, varlen={"seqlens_q": [100, 37, 300], "seqlens_k": [120, 90, 280]}),
+]
+SAMPLE = 256
 
 
 def make_inputs(case: dict) -> dict:
@@ -58,7 +82,7 @@ def input_sha256(arrays: dict) -> str:
 
 
 def _torch(a, torch):
-    if a.dtype == np.float16 or a.dtype == np.float32:
+    if a.dtype in (np.float16, np.float32, np.int32):
         return torch.from_numpy(np.ascontiguousarray(a)).cuda()
     return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).cuda()
 
@@ -108,11 +132,91 @@ def run(out_dir: pathlib.Path) -> int:
     return 0
 
 
+def _inputs_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fa4num_inputs", ROOT / "fa4num/attention/inputs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fa4num_inputs"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _bits(t, torch):
+    return t.detach().contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
+
+
+def run_sink(out_dir: pathlib.Path) -> int:
+    import torch
+    from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+    sys.path.insert(0, str(ROOT))
+    from fa4num.gpu import run_provenance
+    inputs = _inputs_module()
+    arrays_out, meta = {}, []
+    for case in SINK_CASES:
+        t0 = time.time()
+        a = inputs.make_feature_inputs(case)
+        rec = {"case": case, "input_sha256": input_sha256(a)}
+
+        def call():
+            q, k, v = (_torch(a[n], torch).requires_grad_(True) for n in ("q", "k", "v"))
+            sink = _torch(a["learnable_sink"], torch).requires_grad_(True)
+            kw = dict(softmax_scale=case["softmax_scale"], causal=case["causal"], return_lse=True,
+                      learnable_sink=sink, deterministic=True)
+            if "cu_seqlens_q" in a:
+                vl = case["varlen"]
+                o, lse = flash_attn_varlen_func(q, k, v, cu_seqlens_q=_torch(a["cu_seqlens_q"], torch),
+                                                cu_seqlens_k=_torch(a["cu_seqlens_k"], torch),
+                                                max_seqlen_q=max(vl["seqlens_q"]),
+                                                max_seqlen_k=max(vl["seqlens_k"]), **kw)
+            else:
+                o, lse = flash_attn_func(q, k, v, **kw)
+            grads = torch.autograd.grad(o, (q, k, v, sink), _torch(a["dout"], torch))
+            torch.cuda.synchronize()
+            return o, lse, grads
+        try:
+            o, lse, g = call()
+            o2, lse2, g2 = call()
+        except Exception as e:  # a refused feature is data
+            rec["error"] = f"{type(e).__name__}: {e}"[:800]
+            meta.append(rec)
+            print(case["name"], "ERROR", rec["error"][:200], flush=True)
+            continue
+        name = case["name"]
+        arrays_out[f"{name}.lse"] = lse.detach().float().cpu().numpy()
+        arrays_out[f"{name}.dsink"] = g[3].detach().float().cpu().numpy()
+        rec["digests"], rec["shapes"] = {}, {}
+        same = torch.equal(g[3], g2[3])
+        rng = np.random.default_rng([len(name), sum(map(ord, name))])
+        for arr, t, t2 in (("out", o, o2), ("dq", g[0], g2[0]), ("dk", g[1], g2[1]), ("dv", g[2], g2[2])):
+            bits = _bits(t, torch)
+            same = same and bool(np.array_equal(bits, _bits(t2, torch)))
+            rec["digests"][arr] = hashlib.sha256(np.ascontiguousarray(bits).tobytes()).hexdigest()
+            rec["shapes"][arr] = list(bits.shape)
+            idx = np.sort(rng.choice(bits.size, size=min(SAMPLE, bits.size), replace=False)).astype(np.int32)
+            arrays_out[f"{name}.{arr}_sample_idx"] = idx
+            arrays_out[f"{name}.{arr}_sample_bits"] = bits.reshape(-1)[idx]
+        rec["deterministic"] = bool(same)
+        rec["seconds"] = round(time.time() - t0, 2)
+        meta.append(rec)
+        print(name, rec["seconds"], "s det", same, flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "fa4_sm90_bwd_sink_h200.npz"
+    np.savez_compressed(path, meta=json.dumps({"provenance": run_provenance(), "cases": meta}), **arrays_out)
+    print("->", path)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="directory for fa4_sm90_bwd_preprocess_h200.npz")
+    ap.add_argument("--out", required=True, help="directory for the .npz files")
+    ap.add_argument("--part", choices=("all", "preprocess", "sink"), default="all")
     args = ap.parse_args()
-    return run(pathlib.Path(args.out))
+    rc = 0
+    if args.part in ("all", "preprocess"):
+        rc |= run(pathlib.Path(args.out))
+    if args.part in ("all", "sink"):
+        rc |= run_sink(pathlib.Path(args.out))
+    return rc
 
 
 if __name__ == "__main__":

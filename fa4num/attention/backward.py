@@ -33,7 +33,8 @@ FA4 b36 runs three kernels (``interface.py`` ``_flash_attn_bwd``); this module f
    input dtype; with GQA each query head adds its unscaled fp32 acc_dK / acc_dV into dK/dVaccum
    (bulk add, RN), heads in increasing order in deterministic mode (``lock_value = head % qhead_per_kvhead``).
 3. Postprocess (``flash_bwd_postprocess.py``): dQ = RN(dQaccum * softmax_scale) -> dtype (RN); with GQA
-   dK = RN(dKaccum * softmax_scale), dV = RN(dVaccum * 1.0) -> dtype.
+   dK = RN(dKaccum * softmax_scale), dV = RN(dVaccum * 1.0) -> dtype. With a learnable sink the dQ postprocess
+   also reduces dsink per head (:func:`dsink_sm90`; the sink is inside the LSE, so dq/dk/dv do not change).
 
 Tiles: ``interface.py`` ``_tile_size_bwd_sm90`` (:func:`sm90_bwd_tile`). The tensor-core model is
 ``fa4num.hw.mma.mma_chain`` (MMA-Sim's Hopper fused dot-product-add, checked on the H200). A GEMM's result does
@@ -147,6 +148,7 @@ class BackwardResult:
     options: dict = field(repr=False)
     softmax_scale: float = 0.0
     deterministic: bool = True
+    dsink: object = None  # (heads,) in learnable_sink's dtype when a learnable sink was given
 
 
 @dataclass(frozen=True)
@@ -208,9 +210,49 @@ def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None) -> np.ndarray:
         for e in range(8):
             cols = r * kblk + np.arange(tpr) * 8 + e
             parts = parts + o[:, cols] * g[:, cols]
-    while parts.shape[1] > 1:      # shfl.bfly offset 1, 2, 4, ...: lane 0 ends with the pairwise tree
-        parts = parts[:, 0::2] + parts[:, 1::2]
-    return parts[:, 0]
+    return _butterfly_lane0(parts)     # shfl.bfly offset 1, 2, 4, ...: lane 0 ends with the pairwise tree
+
+
+def _butterfly_lane0(parts):
+    """What lane 0 holds after ``utils.warp_reduce`` over the last axis (shfl.bfly offsets 1, 2, 4, ...)."""
+    while parts.shape[-1] > 1:
+        parts = parts[..., 0::2] + parts[..., 1::2]
+    return parts[..., 0]
+
+
+def dsink_sm90(sink, lse, dpsum, *, num_threads: int = 256) -> np.float32:
+    """dsink of one head as ``flash_bwd_postprocess.py`` reduces it (``dsink_row_term``, ``block_sum``).
+
+    ``lse`` and ``dpsum`` are lists of per-sequence float32 rows (batches, or varlen sequences, in order).
+    Thread t adds the rows t, t + num_threads, ... of each sequence in turn, each term
+    -p * D with p = 1 for lse = -inf else ex2.approx.ftz(RN(RN(sink - lse) * LOG2_E)), by one ``fma.rn``
+    (NVVM contracts the product into the running sum); the CTA then sums its threads: a butterfly inside each
+    warp, the warps' lane-0 values written to shared memory, and a butterfly over them in warp 0 (lanes past
+    the last warp add 0.0). Emulated from source: no H200 capture checks it yet.
+
+    Examples
+    --------
+    >>> float(dsink_sm90(0.0, [np.float32([-np.inf, -np.inf])], [np.float32([1.0, 2.0])]))
+    -3.0
+    """
+    if num_threads % 32 or not 32 <= num_threads <= 1024:
+        raise ValueError(f"num_threads must be a multiple of 32 in [32, 1024], got {num_threads}")
+    sink = np.float32(sink)
+    acc = np.zeros(num_threads, np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for lse_rows, d_rows in zip(lse, dpsum):
+            lse_rows = np.asarray(lse_rows, np.float32)
+            d_rows = np.asarray(d_rows, np.float32)
+            n = lse_rows.size
+            for r0 in range(0, n, num_threads):
+                sl = slice(r0, min(r0 + num_threads, n))
+                x = ((sink - lse_rows[sl]).astype(np.float32) * LOG2_E_F32).astype(np.float32)
+                p = np.where(lse_rows[sl] == -np.inf, np.float32(1), _ex2(x, "sm90"))
+                acc[:sl.stop - r0] = _ffma(-p, d_rows[sl], acc[:sl.stop - r0])
+    warp_sums = _butterfly_lane0(acc.reshape(num_threads // 32, 32))
+    lanes = np.zeros(32, np.float32)
+    lanes[:warp_sums.size] = warp_sums
+    return np.float32(_butterfly_lane0(lanes))
 
 
 def _pad16(a, axis):
@@ -366,12 +408,12 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         order); the real kernel's dQ then varies run to run in the last bits, and with GQA so do dK and dV
         (their per-head adds lose the semaphore too).
     options : FA4's feature names ``window_size=(left, right)``, ``cu_seqlens_q``/``cu_seqlens_k`` (+
-        ``max_seqlen_q``/``max_seqlen_k``, accepted and unused), ``pack_gqa`` (ignored: FA4's backward runs
-        without it), ``learnable_sink`` (does not change dq/dk/dv given the forward's LSE; dsink is not
-        computed); emulator knobs ``mode`` ("bitexact" or "statistical": fp32 BLAS GEMMs and numpy exp2),
-        ``gemm`` (one of ``fa4num.hw.mma.MODELS``), ``mufu_arch`` ("sm90" or "libm"), ``tile_m``/``tile_n``,
-        ``dq_order``
-        (a permutation of the KV blocks: the order of their dQaccum adds in every query block, to enumerate
+        ``max_seqlen_q``/``max_seqlen_k``, accepted and unused), ``softcap``, ``pack_gqa`` (ignored: FA4's
+        backward runs without it), ``learnable_sink`` (float (heads,): dq/dk/dv do not change given the
+        forward's LSE; ``.dsink`` is reduced as the postprocess does, :func:`dsink_sm90`); emulator knobs
+        ``mode`` ("bitexact" or "statistical": fp32 BLAS GEMMs and numpy exp2), ``gemm`` (one of
+        ``fa4num.hw.mma.MODELS``), ``mufu_arch`` ("sm90" or "libm"), ``tile_m``/``tile_n``, ``dq_order`` (a
+        permutation of the KV blocks: the order of their dQaccum adds in every query block, to enumerate
         what ``deterministic=False`` can produce).
 
     Examples
@@ -400,7 +442,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     window = masking.resolve_window(bool(causal), opts.pop("window_size", (None, None)))
     cu_q, cu_k = opts.pop("cu_seqlens_q", None), opts.pop("cu_seqlens_k", None)
     opts.pop("max_seqlen_q", None), opts.pop("max_seqlen_k", None), opts.pop("pack_gqa", None)
-    opts.pop("learnable_sink", None)
+    sink = opts.pop("learnable_sink", None)
     softcap = float(opts.pop("softcap", 0.0) or 0.0)
     if not (math.isfinite(softcap) and softcap >= 0):
         raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
@@ -475,6 +517,23 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
             dq[bi], dk[bi], dv[bi] = r[0], r[1], r[2]
             for n, a in r[3].items():
                 stats[n][bi] = a
+    dsink = None
+    if sink is not None:
+        sink_a = (sink.detach().cpu().float().numpy() if type(sink).__module__.startswith("torch")
+                  else np.asarray(sink))
+        if sink_a.shape != (h,) or sink_a.dtype.kind not in "fV":
+            raise ValueError(f"learnable_sink must be a float array of shape (heads,) = ({h},), got shape "
+                             f"{sink_a.shape} dtype {sink_a.dtype}")
+        # the dQ postprocess's CTA: 128 threads with dQ_single_wg (SM90 hd 96) or on SM100, else 2 x 128
+        nthr = 128 if (tile.dQ_single_wg or kernel == "fa4-sm100") else 256
+        if varlen:
+            per_seq = [lsea[:, s_] for s_, _ in seqs]
+            dps = [stats["dpsum"][:, s_] for s_, _ in seqs]
+        else:
+            per_seq = [lsea[bi] for bi in range(lsea.shape[0])]
+            dps = [stats["dpsum"][bi] for bi in range(lsea.shape[0])]
+        dsink = np.array([dsink_sm90(sink_a[hh].astype(np.float32), [x[hh] for x in per_seq], [x[hh] for x in dps],
+                                     num_threads=nthr) for hh in range(h)], np.float32).astype(sink_a.dtype)
     res = [x.astype(qa.dtype) for x in (dq, dk, dv)]
     if device is not None:
         import torch
@@ -484,8 +543,8 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
             "cta_group": tile.cta_group, "softcap": softcap,
             "tanh_exact": not softcap or scoremod.tanh_is_exact(mufu_arch),
             "window": window, "varlen": varlen}
-    return BackwardResult(*res, BackwardStats(**stats), kernel, used, float(s32), bool(deterministic))
+    return BackwardResult(*res, BackwardStats(**stats), kernel, used, float(s32), bool(deterministic), dsink)
 
 
 __all__ = ["backward", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",
-           "dpsum_sm90"]
+           "dpsum_sm90", "dsink_sm90"]

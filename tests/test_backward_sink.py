@@ -1,0 +1,85 @@
+"""Backward with a learnable sink: dsink as FA4's postprocess reduces it (fa4num.attention.backward.dsink_sm90),
+and dq/dk/dv unchanged by the sink given the forward's LSE. Against the H200 when the capture of
+experiments/gpu/fa4_bwd_preprocess.py (fa4_sm90_bwd_sink_h200.npz, under tests/golden/attention/ or
+experiments/results/) is present; the analytic checks run always."""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fa4num.attention import backward, forward
+from fa4num.attention.backward import dsink_sm90
+from fa4num.attention.inputs import make_feature_inputs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NAME = "fa4_sm90_bwd_sink_h200.npz"
+
+
+def _capture():
+    found = sorted((ROOT / "tests/golden/attention").glob(NAME)) + sorted((ROOT / "experiments/results").rglob(NAME))
+    return found[0] if found else None
+
+
+def test_dsink_against_exact_sum():
+    """dsink = -sum over rows of exp(sink - lse) * D; the emulated reduction is within fp32 rounding of it."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 70, 4, 64)).astype(ml_dtypes.bfloat16)
+    k = rng.standard_normal((2, 90, 2, 64)).astype(ml_dtypes.bfloat16)
+    v = rng.standard_normal((2, 90, 2, 64)).astype(ml_dtypes.bfloat16)
+    do = rng.standard_normal((2, 70, 4, 64)).astype(ml_dtypes.bfloat16)
+    sink = rng.standard_normal(4).astype(np.float32) * 2
+    fw = forward(q, k, v, learnable_sink=sink)
+    g = backward(q, k, v, fw.out, do, fw.lse, learnable_sink=sink)
+    d = (fw.out.astype(np.float64) * do.astype(np.float64)).sum(-1).transpose(0, 2, 1)
+    exact = -(np.exp(sink[None, :, None] - fw.lse.astype(np.float64)) * d).sum(axis=(0, 2))
+    np.testing.assert_allclose(g.dsink, exact, rtol=1e-5)
+    assert g.dsink.dtype == np.float32
+    plain = backward(q, k, v, fw.out, do, fw.lse)
+    assert plain.dsink is None
+    assert np.array_equal(np.asarray(plain.dq).view(np.uint16), np.asarray(g.dq).view(np.uint16))
+
+
+def test_dsink_rows_without_keys_count_fully():
+    # lse = -inf: the sink held all the row's mass (p = 1)
+    assert float(dsink_sm90(5.0, [np.float32([-np.inf, 0.0])], [np.float32([2.0, 0.0])], num_threads=32)) == -2.0
+    with pytest.raises(ValueError, match="num_threads"):
+        dsink_sm90(0.0, [], [], num_threads=48)
+
+
+def test_sink_backward_matches_h200():
+    path = _capture()
+    if path is None:
+        pytest.skip(f"no H200 capture {NAME} (run experiments/gpu/fa4_bwd_preprocess.py)")
+    z = np.load(path)
+    meta = json.loads(str(z["meta"]))
+    checked = 0
+    for rec in meta["cases"]:
+        if "error" in rec:
+            continue
+        case, name = rec["case"], rec["case"]["name"]
+        a = make_feature_inputs(case)
+        kw = {"learnable_sink": a["learnable_sink"]}
+        if "cu_seqlens_q" in a:
+            kw.update(cu_seqlens_q=a["cu_seqlens_q"], cu_seqlens_k=a["cu_seqlens_k"])
+        fw = forward(a["q"], a["k"], a["v"], softmax_scale=case["softmax_scale"], causal=case["causal"], **kw)
+        out_bits = np.ascontiguousarray(fw.out).view(np.uint16)
+        assert hashlib.sha256(out_bits.tobytes()).hexdigest() == rec["digests"]["out"], f"{name}: forward out"
+        lse = z[f"{name}.lse"]
+        g = backward(a["q"], a["k"], a["v"], fw.out, a["dout"], lse, softmax_scale=case["softmax_scale"],
+                     causal=case["causal"], **kw)
+        for arr in ("dq", "dk", "dv"):
+            bits = np.ascontiguousarray(getattr(g, arr)).view(np.uint16)
+            if hashlib.sha256(bits.tobytes()).hexdigest() != rec["digests"][arr]:
+                idx, want = z[f"{name}.{arr}_sample_idx"], z[f"{name}.{arr}_sample_bits"]
+                bad = int((bits.reshape(-1)[idx] != want).sum())
+                pytest.fail(f"{name}.{arr}: digest differs, {bad}/{idx.size} sampled elements differ")
+        want = z[f"{name}.dsink"]
+        assert np.array_equal(np.asarray(g.dsink, np.float32).view(np.uint32), want.view(np.uint32)), \
+            (name, g.dsink, want)
+        checked += 1
+    assert checked >= 1
