@@ -53,3 +53,15 @@ def test_fp64_torch_reference_and_baseline_records(tmp_path):
     df = load_baselines([p])
     assert list(df.backend) == ["SDPA math"] and df["shape"].iloc[0] == "1x128x2/1x64 causal fp16"
     assert "SDPA math" in baseline_table(df)
+
+
+def test_report_section_uses_committed_smoke_results(tmp_path):
+    from fa4num.study._report import RESULTS, report_section
+    if not (RESULTS / "study_smoke").is_dir():
+        import pytest
+        pytest.skip("no committed smoke results in this checkout")
+    secs = report_section(tmp_path)
+    smoke = secs[0]
+    assert "16 tasks: 0 computed, 16 cached" in smoke.markdown   # the committed store is complete
+    assert all((tmp_path / f).exists() for f in smoke.figures) and len(smoke.figures) == 3
+    assert "| sink | 4096 | 8 | 2 |" in smoke.markdown

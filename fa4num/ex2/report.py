@@ -20,7 +20,7 @@ from .emulate import POLY_EX2, VARIANTS, fa4_emulated, poly_coeffs
 from .engine import Domain, SweepResult, _json_default, fa4_implementation, mufu_implementation, sweep
 
 # packages whose fa4num.<pkg>._report may contribute sections, after the exp2 ones
-SECTION_PROVIDERS = ("fit", "hw", "softmax", "attention")
+SECTION_PROVIDERS = ("fit", "hw", "softmax", "attention", "study")
 
 # Embedded defaults. The softmax feeds exp2 with x = S*scale_log2 - max <= 0 (plus max_offset/threshold <= 8),
 # so the main sweep covers every fp32 x in [-126, 0], where 2^x is a normal number.
