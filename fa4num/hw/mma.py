@@ -52,7 +52,7 @@ ACCUMULATORS = {
 
 # exponent of the smallest normal number of each input format: subnormal significands are scaled to it
 _MIN_EXP = {"bfloat16": -126, "float16": -14, "float8_e4m3fn": -6, "float8_e5m2": -14, "float32": -126}
-_ZERO_EXP = -20000   # marks a zero factor; any product with it lands far below _ZERO_THRESHOLD
+_ZERO_EXP = -10000   # marks a zero factor; any product with it lands below _ZERO_THRESHOLD (and fits int16)
 _ZERO_THRESHOLD = -2000
 
 
@@ -64,80 +64,158 @@ def _dtype_name(a: np.ndarray) -> str:
 
 
 def split_exponents(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(value as float64, exponent as int32) for every element; exponent = floor(log2|x|) for normal x, the
+    """(value as float64, exponent as int16) for every element; exponent = floor(log2|x|) for normal x, the
     format's minimum exponent for subnormals, and a large negative marker for zeros."""
     name = _dtype_name(a)
     x = np.asarray(a).astype(np.float64)   # exact: every input format fits in float64
-    _, e = np.frexp(x)
-    e = (e - 1).astype(np.int32)
-    e = np.maximum(e, np.int32(_MIN_EXP[name]))
-    e[x == 0] = _ZERO_EXP
+    e = np.empty(x.shape, np.int16)
+    _exponents(x.reshape(-1), e.reshape(-1), _MIN_EXP[name])
     return x, e
+
+
+@njit(cache=True)
+def _exponents(x, e, min_exp):
+    for i in range(x.shape[0]):
+        ex = np.int16(((f64_to_u64(x[i]) >> np.uint64(52)) & np.uint64(0x7FF)) - np.uint64(1023))
+        e[i] = np.int16(_ZERO_EXP) if x[i] == 0.0 else max(ex, np.int16(min_exp))
+
+
+@dataclass(frozen=True)
+class MmaOperand:
+    """An MMA input split once into float64 values and int16 alignment exponents, for reuse across many
+    ``mma_chain`` calls (attention multiplies the same Q and K block by many tiles). ``role="b"`` operands are
+    stored transposed, (K, N), the layout the kernel streams."""
+    x: np.ndarray
+    e: np.ndarray
+    dtype: str
+    role: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The logical (rows, K) shape, as the array it was made from."""
+        return self.x.shape if self.role == "a" else self.x.shape[::-1]
+
+    def rows(self, sl: slice) -> "MmaOperand":
+        """The operand of rows ``sl`` of an "a" operand (a view: no copy, no new split)."""
+        if self.role != "a":
+            raise ValueError(f"rows() needs an operand with role 'a', got role {self.role!r}")
+        return MmaOperand(self.x[sl], self.e[sl], self.dtype, self.role)
+
+
+def mma_operand(x, *, role: str = "a") -> MmaOperand:
+    """Prepare ``x`` ((M, K) for role "a", (N, K) for role "b") once for repeated ``mma_chain`` calls.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> q = np.ones((4, 16), ml_dtypes.bfloat16)
+    >>> k = mma_operand(np.ones((8, 16), ml_dtypes.bfloat16), role="b")
+    >>> float(mma_chain(q, k)[0, 0])
+    16.0
+    """
+    if role not in ("a", "b"):
+        raise ValueError(f"role must be 'a' or 'b', got {role!r}")
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"x must be 2-D, got shape {x.shape}")
+    v, e = split_exponents(x)
+    if role == "b":
+        v, e = np.ascontiguousarray(v.T), np.ascontiguousarray(e.T)
+    return MmaOperand(v, e, _dtype_name(x), role)
 
 
 @njit(cache=True, inline="always")
 def _rz_to_f32(v):
     """Round a float64 toward zero to fp32 (normal: keep 24 significant bits; subnormal: multiples of 2^-149;
-    above the largest finite value: the largest finite value, as RZ never overflows to inf)."""
-    if v == 0.0:
-        return np.float32(0.0)        # the hardware returns +0 for an exact zero sum
-    if not math.isfinite(v):
-        return np.float32(v)          # an inf term (or inf - inf = NaN) passes through, no RZ clamp
-    m, ex = math.frexp(v)             # v = m * 2^ex, 0.5 <= |m| < 1
-    if ex - 1 < -126:
-        r = np.trunc(v * 2.0 ** 149) * 2.0 ** -149
-    else:
-        r = np.trunc(m * 16777216.0) * 2.0 ** (ex - 24)
-    if r > 3.4028234663852886e38:
-        r = 3.4028234663852886e38
-    elif r < -3.4028234663852886e38:
-        r = -3.4028234663852886e38
+    above the largest finite value: the largest finite value, as RZ never overflows to inf). Written as
+    selects (no branches, no libm call) so that the loops calling it vectorise."""
+    # v is a normal float64 here, so clearing the low 29 of its 52 fraction bits truncates it to 24 bits
+    r = u64_to_f64(f64_to_u64(v) & np.uint64(0xFFFFFFFFE0000000))
+    tiny = np.trunc(v * 2.0 ** 149) * 2.0 ** -149
+    r = tiny if abs(v) < 1.1754943508222875e-38 else r
+    r = min(max(r, -3.4028234663852886e38), 3.4028234663852886e38)
+    r = 0.0 if v == 0.0 else r        # the hardware returns +0 for an exact zero sum
+    r = r if abs(v) < math.inf else v   # an inf term (or inf - inf = NaN) passes through, no RZ clamp
     return np.float32(r)
+
+
+_ROW_BLOCK = 32   # rows per parallel task: one K chunk of b (16 x N float64 + int16) stays in L1 across them
 
 
 @njit(cache=True, parallel=True)
 def _chain_wgmma(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero):
-    """Rows of D in parallel; within a row every loop runs over the N columns (contiguous in b^T), so the
-    alignment max and the truncated sums vectorise."""
-    m, kdim = ax.shape
+    """Blocks of ``_ROW_BLOCK`` rows of D in parallel (see ``_wgmma_rows``)."""
+    m = ax.shape[0]
+    nblocks = (m + _ROW_BLOCK - 1) // _ROW_BLOCK
+    for blk in prange(nblocks):
+        i0 = blk * _ROW_BLOCK
+        _wgmma_rows(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, i0, min(i0 + _ROW_BLOCK, m))
+
+
+@njit(cache=True, inline="always")
+def _acc_exponent(v, e_zero):
+    """Exponent the fp32 accumulator carries into the alignment: subnormals pinned at -126, zero at e_zero."""
+    ex = np.int16(((f64_to_u64(v) >> np.uint64(52)) & np.uint64(0x7FF)) - np.uint64(1023))
+    return max(ex, np.int16(-126)) if v != 0.0 else np.int16(e_zero)
+
+
+@njit(cache=True)
+def _wgmma_rows(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, i0, i1):
+    """Rows i0..i1 of the wgmma chain. The loops over the N columns are innermost and branch-free, so LLVM
+    vectorises them: the alignment exponent max in int16 lanes, the truncated sums in float64 lanes. Every
+    float64 operation here is exact (16-bit products, power-of-two scales, integer sums below 2^33), so the
+    order of the sums cannot change the result."""
+    kdim = ax.shape[1]
     n = bxt.shape[1]
-    for i in prange(m):
-        acc = np.empty(n, np.float64)
-        emax = np.empty(n, np.int64)
-        scale = np.empty(n, np.float64)
-        s = np.empty(n, np.float64)
-        anyzero = np.empty(n, np.bool_)
+    rows = i1 - i0
+    acc = np.empty((rows, n), np.float64)
+    eacc = np.empty((rows, n), np.int16)
+    emax = np.empty(n, np.int16)
+    scale = np.empty(n, np.float64)
+    s = np.empty(n, np.float64)
+    zb = np.empty(n, np.bool_)
+    for r in range(rows):
         for j in range(n):
-            acc[j] = c[i, j]
-        for k0 in range(0, kdim, chunk):
-            k1 = min(k0 + chunk, kdim)
+            acc[r, j] = c[i0 + r, j]
+            eacc[r, j] = _acc_exponent(acc[r, j], e_zero)
+    for k0 in range(0, kdim, chunk):
+        k1 = min(k0 + chunk, kdim)
+        # a zero product carries e_zero into the max (it matters only if e_zero > -126, as the accumulator
+        # already carries at least min(-126, e_zero)); per column of b and per row of a for this chunk
+        for j in range(n):
+            zb[j] = False
+        for k in range(k0, k1):
             for j in range(n):
-                # the accumulator's exponent (fp32 subnormals pinned at -126; zero carries e_zero)
-                v = acc[j]
-                ex = np.int64((f64_to_u64(v) >> np.uint64(52)) & np.uint64(0x7FF)) - 1023
-                emax[j] = max(ex, -126) if v != 0.0 else e_zero
-                anyzero[j] = False
+                zb[j] |= bet[k, j] < _ZERO_THRESHOLD
+        for r in range(rows):
+            i = i0 + r
+            za = False
+            for k in range(k0, k1):
+                za |= ae[i, k] < _ZERO_THRESHOLD
+            for j in range(n):
+                emax[j] = eacc[r, j]
             for k in range(k0, k1):
                 ea = ae[i, k]
                 for j in range(n):
-                    t = ea + bet[k, j]
-                    if t > emax[j]:
-                        emax[j] = t
-                    anyzero[j] |= t < _ZERO_THRESHOLD
+                    emax[j] = max(emax[j], np.int16(ea + bet[k, j]))
             for j in range(n):
-                if anyzero[j] and emax[j] < e_zero:
-                    emax[j] = e_zero
+                e = emax[j]
+                if (za or zb[j]) and e < e_zero:
+                    e = np.int16(e_zero)
                 # 2^(F - E) built from its bits; every term times it is exact in float64
-                scale[j] = u64_to_f64(np.uint64(1023 + frac_bits - emax[j]) << np.uint64(52))
-                s[j] = np.trunc(acc[j] * scale[j])
+                scale[j] = u64_to_f64(np.uint64(1023 + frac_bits - e) << np.uint64(52))
+                s[j] = np.trunc(acc[r, j] * scale[j])
             for k in range(k0, k1):
                 a = ax[i, k]
                 for j in range(n):
                     s[j] += np.trunc(a * bxt[k, j] * scale[j])
             for j in range(n):
-                acc[j] = np.float64(_rz_to_f32(s[j] / scale[j]))
+                v = _rz_to_f32(s[j] / scale[j])
+                acc[r, j] = v
+                eacc[r, j] = _acc_exponent(np.float64(v), e_zero)
+    for r in range(rows):
         for j in range(n):
-            out[i, j] = np.float32(acc[j])
+            out[i0 + r, j] = np.float32(acc[r, j])
 
 
 @njit(cache=True, parallel=True)
@@ -171,22 +249,34 @@ def chunk_elements(dtype, arch: str = "sm90") -> int:
 def mma_chain(a, b, c=None, *, model: str = "wgmma", arch: str = "sm90", chunk: int | None = None) -> np.ndarray:
     """D = C + a @ b.T as a chain of tensor-core MMA steps (see the module docstring for the models).
 
-    a: (M, K) and b: (N, K) arrays of one input format (bfloat16, float16, float8_e4m3fn, float8_e5m2);
+    a: (M, K) and b: (N, K) arrays of one input format (bfloat16, float16, float8_e4m3fn, float8_e5m2), or
+    ``mma_operand`` objects made from such arrays (role "a" and "b");
     c: (M, N) float32 accumulator or None (zero-initialised, as ``wgmma`` with scale-d = 0).
     chunk: K elements per instruction (default: ``chunk_elements(a.dtype, arch)``).
     Returns float32 (M, N).
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> a = np.array([[2.0 ** 30, 1.0, -(2.0 ** 30)] + [0.0] * 13], ml_dtypes.bfloat16)
+    >>> float(mma_chain(a, np.ones((1, 16), ml_dtypes.bfloat16))[0, 0])   # 1.0 lies below the 25 kept bits
+    0.0
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     if arch not in ACCUMULATORS:
         raise ValueError(f"arch must be one of {tuple(ACCUMULATORS)}, got {arch!r}")
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+    for name, x, role in (("a", a, "a"), ("b", b, "b")):
+        if isinstance(x, MmaOperand) and x.role != role:
+            raise ValueError(f"{name} must be an mma_operand with role {role!r}, got role {x.role!r}")
+    a = a if isinstance(a, MmaOperand) else np.asarray(a)
+    b = b if isinstance(b, MmaOperand) else np.asarray(b)
+    if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"a and b must be (M, K) and (N, K); got {a.shape} and {b.shape}")
-    if a.dtype != b.dtype:
-        raise ValueError(f"a and b must have one dtype; got {a.dtype} and {b.dtype}")
-    _dtype_name(a)
+    a_dt = a.dtype if isinstance(a, MmaOperand) else _dtype_name(a)
+    b_dt = b.dtype if isinstance(b, MmaOperand) else np.dtype(b.dtype).name
+    if a_dt != b_dt:
+        raise ValueError(f"a and b must have one dtype; got {a_dt} and {b_dt}")
     m, n = a.shape[0], b.shape[0]
     if c is None:
         c = np.zeros((m, n), np.float32)
@@ -194,23 +284,29 @@ def mma_chain(a, b, c=None, *, model: str = "wgmma", arch: str = "sm90", chunk: 
         c = np.ascontiguousarray(c, dtype=np.float32)
         if c.shape != (m, n):
             raise ValueError(f"c must have shape {(m, n)}, got {c.shape}")
-    if model == "blas":
-        return c + np.asarray(a, np.float32) @ np.asarray(b, np.float32).T
-    acc = ACCUMULATORS[arch]
     if chunk is None:
-        chunk = chunk_elements(a.dtype, arch)
+        chunk = chunk_elements(a_dt, arch)
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if model == "blas":
+        return c + _values(a, "a").astype(np.float32) @ _values(b, "b").astype(np.float32).T
     out = np.empty((m, n), np.float32)
     if model == "exact":
-        _chain_exact(np.ascontiguousarray(a, dtype=np.float64), np.ascontiguousarray(b, dtype=np.float64),
-                     c, out, chunk)
+        _chain_exact(np.ascontiguousarray(_values(a, "a")), np.ascontiguousarray(_values(b, "b")), c, out, chunk)
         return out
-    ax, ae = split_exponents(a)
-    bx, be = split_exponents(b)
-    _chain_wgmma(ax, ae, np.ascontiguousarray(bx.T), np.ascontiguousarray(be.T), c, out, chunk,
-                 acc.fraction_bits, acc.e_zero)
+    acc = ACCUMULATORS[arch]
+    pa = a if isinstance(a, MmaOperand) else mma_operand(a, role="a")
+    pb = b if isinstance(b, MmaOperand) else mma_operand(b, role="b")
+    _chain_wgmma(pa.x, pa.e, pb.x, pb.e, c, out, chunk, acc.fraction_bits, acc.e_zero)
     return out
 
 
-__all__ = ["ACCUMULATORS", "Accumulator", "MODELS", "chunk_elements", "mma_chain", "split_exponents"]
+def _values(x, role):
+    """float64 values of an operand in its logical (rows, K) layout."""
+    if isinstance(x, MmaOperand):
+        return x.x if role == "a" else x.x.T
+    return np.asarray(x).astype(np.float64)
+
+
+__all__ = ["ACCUMULATORS", "Accumulator", "MODELS", "MmaOperand", "chunk_elements", "mma_chain", "mma_operand",
+           "split_exponents"]
