@@ -19,6 +19,7 @@ from ..softmax._ops import scale_log2_of
 
 _TORCH_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 _FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+_BELOW_MIN_NORMAL = float(np.nextafter(np.float32(2.0 ** -126), np.float32(0)))   # threshold_ keeps p > this
 
 
 def _ex2_emulation(x, coeffs):
@@ -50,11 +51,107 @@ def _kv_blocks(b, h, sq, sk, rep, opts, causal):
     return np.broadcast_to(out, (b, h, sq)).copy()
 
 
+def _bmm_f32(a, b):
+    """a @ b with float32 results. 16-bit inputs go through the tensor cores with fp32 accumulation where torch
+    offers ``out_dtype`` (CUDA); elsewhere through exact float32 copies (products of 16-bit values are exact)."""
+    import torch
+    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
+        try:
+            return torch.bmm(a, b, out_dtype=torch.float32)
+        except (TypeError, RuntimeError, NotImplementedError):
+            pass
+    return torch.bmm(a.float(), b.float())
+
+
+def _tile_p(sb, bias, sl2, emu_cols, coeffs, p_dtype, sat_max):
+    """P of one tile: ``sb`` (g, rows, nb, tn) scores, ``bias`` (g, rows, nb) = max_offset - max * scale_log2.
+    Returns (P cast to the P dtype in (g, nb, rows, tn) layout for the per-block P V products, the fp32 row
+    sums of each block (g, rows, nb), saturated-P counts (g, rows)). softmax.py ``apply_exp2_convert``: x =
+    S * scale_log2 + bias, exp2 (MUFU, or the software polynomial on the emulated columns), p < 2^-126 -> 0."""
+    import torch
+    x = torch.add(bias[..., None], sb, alpha=sl2)
+    xe = x[..., emu_cols] if emu_cols is not None else None
+    p = torch.exp2_(x)
+    if xe is not None:
+        p[..., emu_cols] = _ex2_emulation(xe, coeffs)
+    p = torch.nn.functional.threshold_(p, _BELOW_MIN_NORMAL, 0.0)
+    bsum = p.sum(-1)
+    nsat = torch.zeros(p.shape[:2], dtype=torch.int32, device=p.device)
+    if sat_max is not None:
+        nsat = (p > sat_max).sum((-1, -2), dtype=torch.int32)
+        p = p.clamp_(max=sat_max)
+    g, rows, nb, tn = p.shape
+    pq = torch.empty((g, nb, rows, tn), dtype=p_dtype if p_dtype.itemsize == 2 else torch.float32,
+                     device=p.device)
+    # one kernel: cast (cvt.rn, and fp8 values kept exactly in float32 for the GEMM) and block-major layout
+    pq.copy_((p if p_dtype.itemsize == 2 else p.to(p_dtype)).permute(0, 2, 1, 3))
+    return pq, bsum, nsat
+
+
+def _tile_sizes(rows_per_pos, sq, sk, tn, max_tile_elems):
+    """(R query positions, C keys) per tile: C a multiple of tn, R * rows_per_pos * C <= max_tile_elems."""
+    nblk = -(-sk // tn)
+    c_blocks = max(1, min(nblk, max_tile_elems // (rows_per_pos * tn * 256)))
+    r = max(1, min(sq, max_tile_elems // (rows_per_pos * c_blocks * tn)))
+    return r, c_blocks * tn
+
+
+def _stale_max(cur, blk, sl2, threshold):
+    """The row max each block of a tile leaves stored, visiting the tile's blocks in order (last axis).
+
+    ``cur`` (rows,) is the stored max before the tile, ``blk`` (rows, nb) each block's own max. Without a
+    threshold the stored max is the running max. With one (SM100 lazy rescale, ``softmax.py``
+    ``update_row_max``), the stored max moves only at blocks whose max exceeds it by more than the threshold
+    (in scale_log2 units); found here by jumping from one such block to the next for every row at once, so the
+    loop runs as many times as the most moves any row makes in the tile, not once per block."""
+    import torch
+    if threshold <= 0:
+        return torch.cummax(torch.maximum(blk, cur[..., None]), dim=-1).values
+    nb = blk.shape[-1]
+    out = torch.empty_like(blk)
+    idx = torch.arange(nb, device=blk.device)
+    start = torch.zeros_like(cur, dtype=torch.long)
+    cur = cur.clone()
+    while True:
+        new = torch.maximum(blk, cur[..., None])
+        safe = torch.where(new == -math.inf, torch.zeros_like(new), new)
+        moves = ~(((cur[..., None] - safe) * sl2) >= -threshold) & (idx >= start[..., None])
+        first = torch.where(moves.any(-1), moves.int().argmax(-1), torch.full_like(start, nb))
+        seg = (idx >= start[..., None]) & (idx < first[..., None])
+        out = torch.where(seg, cur[..., None], out)
+        moved = first < nb
+        if not bool(moved.any()):
+            return out
+        at = idx == first[..., None]
+        cur = torch.where(moved, torch.maximum(cur, blk.gather(-1, first.clamp(max=nb - 1)[..., None])[..., 0]),
+                          cur)
+        out = torch.where(at, cur[..., None], out)
+        start = torch.where(moved, first + 1, torch.full_like(start, nb))
+
+
 def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", device=None,
-                  **options) -> AttentionResult:
+                  max_tile_elems: int = 1 << 28, **options) -> AttentionResult:
     """Statistical FA4 forward on torch tensors (layout (batch, seqlen, heads, head_dim)); runs on ``device``
     (default: q's device). Options as :func:`fa4num.attention.forward` (``gemm`` and ``mufu_arch`` are
-    fixed to "blas" and "libm" here). Returns torch tensors (out in q's dtype, bf16 for fp8; lse float32)."""
+    fixed to "blas" and "libm" here). Returns torch tensors (out in q's dtype, bf16 for fp8; lse float32).
+
+    The work is tiled: a tile is R query positions (all heads) times C keys (a whole number of KV blocks of
+    ``tile_n``), at most ``max_tile_elems`` scores, so memory stays bounded for any sequence length (about
+    16 bytes per score of one tile). Tiles of keys are visited right to left like the kernel's KV blocks;
+    inside a tile the online max, FA4's lazy rescale decision and the rescale factors of every block are
+    computed for all rows at once (``_stale_max``), and the tile's P V enters O weighted by the product of
+    the rescale factors of the later blocks, as row_sum does. Q K^T runs on the tensor cores with fp32
+    accumulation where torch offers it (bf16/fp16 on CUDA), and so does each block's P V (P cast to the input
+    dtype as the kernel casts it), whose fp32 results are then weighted and summed.
+
+    Examples
+    --------
+    >>> import torch
+    >>> q = torch.randn(1, 64, 2, 64).to(torch.bfloat16)
+    >>> r = forward_torch(q, q, q, causal=True)
+    >>> tuple(r.out.shape), r.out.dtype, tuple(r.lse.shape)
+    ((1, 64, 2, 64), torch.bfloat16, (1, 2, 64))
+    """
     import torch
     q, k, v = (x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in (q, k, v))
     dev = torch.device(device) if device is not None else q.device
@@ -64,6 +161,8 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
         raise ValueError(f"q, k, v must be (batch, seqlen, heads, head_dim) with matching batch/head_dim and "
                          f"k.shape == v.shape; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not isinstance(max_tile_elems, int) or max_tile_elems < 1 << 16:
+        raise ValueError(f"max_tile_elems must be an int >= 65536, got {max_tile_elems!r}")
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     if hk < 1 or h % hk:
@@ -72,7 +171,7 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     if dt not in allowed:
         raise ValueError(f"dtype {dt} is not supported by kernel {kernel!r}; allowed: {allowed}")
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not torch.isfinite(x.float()).all():
+        if not bool(torch.isfinite(x.float()).all()):
             raise ValueError(f"{name} contains NaN or inf")
     opts = _resolve_options(kernel, dt, d, causal, sq, h // hk, {"mode": "statistical", **options}, batch=b,
                             heads=h)
@@ -81,82 +180,124 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     tn = opts.tile_n
     nblk = -(-sk // tn)
     rep = h // hk
-    qf = q.to(dev).float().transpose(1, 2)                                     # (b, h, sq, d)
-    kf = k.to(dev).float().transpose(1, 2).repeat_interleave(rep, dim=1)
-    vf = v.to(dev).float().transpose(1, 2).repeat_interleave(rep, dim=1)
-    s_all = torch.full((b, h, sq, nblk * tn), float("-inf"), device=dev)
-    s_all[..., :sk] = qf @ kf.transpose(-1, -2)
-    if causal:
-        hide = torch.arange(sk, device=dev)[None, :] > (torch.arange(sq, device=dev) + sk - sq)[:, None]
-        s_all[..., :sk] = s_all[..., :sk].masked_fill(hide, float("-inf"))
-    emu = None
+    g = b * hk
+    sm100 = kernel == "fa4-sm100"
+    threshold = float(opts.rescale_threshold) if sm100 else 0.0
+    offset = float(opts.max_offset) if sm100 else 0.0
+    mm_dtype = q.dtype if dt in ("bfloat16", "float16") else torch.float32   # no fp8 batched GEMM in torch
+    # (g, rep, sq, d): the query heads that share one KV head sit together, as pack-GQA lays them out
+    qg = q.to(dev).transpose(1, 2).reshape(b, hk, rep, sq, d).reshape(g, rep, sq, d).to(mm_dtype)
+    kp = torch.zeros((g, nblk * tn, d), dtype=mm_dtype, device=dev)
+    kp[:, :sk] = k.to(dev).transpose(1, 2).reshape(g, sk, d).to(mm_dtype)
+    vb = torch.zeros((g, nblk * tn, d), dtype=mm_dtype, device=dev)
+    vb[:, :sk] = v.to(dev).transpose(1, 2).reshape(g, sk, d).to(mm_dtype)
+    vb = vb.view(g, nblk, tn, d)
+    emu_cols = None
     coeffs = None
-    if kernel == "fa4-sm100":
+    if sm100:
         from ..softmax.sm100 import emulated_columns
         from fa4num.ex2 import poly_coeffs
-        emu = torch.from_numpy(emulated_columns(tn, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
-                                                start_frg=opts.ex2_emu_start_frg)).to(dev)
+        emu = emulated_columns(tn, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res, start_frg=opts.ex2_emu_start_frg)
+        if emu.any():
+            emu_cols = torch.from_numpy(np.flatnonzero(emu)).to(dev)
         coeffs = [float(c) for c in (opts.coeffs or poly_coeffs(opts.poly_degree))]
     p_dtype = getattr(torch, dt)
-    m = torch.full((b, h, sq), float("-inf"), device=dev)
-    true_m = m.clone()
-    row_sum = torch.zeros((b, h, sq), device=dev)
-    scales = torch.ones((nblk, b, h, sq), device=dev)
-    p_all = torch.zeros_like(s_all)
-    started = torch.zeros((b, h, sq), dtype=torch.bool, device=dev)
-    n_done = torch.zeros((b, h, sq), dtype=torch.int32, device=dev)
+    out_dtype = torch.bfloat16 if dt.startswith("float8") else p_dtype
+    out = torch.empty((b, sq, h, d), dtype=out_dtype, device=dev)
+    lse_all = torch.empty((g, rep, sq), dtype=torch.float32, device=dev)
+    n_done = torch.zeros((g, rep, sq), dtype=torch.int32, device=dev)
     n_events = torch.zeros_like(n_done)
     n_sat = torch.zeros_like(n_done)
-    lag = torch.zeros((b, h, sq), device=dev)
-    for n in range(nblk - 1, -1, -1):
-        s = s_all[..., n * tn:(n + 1) * tn]
-        m_blk = s.amax(-1)
-        m_new = torch.maximum(m, m_blk)
-        n_events += (started & (m_blk > true_m)).int()
-        true_m = torch.maximum(true_m, m_blk)
-        m_safe = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)
-        acc_ = (m - m_safe) * sl2
-        acc = torch.exp2(acc_)
-        if kernel == "fa4-sm100" and opts.rescale_threshold > 0:
-            keep = acc_ >= -opts.rescale_threshold
-            m_new = torch.where(keep, m, m_new)
-            m_safe = torch.where(keep, m, m_safe)
-            acc = torch.where(keep, torch.ones_like(acc), acc)
-        n_done += (started & (m_new > m)).int()
-        m = m_new
-        bias = float(opts.max_offset) - m_safe.double() * sl2 if kernel == "fa4-sm100" else -(m_safe * sl2).double()
-        x = (s.double() * sl2 + bias[..., None]).float()
-        p = torch.exp2(x)
-        if emu is not None and bool(emu.any()):
-            p[..., emu] = _ex2_emulation(x[..., emu], coeffs)
-        p = torch.where(p < 2.0 ** -126, torch.zeros_like(p), p)
-        row_sum = row_sum * acc + p.sum(-1)
-        if dt in _FP8_MAX:
-            n_sat += (p > _FP8_MAX[dt]).sum(-1).int()
-            p = p.clamp(max=_FP8_MAX[dt])
-        p_all[..., n * tn:(n + 1) * tn] = p.to(p_dtype).float()
-        scales[n] = acc
-        started |= (s > float("-inf")).any(-1)
-        lag = torch.maximum(lag, torch.nan_to_num((true_m - m) * sl2, nan=0.0, posinf=0.0, neginf=0.0))
-    later = torch.cumprod(torch.cat([torch.ones_like(scales[:1]), scales[:-1]]), dim=0)   # (nblk, b, h, sq)
-    weights = later.permute(1, 2, 3, 0).repeat_interleave(tn, dim=-1)
-    vpad = torch.zeros((b, h, nblk * tn, d), device=dev)
-    vpad[:, :, :sk] = vf
-    o = (p_all * weights) @ vpad
-    zero_or_nan = (row_sum == 0) | torch.isnan(row_sum)
-    safe = torch.where(zero_or_nan, torch.ones_like(row_sum), row_sum)
-    offset = float(opts.max_offset) if kernel == "fa4-sm100" else 0.0
-    lse = (m * sl2 + (torch.log2(safe) - offset)) * math.log(2.0)
-    lse = torch.where(zero_or_nan, torch.full_like(lse, float("-inf")), lse)
-    out_dtype = torch.bfloat16 if dt.startswith("float8") else p_dtype
-    out = (o * safe.reciprocal()[..., None]).transpose(1, 2).to(out_dtype)
+    lag_all = torch.zeros((g, rep, sq), device=dev)
+    r_pos, c_keys = _tile_sizes(g * rep, sq, sk, tn, max_tile_elems)
+    diag = sk - sq
+    for r0 in range(0, sq, r_pos):
+        r1 = min(r0 + r_pos, sq)
+        nr = r1 - r0
+        qt = qg[:, :, r0:r1].reshape(g, rep * nr, d)
+        pos = (torch.arange(r0, r1, device=dev)).repeat(rep)                       # query position of each row
+        m = torch.full((g, rep * nr), -math.inf, device=dev)
+        true_m = m.clone()
+        row_sum = torch.zeros_like(m)
+        o = torch.zeros((g, rep * nr, d), device=dev)
+        started = torch.zeros(m.shape, dtype=torch.bool, device=dev)
+        done, events, sat = (torch.zeros(m.shape, dtype=torch.int32, device=dev) for _ in range(3))
+        lag = torch.zeros_like(m)
+        last = nblk * tn
+        for c0 in range((nblk - 1) // (c_keys // tn) * c_keys, -1, -c_keys):
+            c1 = min(c0 + c_keys, last)
+            if causal and c0 > r1 - 1 + diag:
+                continue                      # no key of this tile is visible from any row: changes nothing
+            nb = (c1 - c0) // tn
+            s = _bmm_f32(qt, kp[:, c0:c1].transpose(1, 2))                           # (g, rows, C)
+            col = torch.arange(c0, c1, device=dev)
+            hide = None
+            if c1 > sk:
+                hide = (col >= sk)[None, :]
+            if causal and c1 - 1 > r0 + diag:
+                cm = col[None, :] > (pos + diag)[:, None]
+                hide = cm if hide is None else hide | cm
+            if hide is not None:
+                s.masked_fill_(hide, -math.inf)
+            sb = s.view(g, rep * nr, nb, tn)
+            blk = sb.amax(-1).flip(-1)                                               # visiting order
+            m_used = _stale_max(m, blk, sl2, threshold)
+            m_prev = torch.cat([m[..., None], m_used[..., :-1]], dim=-1)
+            raw = torch.maximum(m_prev, blk)
+            raw_safe = torch.where(raw == -math.inf, torch.zeros_like(raw), raw)
+            acc_ = (m_prev - raw_safe) * sl2
+            acc = torch.exp2(acc_)
+            if threshold > 0:
+                acc = torch.where(acc_ >= -threshold, torch.ones_like(acc), acc)
+            vis = blk > -math.inf
+            # started before block j: a visible key in an earlier tile or an earlier block of this one
+            before = started[..., None] | (torch.cumsum(vis.int(), -1) - vis.int() > 0)
+            true_run = torch.cummax(torch.maximum(blk, true_m[..., None]), -1).values
+            true_prev = torch.cat([true_m[..., None], true_run[..., :-1]], -1)
+            events += (before & (blk > true_prev)).sum(-1, dtype=torch.int32)       # the true max grew
+            done += (before & (m_used > m_prev)).sum(-1, dtype=torch.int32)         # the stored max moved
+            started |= vis.any(-1)
+            lag = torch.maximum(lag, torch.nan_to_num((true_run - m_used) * sl2, nan=0.0, posinf=0.0,
+                                                      neginf=0.0).amax(-1))
+            true_m = true_run[..., -1]
+            m_safe = torch.where(m_used == -math.inf, torch.zeros_like(m_used), m_used)
+            # later[j]: product of the factors of the blocks visited after block j in this tile (float64:
+            # a long product of factors in float32 would round at every step)
+            acc64 = acc.double()
+            suffix = torch.flip(torch.cumprod(torch.flip(acc64, [-1]), -1), [-1])
+            later = torch.cat([suffix[..., 1:], torch.ones_like(suffix[..., :1])], -1)
+            bias = (offset - m_safe.double() * sl2).float().flip(-1)                 # back to memory order
+            p, bsum, nsat = _tile_p(sb, bias, sl2, emu_cols, coeffs, p_dtype, _FP8_MAX.get(dt))
+            sat += nsat
+            bsum = bsum.flip(-1)                                                     # visiting order
+            total = acc64.prod(-1)
+            row_sum = (row_sum.double() * total + (bsum.double() * later).sum(-1)).float()
+            # P_blk V_blk per block with exact products (16-bit P and V, fp32 accumulation), then weighted
+            pv = _bmm_f32(p.view(g * nb, rep * nr, tn), vb[:, c0 // tn:c0 // tn + nb].reshape(g * nb, tn, d))
+            pv = pv.view(g, nb, rep * nr, d).mul_(later.flip(-1).float().transpose(1, 2)[..., None]).sum(1)
+            o = o * total.float()[..., None] + pv
+            m = m_used[..., -1]
+        zero_or_nan = (row_sum == 0) | torch.isnan(row_sum)
+        safe = torch.where(zero_or_nan, torch.ones_like(row_sum), row_sum)
+        lse = (m * sl2 + (torch.log2(safe) - offset)) * math.log(2.0)
+        lse = torch.where(zero_or_nan, torch.full_like(lse, -math.inf), lse)
+        ot = (o * safe.reciprocal()[..., None]).view(b, hk, rep, nr, d).reshape(b, h, nr, d)
+        out[:, r0:r1] = ot.transpose(1, 2).to(out_dtype)
+        lse_all[:, :, r0:r1] = lse.view(g, rep, nr)
+        n_done[:, :, r0:r1] = done.view(g, rep, nr)
+        n_events[:, :, r0:r1] = events.view(g, rep, nr)
+        n_sat[:, :, r0:r1] = sat.view(g, rep, nr)
+        lag_all[:, :, r0:r1] = lag.view(g, rep, nr)
     kvb = _kv_blocks(b, h, sq, sk, rep, opts, causal)
-    n_emu = int(emu.sum()) if emu is not None else 0
-    vis = masking.visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk,
-                          window=masking.resolve_window(causal))
-    hidden = np.broadcast_to((sk - vis.sum(axis=1)).astype(np.int32), (b, h, sq)).copy()
-    stats = AttentionStats(kv_blocks=kvb, rescale_events=n_events.cpu().numpy(), rescales_done=n_done.cpu().numpy(),
-                           max_lag=lag.cpu().numpy().astype(np.float32), exp2_emulated=kvb * n_emu,
-                           exp2_mufu=kvb * (tn - n_emu), p_saturated=n_sat.cpu().numpy(), masked_by_window=hidden,
+    n_emu = int(emu_cols.numel()) if emu_cols is not None else 0
+    # keys each row cannot see (no window here: causal bottom-right, or none)
+    seen = np.clip(np.arange(sq) + sk - sq + 1, 0, sk) if causal else np.full(sq, sk)
+    hidden = np.broadcast_to((sk - seen).astype(np.int32), (b, h, sq)).copy()
+
+    def per_head(t):
+        return t.view(b, h, sq).cpu().numpy()
+    stats = AttentionStats(kv_blocks=kvb, rescale_events=per_head(n_events), rescales_done=per_head(n_done),
+                           max_lag=per_head(lag_all).astype(np.float32), exp2_emulated=kvb * n_emu,
+                           exp2_mufu=kvb * (tn - n_emu), p_saturated=per_head(n_sat), masked_by_window=hidden,
                            sink_share=np.zeros((b, h, sq), np.float32), gemm="blas")
-    return AttentionResult(out, lse.float(), stats, kernel, opts, scale)
+    return AttentionResult(out, lse_all.view(b, h, sq), stats, kernel, opts, scale)
