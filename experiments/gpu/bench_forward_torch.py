@@ -1,0 +1,167 @@
+"""The statistical FA4 forward in torch (``fa4num.attention.forward_torch``) against the real FA4 kernel on the
+same GPU, side by side in one run (issue 15, point 4: within 20x of FA4 on (1, 32768, 16, 128) causal).
+
+Run on the device machine after ``. fa4num/gpu/fa4-env.sh`` (FA4 and the CuTe DSL on PYTHONPATH):
+    python experiments/gpu/bench_forward_torch.py --out $OUT [--rev <git rev>]
+Expected wall time on an H200: ~60 s (FA4's JIT compile ~10-30 s, forward_torch ~0.2 s per call, the
+accuracy case and an optional torch.compile variant of the tile softmax). Without FA4 (or without CUDA, for a
+CPU dry run: ``--shape 1,512,2,64 --check-shape 1,256,2,64``) the FA4 rows are recorded as missing.
+
+Timing: CUDA events around each call, one warm-up call each (FA4's JIT compile, cuBLAS heuristics), then
+``--rounds`` alternating rounds, median reported. Accuracy on ``--check-shape``: max and mean |out - fp64
+reference| for FA4 and forward_torch (SM90 path, the kernel the H200 runs), the share of outputs where they
+are bit-identical, and the largest LSE difference. Writes ``bench_forward_torch.json`` with provenance.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from fa4num.attention import forward_torch  # noqa: E402
+from fa4num.attention import torch_backend  # noqa: E402
+
+
+def _fa4():
+    """FA4's forward, or None where flash-attn-4 is not importable (CPU dry run)."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as e:   # noqa: BLE001 - any import failure means "no FA4 here"
+        print(f"FA4 not available: {type(e).__name__}: {e}")
+        return None
+    return lambda q, k, v, causal: flash_attn_func(q, k, v, causal=causal, return_lse=True)
+
+
+def _inputs(shape, device, seed):
+    b, s, h, d = shape
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return [torch.randn((b, s, h, d), generator=g).to(torch.bfloat16).to(device) for _ in range(3)]
+
+
+def _timer(device):
+    """Seconds of one call: CUDA events on a GPU, perf_counter on the CPU."""
+    if device.type == "cuda":
+        def run(fn):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / 1e3
+    else:
+        def run(fn):
+            t = time.perf_counter()
+            fn()
+            return time.perf_counter() - t
+    return run
+
+
+def _accuracy(shape, device, fa4, seed):
+    q, k, v = _inputs(shape, device, seed)
+    # fp64 reference on the device (fa4num.attention.reference.attention_fp64 is the numpy twin)
+    qf, kf, vf = (x.double().transpose(1, 2) for x in (q, k, v))
+    sc = (qf @ kf.transpose(-1, -2)) / math.sqrt(shape[3])
+    sq, sk = sc.shape[-2:]
+    sc = sc.masked_fill(torch.ones(sq, sk, dtype=torch.bool, device=sc.device).triu(sk - sq + 1), -math.inf)
+    ref_lse = torch.logsumexp(sc, -1)
+    ref = (torch.softmax(sc, -1) @ vf).transpose(1, 2)
+    res = {"shape": list(shape), "causal": True}
+    mine = forward_torch(q, k, v, causal=True, kernel="fa4-sm90")
+    err = (mine.out.double() - ref).abs()
+    res["forward_torch_sm90"] = {"max_abs_err": float(err.max()), "mean_abs_err": float(err.mean()),
+                                 "max_lse_err": float((mine.lse.double() - ref_lse).abs().max())}
+    if fa4 is not None:
+        out, lse = fa4(q, k, v, True)
+        e = (out.double() - ref).abs()
+        res["fa4"] = {"max_abs_err": float(e.max()), "mean_abs_err": float(e.mean()),
+                      "max_lse_err": float((lse.double() - ref_lse).abs().max())}
+        res["bit_identical_share"] = float((out.view(torch.int16) == mine.out.view(torch.int16)).double().mean())
+        res["max_lse_diff_vs_fa4"] = float((lse.float() - mine.lse).abs().max())
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="directory for bench_forward_torch.json")
+    ap.add_argument("--shape", default="1,32768,16,128", help="batch,seqlen,heads,head_dim of the timed case")
+    ap.add_argument("--check-shape", default="1,2048,4,128", help="shape of the accuracy case")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    ap.add_argument("--rev", default=os.environ.get("FA4NUM_REVISION", ""))
+    args = ap.parse_args(argv)
+    if args.rev:
+        os.environ["FA4NUM_REVISION"] = args.rev
+    t_start = time.perf_counter()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    shape = tuple(int(x) for x in args.shape.split(","))
+    check = tuple(int(x) for x in args.check_shape.split(","))
+    fa4 = _fa4() if device.type == "cuda" else None
+    q, k, v = _inputs(shape, device, seed=0)
+    timer = _timer(device)
+    contenders = {"forward_torch_sm90": lambda: forward_torch(q, k, v, causal=True, kernel="fa4-sm90"),
+                  "forward_torch_sm100": lambda: forward_torch(q, k, v, causal=True, kernel="fa4-sm100")}
+    if fa4 is not None:
+        contenders = {"fa4": lambda: fa4(q, k, v, True), **contenders}
+    warmup = {}
+    for name, fn in contenders.items():
+        warmup[name] = timer(fn)
+        print(f"warm-up {name}: {warmup[name]:.3f} s", flush=True)
+    times = {name: [] for name in contenders}
+    for _ in range(args.rounds):
+        for name, fn in contenders.items():
+            times[name].append(timer(fn))
+    med = {name: statistics.median(t) for name, t in times.items()}
+    result = {"benchmark": "forward_torch vs FA4 (causal, bf16)", "shape": list(shape), "rounds": args.rounds,
+              "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+              "warmup_seconds": warmup, "median_seconds": med, "all_seconds": times}
+    if device.type == "cuda":
+        result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+    if not args.no_compile:
+        # the tile's elementwise chain (scale, exp2, flush, block sums, cast) fused by torch.compile: how much
+        # of forward_torch's time is memory traffic between eager kernels
+        plain = torch_backend._tile_p
+        try:
+            torch_backend._tile_p = torch.compile(plain, dynamic=False)
+            fn = contenders["forward_torch_sm90"]
+            result["compiled_tile_p_warmup_seconds"] = timer(fn)
+            result["compiled_tile_p_median_seconds"] = statistics.median(timer(fn) for _ in range(args.rounds))
+        except Exception as e:   # noqa: BLE001 - the variant is optional; record why it failed
+            result["compiled_tile_p_error"] = f"{type(e).__name__}: {e}"[:500]
+        finally:
+            torch_backend._tile_p = plain
+    if "fa4" in med:
+        result["ratio_vs_fa4"] = {name: med[name] / med["fa4"] for name in med}
+        if "compiled_tile_p_median_seconds" in result:
+            result["ratio_vs_fa4"]["forward_torch_sm90_compiled_tile_p"] = \
+                result["compiled_tile_p_median_seconds"] / med["fa4"]
+        result["target_sm90_within_20x"] = result["ratio_vs_fa4"]["forward_torch_sm90"] <= 20
+    result["accuracy"] = _accuracy(check, device, fa4, seed=1)
+    result["wall_seconds"] = time.perf_counter() - t_start
+    try:
+        from fa4num.gpu import run_provenance
+        result["provenance"] = run_provenance()
+    except Exception:   # noqa: BLE001 - fall back to the plain record
+        from fa4num.provenance import provenance
+        result["provenance"] = provenance()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_forward_torch.json").write_text(json.dumps(result, indent=1) + "\n")
+    ratios = result.get("ratio_vs_fa4", {})
+    print("median s: " + ", ".join(f"{n} {t:.4f}" for n, t in med.items())
+          + ("; ratio vs FA4: " + ", ".join(f"{n} {r:.1f}x" for n, r in ratios.items()) if ratios else "")
+          + f"; wall {result['wall_seconds']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
