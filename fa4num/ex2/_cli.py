@@ -43,7 +43,7 @@ def _sweep(args) -> int:
         raise ValueError(f"--range: LO must be <= HI, got {args.range[0]:g} {args.range[1]:g}")
     if args.grid is not None and (args.range is None or not all(map(math.isfinite, args.range))):
         raise ValueError("--grid: needs a finite --range LO HI")
-    from .plots import plot_error_vs_x, plot_ulp_histogram
+    from .plots import headline, in_softmax_domain, plot_error_vs_x, plot_ulp_histogram
     from .checkpoint import SweepCheckpoint
     from .engine import Domain, fa4_implementation, mufu_implementation, sweep
     if args.impl == "fa4":
@@ -78,6 +78,8 @@ def _sweep(args) -> int:
         plot_ulp_histogram(result, tmp / f"{stem}_ulp_histogram.png")
     ckpt.remove()
     print(result.summary())
+    print(headline(result) + ("" if in_softmax_domain(result.max_ulp_x) or result.max_ulp_x is None else
+                              "; for the softmax domain alone: --range -126 0"))
     print(f"wrote {out / (stem + '.json')} and two figures")
     return 0
 
