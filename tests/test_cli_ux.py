@@ -241,3 +241,16 @@ def test_interrupted_sweep_resumes(tmp_path, monkeypatch, capsys):
         del got[k], ref[k]
     assert got == ref and ref["count"] > 2 * 65536
     assert sorted(p.name for p in out.iterdir()) == ["s.json", "s_error_vs_x.png", "s_ulp_histogram.png"]
+
+
+def test_every_listed_command_registers_itself():
+    """The lazy table of fa4num.cli names a module per command: each must exist and register that command (a
+    module moved without updating the table would otherwise break only when a user types the command)."""
+    import argparse
+
+    from fa4num import cli
+    for name, module, _ in cli._COMMANDS:
+        parser = cli.build_parser(name)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        assert sub.choices[name].get_default("func") is not None or sub.choices[name]._subparsers is not None, \
+            f"{module} does not register {name!r}"

@@ -47,6 +47,8 @@ def _cmd_fit(args) -> int:
     from .. import provenance as _prov
     from ._api import fit_exp2
     target = None
+    if args.json and (args.write or args.registry is not None):
+        raise ValueError("--json: prints the fit only; it does not register it (drop --write/--registry, or --json)")
     if args.write or args.registry is not None:   # checked before the fit: a bad path must not cost the work
         target = reg.check_writable(args.registry if args.registry is not None else reg.default_registry())
     name = args.name or _default_name(args)
@@ -63,7 +65,7 @@ def _cmd_fit(args) -> int:
     fa4 = reg.fa4_sets().get(args.degree) if unit else None
     theirs = reg.describe(fa4, emulation=not args.quick) if fa4 else {}
     if target is not None and (same := _same_coeffs(result.coeffs, target, name)):
-        print(f"not written: {target} already holds these coefficients as {same}")
+        where = f"not written: {target} already holds these coefficients as {same}"
     elif target is not None:
         fit_info = {k: v for k, v in result.to_dict().items()
                     if k in ("method", "path", "objective", "fixed", "error", "timings", "regeneration",
@@ -73,9 +75,9 @@ def _cmd_fit(args) -> int:
                                                 "certified_bound": result.certified_bound},
                                provenance=_prov.provenance(), interval=tuple(args.interval),
                                coeff_format=result.coeff_format, fit=fit_info, registry=args.registry)
-        print(f"wrote {name} to {path}")
+        where = f"wrote {name} to {path}"
     else:
-        print(f"not written (pass --write to add {name} to {reg.default_registry()}, or --registry FILE)")
+        where = f"not written (pass --write to add {name} to {reg.default_registry()}, or --registry FILE)"
     rows = [(f"c{k} (fp32 bits)", f"0x{reg.fp32_bits(result.coeffs[k]):08X}",
              f"0x{reg.fp32_bits(fa4[k]):08X}" if fa4 else None) for k in range(args.degree + 1)]
     if result.regeneration is not None:
@@ -98,6 +100,7 @@ def _cmd_fit(args) -> int:
     t = result.timings
     print(f"fit {t['total']:.2f} s (remez {t['remez']:.2f}, rounding {t['rounding']:.2f}, "
           f"certify {t.get('certify', 0):.3f})")
+    print(where)
     return 0
 
 
