@@ -59,6 +59,14 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", default="1,16", help="comma-separated cluster sizes (default 1,16)")
     ap.add_argument("--tasks", type=int, default=None, help="use only the first N tasks of the grid")
     args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        import distributed  # noqa: F401
+    except ImportError as exc:   # say so in the result instead of a traceback
+        (out / "dask_scaling.json").write_text(json.dumps({"error": f"dask.distributed missing: {exc}"}) + "\n")
+        print(f"dask.distributed is not installed here ({exc}); carry the wheels listed in the study report")
+        return 2
     from fa4num.study import load_grid
     g = load_grid(args.grid)
     if args.tasks is not None:
@@ -74,8 +82,6 @@ def main(argv=None) -> int:
     record = {"grid": g.name, "tasks": len(g), "cpu_count": os.cpu_count(), "runs": runs,
               "dask": dask.__version__, "distributed": distributed.__version__,
               "provenance": provenance(kind="dask_scaling", revision_env=os.environ.get("FA4NUM_REVISION"))}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "dask_scaling.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     print(f"speedup {sizes[-1]} vs {sizes[0]} workers: {runs[-1]['speedup_vs_first']}x")
     return 0

@@ -5,7 +5,7 @@ none, so those 54 tasks are left to a CPU run) in this process (``run_grid(sched
 of S by cuBLAS SGEMM (TF32 off), the lazy-rescale replay for all nine thresholds in one pass per input. Tasks go
 in order of sequence length, so a time budget cuts the longest ones first; what finished is stored.
 
-    python experiments/gpu/skip_rate_h200.py --out DIR            # H200: expected ~2-3 min, budget 270 s
+    python experiments/gpu/skip_rate_h200.py --out DIR            # H200: expected ~1-3 min; no new length after 200 s (worst case ~4.5 min)
     python experiments/gpu/skip_rate_h200.py --out DIR --max-seqlen 2048 --seeds 1 --dists gaussian  # smoke
 
 Writes DIR/study_skip_rate_h200/ (a Parquet dataset, the rows of ``fa4num study run``) and
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-seqlen", type=int, default=None, help="leave out longer sequences")
     ap.add_argument("--seeds", type=int, default=None, help="only seeds < N")
     ap.add_argument("--dists", default=None, help="comma-separated distributions to keep")
-    ap.add_argument("--budget-s", type=float, default=270.0, help="start no new sequence length after this")
+    ap.add_argument("--budget-s", type=float, default=200.0, help="start no new sequence length after this")
     args = ap.parse_args(argv)
 
     import importlib.util

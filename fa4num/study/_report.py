@@ -14,7 +14,19 @@ def _section(title, md, figs, data=None):
 
 
 def _store_dirs(pattern: str) -> list[Path]:
-    return sorted(p for p in RESULTS.glob(pattern) if p.is_dir() and any(p.glob("part-*.parquet")))
+    """Result stores matching ``pattern`` anywhere under experiments/results (GPU runs may sit in a subfolder)."""
+    return sorted(p for p in RESULTS.glob(f"**/{pattern}") if p.is_dir() and any(p.glob("part-*.parquet")))
+
+
+def merged_skip_rows(dirs):
+    """Rows of several skip-rate stores; where two hold the same task (same key), a GPU row wins over a CPU row
+    (the GPU run is the reference run of the full grid)."""
+    import pandas as pd
+
+    from .store import read_store
+    df = pd.concat([read_store(d) for d in dirs], ignore_index=True, sort=False)
+    df = df.assign(_gpu=df.device.astype(str).str.startswith("cuda")).sort_values("_gpu", kind="stable")
+    return df.drop_duplicates("key", keep="last").drop(columns="_gpu").reset_index(drop=True)
 
 
 def report_section(out_dir, *, run_smoke: bool = True) -> list:
@@ -26,7 +38,6 @@ def report_section(out_dir, *, run_smoke: bool = True) -> list:
     (experiments/results/baselines_h200*.json) are added when committed."""
     from .baselines import baseline_table, load_baselines, plot_baselines
     from .runner import run_grid
-    from .store import read_store
     from .summary import skip_markdown, skip_table, summarize
     out_dir = Path(out_dir)
     smoke = out_dir / "study_smoke"
@@ -47,9 +58,7 @@ def report_section(out_dir, *, run_smoke: bool = True) -> list:
         sections.append(_section("Studies: lazy-rescale skip rate (smoke grid)", md, figs))
     full = _store_dirs("study_skip_rate*")
     if full:
-        df = read_store(full[-1])
-        for extra in full[:-1]:
-            df = df.merge(read_store(extra), how="outer") if len(df) else read_store(extra)
+        df = merged_skip_rows(full)
         t = skip_table(df)
         from .summary import plot_done_vs_seqlen, plot_skip_vs_threshold
         figs = [plot_skip_vs_threshold(t, out_dir / "study_skip_vs_threshold.png").name,

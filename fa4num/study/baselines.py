@@ -127,6 +127,7 @@ def plot_baselines(df, path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     import seaborn as sns
     sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
     order = (df.sort_values(["seqlen", "head_dim", "causal"])["shape"].drop_duplicates().tolist())
@@ -137,6 +138,7 @@ def plot_baselines(df, path) -> Path:
         sns.stripplot(data=df, x=col, y="shape", hue="backend", order=order, hue_order=hue_order, dodge=True,
                       jitter=False, size=6, marker="o", ax=ax, legend=ax is axes[0])
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())   # minor labels overlap on short ranges
         ax.set_xlabel(label)
         ax.set_ylabel("")
     fl = df.drop_duplicates("shape").set_index("shape").floor_rel_l2
