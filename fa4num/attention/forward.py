@@ -509,6 +509,11 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
         (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``; fa4-sm90 ``ffma_exponent``;
         fa4-sm100 ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``,
         ``ex2_emu_start_frg``, ``poly_degree``, ``coeffs``, ``use_2cta_instrs``, ``is_sm103``, ``fused_bias``).
+        Each knob is checked where it enters (:func:`fa4num.attention.config.apply_overrides`): what FA4 refuses
+        or cannot mean is refused with a ValueError naming it (a NaN, infinite or negative
+        ``rescale_threshold``, which FA4's ``rescale_threshold > 0.0`` test would silently treat as 0; a
+        non-integer ``max_offset`` or ``ex2_emu_freq``); what FA4 accepts (any finite ``softmax_scale``,
+        negative or huge; NaN/inf in q, k, v) is emulated and gives the kernel's bits, NaN included.
 
     Returns
     -------
