@@ -42,13 +42,24 @@ def check_output_dir(path, *, option: str = "--out") -> Path:
         existing = existing.parent
     if not existing.is_dir():
         raise ValueError(f"{option}: cannot create {path}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not _can_write(existing):
         raise ValueError(f"{option}: cannot write to {existing}" +
                          ("" if existing == path else f" (to create {path})"))
     if path.exists() and not os.access(path.parent if str(path.parent) else Path("."), os.W_OK | os.X_OK):
         # atomic_dir renames ``path`` itself, which needs its parent to be writable
         raise ValueError(f"{option}: cannot replace {path}: its parent folder is not writable")
     return path
+
+
+def _can_write(folder: Path) -> bool:
+    """Try it: permission bits say nothing for root, and nothing about a read-only mount or a full quota."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".fa4num-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 @contextlib.contextmanager

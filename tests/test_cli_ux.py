@@ -133,6 +133,9 @@ def test_sweep_refuses_a_file_as_out_before_work(tmp_path, capsys, monkeypatch):
     f.write_text("x")
     assert main(["sweep", "--range", "-1", "0", "--out", str(f), "--no-progress"]) == 2
     assert "--out: " in capsys.readouterr().err and f.read_text() == "x"
+    if Path("/proc/sys").is_dir():   # a read-only place (even for root): refused before the sweep too
+        assert main(["sweep", "--range", "-1", "0", "--out", "/proc/sys/fa4num-out", "--no-progress"]) == 2
+        assert "--out: cannot write to /proc/sys" in capsys.readouterr().err
 
 
 def test_fit_refuses_unwritable_registry_before_work(tmp_path, monkeypatch, capsys):
