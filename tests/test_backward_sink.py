@@ -1,5 +1,5 @@
 """Backward with a learnable sink: dsink as FA4's postprocess reduces it (fa4num.attention.backward.dsink_sm90),
-and dq/dk/dv unchanged by the sink given the forward's LSE. Against the H200 when the capture of
+and dq/dk/dv unchanged by the sink given the forward's LSE; and head_dim_v != head_dim. Against the H200 when the capture of
 experiments/gpu/fa4_bwd_preprocess.py (fa4_sm90_bwd_sink_h200.npz, under tests/golden/attention/ or
 experiments/results/) is present; the analytic checks run always."""
 from __future__ import annotations
@@ -14,10 +14,18 @@ import pytest
 
 from fa4num.attention import backward, forward
 from fa4num.attention.backward import dsink_sm90
-from fa4num.attention.inputs import make_feature_inputs
+from fa4num.attention import inputs as _inputs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAME = "fa4_sm90_bwd_sink_h200.npz"
+
+
+def _script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fa4_bwd_preprocess", ROOT / "experiments/gpu/fa4_bwd_preprocess.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _capture():
@@ -57,13 +65,15 @@ def test_sink_backward_matches_h200():
         pytest.skip(f"no H200 capture {NAME} (run experiments/gpu/fa4_bwd_preprocess.py)")
     z = np.load(path)
     meta = json.loads(str(z["meta"]))
+    script = _script()
     checked = 0
     for rec in meta["cases"]:
         if "error" in rec:
             continue
         case, name = rec["case"], rec["case"]["name"]
-        a = make_feature_inputs(case)
-        kw = {"learnable_sink": a["learnable_sink"]}
+        a = script.case_arrays(case, _inputs)
+        assert script.input_sha256(a) == rec["input_sha256"], f"{name}: regenerated inputs differ"
+        kw = {"learnable_sink": a["learnable_sink"]} if "learnable_sink" in a else {}
         if "cu_seqlens_q" in a:
             kw.update(cu_seqlens_q=a["cu_seqlens_q"], cu_seqlens_k=a["cu_seqlens_k"])
         fw = forward(a["q"], a["k"], a["v"], softmax_scale=case["softmax_scale"], causal=case["causal"], **kw)
@@ -78,8 +88,29 @@ def test_sink_backward_matches_h200():
                 idx, want = z[f"{name}.{arr}_sample_idx"], z[f"{name}.{arr}_sample_bits"]
                 bad = int((bits.reshape(-1)[idx] != want).sum())
                 pytest.fail(f"{name}.{arr}: digest differs, {bad}/{idx.size} sampled elements differ")
+        if "learnable_sink" not in a:
+            checked += 1
+            continue
         want = z[f"{name}.dsink"]
         assert np.array_equal(np.asarray(g.dsink, np.float32).view(np.uint32), want.view(np.uint32)), \
             (name, g.dsink, want)
         checked += 1
     assert checked >= 1
+
+
+def test_head_dim_v_differs():
+    """head_dim_v != head_dim (FA4 SM90 takes any pair in [8, 256]; SM100 both <= 128 or (192, 128))."""
+    from fa4num.attention.reference import backward_fp64, backward_metrics
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 90, 2, 128)).astype(ml_dtypes.bfloat16)
+    k = rng.standard_normal((1, 110, 1, 128)).astype(ml_dtypes.bfloat16)
+    v = rng.standard_normal((1, 110, 1, 64)).astype(ml_dtypes.bfloat16)
+    do = rng.standard_normal((1, 90, 2, 64)).astype(ml_dtypes.bfloat16)
+    fw = forward(q, k, v, causal=True)
+    for kernel in ("fa4-sm90", "fa4-sm100"):
+        g = backward(q, k, v, fw.out, do, fw.lse, causal=True, kernel=kernel)
+        assert g.dv.shape == v.shape and g.dk.shape == k.shape
+        m = backward_metrics(g, backward_fp64(q, k, v, do, causal=True))
+        assert max(x.rel_l2 for x in m.values()) < 2e-2, m
+    with pytest.raises(ValueError, match="dout"):
+        backward(q, k, v, fw.out, q, fw.lse)

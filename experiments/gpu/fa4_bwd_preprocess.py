@@ -13,8 +13,8 @@ Writes $OUT/fa4_sm90_bwd_preprocess_h200.npz: ``meta`` (JSON: provenance, cases)
 The inputs are a pure function of the case (:func:`make_inputs`, numpy only), so they are not stored.
 Checked on the CPU by tests/test_backward_preprocess.py (fa4num.attention.backward.dpsum_sm90).
 And $OUT/fa4_sm90_bwd_sink_h200.npz: ``torch.autograd.grad`` through ``flash_attn_func(...,
-learnable_sink=..., deterministic=True)`` on :data:`SINK_CASES` (inputs from
-fa4num.attention.inputs.make_feature_inputs): per case ``NAME.lse``, ``NAME.dsink`` (float32, full) and for
+learnable_sink=..., deterministic=True)`` on :data:`SINK_CASES` (inputs from :func:`case_arrays`; the last two
+cases have head_dim_v != head_dim and no sink): per case ``NAME.lse``, ``NAME.dsink`` (float32, full) and for
 out/dq/dk/dv a SHA-256 of the bits in ``meta`` plus ``NAME.ARR_sample_idx``/``ARR_sample_bits`` (256 random
 elements). Checked by tests/test_backward_sink.py.
 """
@@ -55,6 +55,13 @@ SINK_CASES = [
     dict(name="sinkbwd_fp16_varlen_d64", kind="normal", batch=1, seqlen_q=0, seqlen_k=0, heads=4, heads_kv=2,
          head_dim=64, causal=True, dtype="float16", softmax_scale=None, q_mult=1.0, seed=404, sink_mult=2.0,
          backward=True, varlen={"seqlens_q": [100, 37, 300], "seqlens_k": [120, 90, 280]}),
+    # head_dim_v != head_dim (no sink): v and dout are the first head_dim_v columns of the feature inputs
+    dict(name="hdv_d192_v128_nc", kind="normal", batch=1, seqlen_q=170, seqlen_k=230, heads=2, heads_kv=2,
+         head_dim=192, head_dim_v=128, causal=False, dtype="bfloat16", softmax_scale=None, q_mult=1.0, seed=405,
+         backward=True),
+    dict(name="hdv_d128_v64_c_gqa", kind="normal", batch=1, seqlen_q=210, seqlen_k=190, heads=4, heads_kv=2,
+         head_dim=128, head_dim_v=64, causal=True, dtype="bfloat16", softmax_scale=None, q_mult=1.0, seed=406,
+         backward=True),
 ]
 SAMPLE = 256
 
@@ -141,6 +148,16 @@ def _inputs_module():
     return mod
 
 
+def case_arrays(case: dict, inputs) -> dict:
+    """The arrays of a case: make_feature_inputs, with v and dout cut to ``head_dim_v`` columns."""
+    a = inputs.make_feature_inputs(case)
+    dv = case.get("head_dim_v")
+    if dv is not None:
+        a["v"] = np.ascontiguousarray(a["v"][..., :dv])
+        a["dout"] = np.ascontiguousarray(a["dout"][..., :dv])
+    return a
+
+
 def _bits(t, torch):
     return t.detach().contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
 
@@ -154,14 +171,18 @@ def run_sink(out_dir: pathlib.Path) -> int:
     arrays_out, meta = {}, []
     for case in SINK_CASES:
         t0 = time.time()
-        a = inputs.make_feature_inputs(case)
+        a = case_arrays(case, inputs)
         rec = {"case": case, "input_sha256": input_sha256(a)}
+        has_sink = "learnable_sink" in a
 
         def call():
             q, k, v = (_torch(a[n], torch).requires_grad_(True) for n in ("q", "k", "v"))
-            sink = _torch(a["learnable_sink"], torch).requires_grad_(True)
             kw = dict(softmax_scale=case["softmax_scale"], causal=case["causal"], return_lse=True,
-                      learnable_sink=sink, deterministic=True)
+                      deterministic=True)
+            leaves = [q, k, v]
+            if has_sink:
+                kw["learnable_sink"] = _torch(a["learnable_sink"], torch).requires_grad_(True)
+                leaves.append(kw["learnable_sink"])
             if "cu_seqlens_q" in a:
                 vl = case["varlen"]
                 o, lse = flash_attn_varlen_func(q, k, v, cu_seqlens_q=_torch(a["cu_seqlens_q"], torch),
@@ -170,7 +191,7 @@ def run_sink(out_dir: pathlib.Path) -> int:
                                                 max_seqlen_k=max(vl["seqlens_k"]), **kw)
             else:
                 o, lse = flash_attn_func(q, k, v, **kw)
-            grads = torch.autograd.grad(o, (q, k, v, sink), _torch(a["dout"], torch))
+            grads = torch.autograd.grad(o, leaves, _torch(a["dout"], torch))
             torch.cuda.synchronize()
             return o, lse, grads
         try:
@@ -183,9 +204,11 @@ def run_sink(out_dir: pathlib.Path) -> int:
             continue
         name = case["name"]
         arrays_out[f"{name}.lse"] = lse.detach().float().cpu().numpy()
-        arrays_out[f"{name}.dsink"] = g[3].detach().float().cpu().numpy()
+        same = True
+        if has_sink:
+            arrays_out[f"{name}.dsink"] = g[3].detach().float().cpu().numpy()
+            same = torch.equal(g[3], g2[3])
         rec["digests"], rec["shapes"] = {}, {}
-        same = torch.equal(g[3], g2[3])
         rng = np.random.default_rng([len(name), sum(map(ord, name))])
         for arr, t, t2 in (("out", o, o2), ("dq", g[0], g2[0]), ("dk", g[1], g2[1]), ("dv", g[2], g2[2])):
             bits = _bits(t, torch)

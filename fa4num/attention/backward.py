@@ -368,11 +368,12 @@ def _validate(qa, ka, va, oa, doa, lsea, varlen):
                          f"{oa.dtype}, {doa.dtype}")
     if qa.dtype.name not in ("bfloat16", "float16"):
         raise ValueError(f"dtype must be bfloat16 or float16 for FA4's backward, got {qa.dtype.name}")
-    if ka.shape != va.shape:
-        raise ValueError(f"k and v must have the same shape (head_dim_v != head_dim is not emulated), got "
-                         f"{ka.shape} and {va.shape}")
-    if oa.shape != qa.shape or doa.shape != qa.shape:
-        raise ValueError(f"out and dout must have q's shape {qa.shape}, got {oa.shape} and {doa.shape}")
+    if ka.shape[:-1] != va.shape[:-1]:
+        raise ValueError(f"k and v must agree in all but the head dim, got {ka.shape} and {va.shape}")
+    want_o = qa.shape[:-1] + va.shape[-1:]
+    if oa.shape != want_o or doa.shape != want_o:
+        raise ValueError(f"out and dout must have shape {want_o} (q's with v's head_dim), got {oa.shape} and "
+                         f"{doa.shape}")
     if ka.shape[-1] != qa.shape[-1]:
         raise ValueError(f"k head_dim {ka.shape[-1]} != q head_dim {qa.shape[-1]}")
     h, hk = qa.shape[-2], ka.shape[-2]
@@ -380,10 +381,10 @@ def _validate(qa, ka, va, oa, doa, lsea, varlen):
         raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
     if not varlen and ka.shape[0] != qa.shape[0]:
         raise ValueError(f"k batch {ka.shape[0]} != q batch {qa.shape[0]}")
-    d = qa.shape[-1]
     align = 16 // qa.dtype.itemsize
-    if not 8 <= d <= 256 or d % align:
-        raise ValueError(f"head_dim must be in [8, 256] and a multiple of {align}, got {d}")
+    for name, d in (("head_dim", qa.shape[-1]), ("head_dim_v", va.shape[-1])):
+        if not 8 <= d <= 256 or d % align:
+            raise ValueError(f"{name} must be in [8, 256] and a multiple of {align}, got {d}")
     want = (h, qa.shape[0]) if varlen else (qa.shape[0], h, qa.shape[1])
     if lsea.shape != want:
         raise ValueError(f"lse must have shape {want} (float32), got {lsea.shape}")
@@ -470,6 +471,11 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     if kernel == "fa4-sm90":
         tile = sm90_bwd_tile(d, causal=window.causal, local=window.local)
     else:
+        dv = va.shape[-1]
+        # interface.py _validate_head_dims (SM100/SM110): both <= 128, or the DeepSeek shape (192, 128)
+        if not (max(d, dv) <= 128 or (d, dv) == (192, 128)):
+            raise ValueError(f"(head_dim, head_dim_v) must both be <= 128 or (192, 128) for the fa4-sm100 "
+                             f"backward, got ({d}, {dv})")
         tile = sm100_bwd_tile(d, use_2cta_instrs=use_2cta)
     if tile_m is not None or tile_n is not None:
         tm = tile.tile_m if tile_m is None else int(tile_m)

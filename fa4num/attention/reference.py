@@ -183,8 +183,8 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     ka, _ = _to_numpy(k, "k")
     va, _ = _to_numpy(v, "v")
     da, _ = _to_numpy(dout, "dout")
-    if da.shape != qa.shape:
-        raise ValueError(f"dout must have q's shape {qa.shape}, got {da.shape}")
+    if da.shape != qa.shape[:3] + va.shape[3:]:
+        raise ValueError(f"dout must have shape {qa.shape[:3] + va.shape[3:]}, got {da.shape}")
     b, sq, h, d = qa.shape
     sk, hk = ka.shape[1], ka.shape[2]
     if hk < 1 or h % hk:
@@ -215,7 +215,7 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     dv = np.einsum("bhij,bihd->bjhd", p, dof)
     g = h // hk
     dk = dk.reshape(b, sk, hk, g, d).sum(axis=3)
-    dv = dv.reshape(b, sk, hk, g, d).sum(axis=3)
+    dv = dv.reshape(b, sk, hk, g, va.shape[3]).sum(axis=3)
     return Gradients(dq, dk, dv)
 
 
