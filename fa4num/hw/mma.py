@@ -54,6 +54,7 @@ ACCUMULATORS = {
 _MIN_EXP = {"bfloat16": -126, "float16": -14, "float8_e4m3fn": -6, "float8_e5m2": -14, "float32": -126}
 _ZERO_EXP = -10000   # marks a zero factor; any product with it lands below _ZERO_THRESHOLD (and fits int16)
 _ZERO_THRESHOLD = -2000
+_SPECIAL_EXP = 600    # above any finite product's or fp32 accumulator's exponent (<= 2 * 127 + 1)
 
 
 def _dtype_name(a: np.ndarray) -> str:
@@ -172,47 +173,55 @@ def _wgmma_rows(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, i0, i1):
     eacc = np.empty((rows, n), np.int16)
     emax = np.empty(n, np.int16)
     scale = np.empty(n, np.float64)
+    unscale = np.empty(n, np.float64)
     s = np.empty(n, np.float64)
     zb = np.empty(n, np.bool_)
     for r in range(rows):
         for j in range(n):
             acc[r, j] = c[i0 + r, j]
             eacc[r, j] = _acc_exponent(acc[r, j], e_zero)
+    # a zero product carries e_zero into the max; that matters only if e_zero > -126, as the accumulator
+    # already carries at least min(-126, e_zero) (true of every table entry, which skips this work)
+    zero_terms = e_zero > -126
     for k0 in range(0, kdim, chunk):
         k1 = min(k0 + chunk, kdim)
-        # a zero product carries e_zero into the max (it matters only if e_zero > -126, as the accumulator
-        # already carries at least min(-126, e_zero)); per column of b and per row of a for this chunk
         for j in range(n):
             zb[j] = False
-        for k in range(k0, k1):
-            for j in range(n):
-                zb[j] |= bet[k, j] < _ZERO_THRESHOLD
+        if zero_terms:
+            for k in range(k0, k1):
+                for j in range(n):
+                    zb[j] |= bet[k, j] < _ZERO_THRESHOLD
         for r in range(rows):
             i = i0 + r
-            za = False
-            for k in range(k0, k1):
-                za |= ae[i, k] < _ZERO_THRESHOLD
             for j in range(n):
                 emax[j] = eacc[r, j]
             for k in range(k0, k1):
                 ea = ae[i, k]
                 for j in range(n):
                     emax[j] = max(emax[j], np.int16(ea + bet[k, j]))
+            if zero_terms:
+                za = False
+                for k in range(k0, k1):
+                    za |= ae[i, k] < _ZERO_THRESHOLD
+                for j in range(n):
+                    if (za or zb[j]) and emax[j] < e_zero:
+                        emax[j] = np.int16(e_zero)
             for j in range(n):
-                e = emax[j]
-                if (za or zb[j]) and e < e_zero:
-                    e = np.int16(e_zero)
-                # 2^(F - E) built from its bits; every term times it is exact in float64
-                scale[j] = u64_to_f64(np.uint64(1023 + frac_bits - e) << np.uint64(52))
+                # 2^(F - E) and 2^(E - F) built from their bits; every term times them is exact in float64.
+                # E > _SPECIAL_EXP only where an inf/NaN takes part: scale 1, and IEEE's inf/NaN sums decide
+                e = np.int64(min(emax[j], np.int16(_SPECIAL_EXP)))
+                sp = e == _SPECIAL_EXP
+                scale[j] = 1.0 if sp else u64_to_f64(np.uint64(1023 + frac_bits - e) << np.uint64(52))
+                unscale[j] = 1.0 if sp else u64_to_f64(np.uint64(1023 - frac_bits + e) << np.uint64(52))
                 s[j] = np.trunc(acc[r, j] * scale[j])
             for k in range(k0, k1):
                 a = ax[i, k]
                 for j in range(n):
                     s[j] += np.trunc(a * bxt[k, j] * scale[j])
             for j in range(n):
-                v = _rz_to_f32(s[j] / scale[j])
+                v = np.float64(_rz_to_f32(s[j] * unscale[j]))
                 acc[r, j] = v
-                eacc[r, j] = _acc_exponent(np.float64(v), e_zero)
+                eacc[r, j] = _acc_exponent(v, e_zero)
     for r in range(rows):
         for j in range(n):
             out[i0 + r, j] = np.float32(acc[r, j])
