@@ -37,6 +37,35 @@ def _emulate(case, arrays, hdim_multiple_of):
                                for hi in range(h)]) for bi in range(b)])
 
 
+def _other_orders(case, arrays, hdim_multiple_of, got):
+    """For a failure message: how many rows other summation orders would have matched."""
+    d = case["head_dim"]
+    dvp = -(-d // hdim_multiple_of) * hdim_multiple_of
+    prod = arrays["out"].astype(np.float32) * arrays["dout"].astype(np.float32)
+    prod = np.pad(prod, [(0, 0)] * 3 + [(0, dvp - d)]).transpose(0, 2, 1, 3)     # (b, h, s, dvp)
+    kblk = 128 if dvp % 128 == 0 else 64 if dvp % 64 == 0 else 32
+    tpr = kblk // 8
+
+    def tree(x):
+        while x.shape[-1] > 1:
+            x = x[..., 0::2] + x[..., 1::2] if x.shape[-1] % 2 == 0 else np.concatenate(
+                [x[..., :-1:2] + x[..., 1::2], x[..., -1:]], axis=-1)
+        return x[..., 0]
+    # per thread: its columns in (repeat, element) order
+    thr = prod.reshape(*prod.shape[:3], dvp // kblk, tpr, 8).transpose(0, 1, 2, 4, 3, 5)
+    thr = thr.reshape(*prod.shape[:3], tpr, -1)
+    seq = np.zeros(thr.shape[:-1], np.float32)
+    for j in range(thr.shape[-1]):
+        seq = seq + thr[..., j]
+    cands = {"thread-tree": tree(thr), "thread-sequential": seq, "row-tree": tree(prod)}
+    naive = np.zeros(prod.shape[:3], np.float32)
+    for j in range(dvp):
+        naive = naive + prod[..., j]
+    out = {"row-sequential": naive}
+    out.update({k: tree(v) if v.ndim == 4 else v for k, v in cands.items()})
+    return {k: int((v.view(np.uint32) == got.view(np.uint32)).sum()) for k, v in out.items()}
+
+
 def test_dpsum_is_exact_on_small_integers():
     """Terms that are small integers make every order exact: D must be the exact row sum."""
     import ml_dtypes
@@ -86,7 +115,8 @@ def test_preprocess_matches_h200():
         got = z[f"{case['name']}.dpsum"]
         want = _emulate(case, arr, rec["hdim_multiple_of"])
         bad = got[:, :, :s].view(np.uint32) != want.view(np.uint32)
-        assert not bad.any(), f"{case['name']}: {int(bad.sum())} rows of D differ"
+        assert not bad.any(), (f"{case['name']}: {int(bad.sum())} rows of D differ; rows matched by other "
+                                f"orders: {_other_orders(case, arr, rec['hdim_multiple_of'], got[:, :, :s])}")
         assert (got[:, :, s:] == 0).all()       # padding rows of the last tile: D = 0
         lse = arr["lse"]
         l2 = np.where(lse == -np.inf, np.float32(0), lse * LOG2_E_F32).astype(np.float32)
