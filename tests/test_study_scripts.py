@@ -65,3 +65,16 @@ def test_report_section_uses_committed_smoke_results(tmp_path):
     assert "16 tasks: 0 computed, 16 cached" in smoke.markdown   # the committed store is complete
     assert all((tmp_path / f).exists() for f in smoke.figures) and len(smoke.figures) == 3
     assert "| sink | 4096 | 8 | 2 |" in smoke.markdown
+
+
+def test_merged_skip_rows_prefer_gpu_rows(tmp_path):
+    from fa4num.study import store
+    from fa4num.study._report import merged_skip_rows
+    from fa4num.study.summary import mean_ci
+    store.write_rows(tmp_path / "a", [{"key": "k1", "device": "cuda", "x": 1}, {"key": "k2", "device": "cpu", "x": 2}])
+    store.write_rows(tmp_path / "b", [{"key": "k1", "device": "cpu", "x": 3}, {"key": "k3", "device": "cpu", "x": 4}])
+    df = merged_skip_rows([tmp_path / "a", tmp_path / "b"]).set_index("key")
+    assert df.x.to_dict() == {"k1": 1, "k2": 2, "k3": 4}
+    m, lo, hi, n = mean_ci([0.5, 0.5, 0.5])
+    assert (m, lo, hi, n) == (0.5, 0.5, 0.5, 3)
+    assert np.isnan(mean_ci([1.0])[1])

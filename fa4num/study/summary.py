@@ -122,7 +122,7 @@ def plot_skip_vs_threshold(t, path) -> Path:
         ax.set_xlabel("rescale_threshold (log2 units)")
         ax.axvline(8, color="grey", lw=0.8, ls=":")
     axes[0][0].set_ylabel("rescales avoided (% of events)")
-    axes[0][-1].legend(title="seqlen", fontsize=7, title_fontsize=7, loc="lower right")
+    axes[0][-1].legend(title="seqlen", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return _save(fig, plt, path)
 
@@ -147,7 +147,7 @@ def plot_done_vs_seqlen(t, path) -> Path:
         ax.set_title(d)
         ax.set_xlabel("sequence length")
     axes[0][0].set_ylabel("rescales done per row")
-    axes[0][-1].legend(title="threshold", fontsize=7, title_fontsize=7, ncol=2)
+    axes[0][-1].legend(title="threshold", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return _save(fig, plt, path)
 
@@ -176,8 +176,12 @@ def plot_error_budget(df, path) -> Path:
     """Error-budget study: rel. L2 error over the floor (fp64 rounded once) per knob with 95 % CIs, one colour
     per distribution."""
     plt, sns = _sns()
+    # one (mode, seqlen) per figure: the statistical block when present (it has every knob)
+    mode = "statistical" if (df["mode"] == "statistical").any() else df["mode"].iloc[0]
+    df = df[df["mode"] == mode]
+    df = df[df.seqlen == df.seqlen.max()]
     t = ci_table(df, ["knob", "dist"], ["rel_l2_over_floor", "lse_max_abs"])
-    knobs = list(dict.fromkeys(df.knob))
+    knobs = sorted(set(df.knob), key=lambda k: (k != "default", k))
     dists = [d for d in DIST_ORDER if d in set(t.dist)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.35 * len(knobs) + 1.6), sharey=True)
     pal = sns.color_palette("colorblind", len(dists))
@@ -195,6 +199,8 @@ def plot_error_budget(df, path) -> Path:
     axes[0].set_yticks(range(len(knobs)), knobs)
     axes[0].invert_yaxis()
     axes[0].legend(fontsize=7)
+    fig.suptitle(f"FA4 SM100 forward, one knob changed ({mode} mode, {int(df.seqlen.iloc[0])} tokens), "
+                 "95 % CI over seeds", fontsize=9)
     fig.tight_layout()
     return _save(fig, plt, path)
 
