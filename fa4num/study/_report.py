@@ -45,6 +45,15 @@ def report_section(out_dir, *, run_smoke: bool = True) -> list:
     if committed.is_dir() and not smoke.exists():
         shutil.copytree(committed, smoke)
     sections = []
+    from .grid import find_grid
+    try:
+        find_grid("smoke")
+    except ValueError:
+        # an installed wheel has no experiments/ folder: say where the grid lives instead of failing the report
+        run_smoke = False
+        sections.append(_section("Studies", "The study grids live in the fa4num repository's experiments/grids "
+                                 "(not in the installed package); run `fa4num study run smoke --out DIR` from a "
+                                 "checkout.\n", []))
     if run_smoke:
         res = run_grid("smoke", smoke, scheduler="none", progress=False)
         s = summarize(smoke, fig_dir=out_dir, prefix="study_smoke")
