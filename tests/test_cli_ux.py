@@ -257,3 +257,11 @@ def test_every_listed_command_registers_itself():
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         assert sub.choices[name].get_default("func") is not None or sub.choices[name]._subparsers is not None, \
             f"{module} does not register {name!r}"
+
+
+def test_attention_run_seqlen_k_zero_is_honoured(tmp_path):
+    """--seqlen-k 0 runs with no keys (it used to fall back to seqlen_q): out 0 and LSE -inf, as FA4 gives."""
+    path = tmp_path / "r.json"
+    assert main(["attention", "run", "--shape", "1,16,1,64", "--seqlen-k", "0", "--json", str(path)]) == 0
+    rep = json.loads(path.read_text())
+    assert rep["spec"]["seqlen_k"] == 0 and rep["nonfinite"]["empty_rows"] == 16 and rep["finite"] is True
