@@ -66,7 +66,7 @@ def plot_error_vs_x(result: SweepResult, path, *, title: str | None = None) -> N
         axes[1].set_ylabel("max - mean\n(fp32 ulp)")
         for ax in axes[:2]:
             if symlog:   # a few huge outliers would flatten the rest
-                ax.set_yscale("symlog", linthresh=4)
+                ax.set_yscale("symlog", linthresh=1, linscale=0.6)
         v, c, width = _coarse(xb["bf16_mismatch"], cnt, 64)
         w = (edges[-1] - edges[0]) / cnt.size * width
         left = edges[0] + w * np.arange(v.size)
