@@ -41,6 +41,7 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["polys", "--registry", "/nonexistent.json", "list"], "registry: no such file: /nonexistent.json"),
     (["fit", "--interval", "nan", "1"], "--interval: expected a finite number"),
     (["fit", "--interval", "0", "200", "--quick"], "interval: the Remez system"),
+    (["attention", "golden", "--file", "/nonexistent.npz"], "--file: no such file"),
     (["nosuchcommand"], "invalid choice"),
 ]
 

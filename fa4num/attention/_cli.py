@@ -111,8 +111,13 @@ def _nulls(v):
 
 
 def _golden(args) -> int:
+    if args.file is not None and not pathlib.Path(args.file).is_file():
+        raise ValueError(f"--file: no such file: {args.file}")
     from .golden import check_case, load
-    z, meta = load(args.file)
+    try:
+        z, meta = load(args.file)
+    except (OSError, ValueError, KeyError) as err:   # not an npz, or an npz without the golden metadata
+        raise ValueError(f"--file: {args.file} is not a golden file ({' '.join(str(err).split())})") from None
     bad_cases = 0
     for case in meta["cases"]:
         c = check_case(case, z)
