@@ -141,6 +141,11 @@ def test_smoke_grid_on_local_cluster(tmp_path):
             Client(cluster) as client:
         first = runner.run_grid(g, out, client=client, progress=False)
         second = runner.run_grid(g, out, client=client, progress=False)
+        # any scheduler address runs a grid, as `--scheduler tcp://HOST:PORT` does
+        echo = gridmod.parse_grid({"study": "echo", "axes": [{"x": [1, 2, 3]}]})
+        by_address = runner.run_grid(echo, tmp_path / "echo", scheduler=cluster.scheduler_address, progress=False)
+    assert by_address.line == "3 tasks: 3 computed, 0 cached"
+    assert store.read_store(tmp_path / "echo").worker.str.startswith("tcp://").all()   # ran on the workers
     assert first.line == f"{len(g)} tasks: {len(g)} computed, 0 cached" and not first.failed
     assert second.line == f"{len(g)} tasks: 0 computed, {len(g)} cached"
     df = pd.read_parquet(out)   # a Parquet dataset any reader opens
