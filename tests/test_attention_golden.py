@@ -3,6 +3,7 @@
 experiments/gpu/fa4_capture_sm90.py; provenance inside the file). Every output element and every LSE must match."""
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ def test_fa4_sm90_matches_h200_bits(name):
     assert (bad, bad_lse) == (0, 0), f"{name}: {bad} output and {bad_lse} LSE mismatches"
 
 
-_LARGE = json.loads((GOLDEN.parent / "fa4_sm90_h200_large.json").read_text())
+_LARGE = json.loads((Path(__file__).parent / "golden" / "attention" / "fa4_sm90_h200_large.json").read_text())
 
 
 @pytest.mark.slow
