@@ -9,7 +9,7 @@ the six layers of all-MiniLM-L6-v2 on a prose passage) every configuration below
   sm100-emu-off     ex2_emu_freq = 0 (MUFU.EX2 everywhere)
   sm100-both-off    both of the above: plain online softmax on SM100's reductions
   sm100-deg4        FA4's degree-4 POLY_EX2 set in the emulated columns
-  sm100-bf16deg3    fa4num's bf16-objective cubic (polys/ entry fa4num-bf16-deg3)
+  sm100-bf16deg3    fa4num's bf16-objective cubic (polys registry entry fa4num-bf16-deg3)
   sm100-emu-max     software exp2 on every column FA4 allows (freq 1, res 1, start_frg 0: all but the last
                     32-column fragment of each block), degree 3 -- the polynomial's effect magnified
   sm90              FA4's Hopper path (what the H200 runs; no emulation, no threshold)
