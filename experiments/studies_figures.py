@@ -50,6 +50,23 @@ def main() -> int:
         p = baselines.plot_baselines(bl, figs / "study_baselines.png")
         md.append(f"## Kernels on the H200 vs fp64\n\nSources: {sorted(set(bl.source))}; fp64 reference: "
                   f"{sorted(set(bl.reference))}.\n\n{baselines.baseline_table(bl)}\n\n![{p.name}](../figures/{p.name})\n")
+    import json
+    for p in sorted(res.glob("**/skip_rate_h200.json")):
+        r = json.loads(p.read_text())
+        md.append(f"## GPU run of the skip-rate grid ({p.relative_to(ROOT)})\n\n{r['computed']} tasks computed, "
+                  f"{r['cached']} cached on {r['device']} in {r['seconds']} s; per sequence length: "
+                  + ", ".join(f"{n}: {v['seconds']} s" for n, v in r["per_seqlen"].items())
+                  + (f"; lengths left out by the time budget: {r['skipped_seqlens']}" if r["skipped_seqlens"] else "")
+                  + "\n")
+    for p in sorted(res.glob("**/dask_scaling.json")):
+        r = json.loads(p.read_text())
+        if "runs" not in r:
+            md.append(f"## Dask scaling ({p.relative_to(ROOT)})\n\nnot measured: {r.get('error')}\n")
+            continue
+        lines = "\n".join(f"| {x['workers']} | {x['seconds']} | {x['speedup_vs_first']}x |" for x in r["runs"])
+        md.append(f"## Dask scaling ({p.relative_to(ROOT)})\n\nGrid `{r['grid']}` ({r['tasks']} tasks) on a "
+                  f"LocalCluster, {r['cpu_count']} CPUs, dask {r['dask']}.\n\n| workers | seconds | speedup |\n"
+                  f"|---|---|---|\n{lines}\n")
     (res / "studies_summary.md").write_text("\n".join(md))
     print(f"wrote {res / 'studies_summary.md'}")
     return 0

@@ -73,11 +73,11 @@ def shape_label(spec: dict) -> str:
 def load_baselines(paths=None):
     """All baseline records as a tidy DataFrame: one row per (shape, backend) with ``rel_l2``, ``max_abs``,
     ``lse_max_abs_err``, ``median_ms``, ``floor_rel_l2`` (NaN where the record has no floor), ``source``.
-    ``paths``: files or globs (default: experiments/results/baselines_h200*.json next to the package)."""
+    ``paths``: files (default: experiments/results/**/baselines_h200*.json next to the package)."""
     import pandas as pd
     if paths is None:
         root = Path(__file__).resolve().parents[2] / "experiments" / "results"
-        paths = sorted(root.glob("baselines_h200*.json"))
+        paths = sorted(root.glob("**/baselines_h200*.json"))
     rows = []
     for p in paths:
         recs = json.loads(Path(p).read_text())
