@@ -8,6 +8,7 @@ device of the first tensor argument.
 from __future__ import annotations
 
 import numbers
+import sys
 
 import numpy as np
 
@@ -15,11 +16,9 @@ from ._core import ROUNDING_MODES
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError:  # torch is optional for this package
-        return None
-    return torch
+    """torch if this process has imported it, else None: an object can only be a tensor once torch is loaded,
+    and importing it just to check would cost seconds in every numpy-only process."""
+    return sys.modules.get("torch")
 
 
 def _is_tensor(x) -> bool:
