@@ -42,6 +42,7 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["fit", "--interval", "nan", "1"], "--interval: expected a finite number"),
     (["fit", "--interval", "0", "200", "--quick"], "interval: the Remez system"),
     (["attention", "golden", "--file", "/nonexistent.npz"], "--file: no such file"),
+    (["study", "run", "smoke", "--out", "/proc/sys/fa4num-out"], "--out: cannot write to /proc/sys"),
     (["nosuchcommand"], "invalid choice"),
 ]
 

@@ -6,6 +6,8 @@ import sys
 
 
 def _run(args) -> int:
+    from fa4num.outputs import check_output_dir
+    check_output_dir(args.out)   # before the grid is loaded and the cluster started
     from .runner import run_grid
     summary = run_grid(args.grid, args.out, scheduler=args.scheduler, progress=not args.no_progress,
                        compact=not args.no_compact)
