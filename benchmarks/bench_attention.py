@@ -1,16 +1,26 @@
-"""Speed of the attention emulator against a plain fp32 torch attention on the same CPU, in one run.
+"""Speed of the attention emulator against a plain fp32 torch attention on the same CPU, measured in one run.
 
-    python benchmarks/bench_attention.py [--shape 1,2048,2,128] [--rounds 5] [--kernel fa4-sm90] [--json PATH]
+    python benchmarks/bench_attention.py [--shape 1,2048,2,128] [--rounds 3] [--out PATH]
 
-Targets (issue 5): bit-exact emulation within 200x and the statistical mode within 5x of the plain fp32
-attention (softmax(q k^T * scale) v written out in torch); torch's fused SDPA is timed too. Every contender runs
-once to warm up (numba compilation, table loading), then the contenders alternate for ``rounds`` rounds and
-the median of each is reported, so background load affects all of them alike.
+Targets (issue 15): bit-exact ``forward`` within 5x and ``mode="statistical"`` within 1.5x of the plain fp32
+attention ``softmax(q k^T * scale) v`` written in torch (torch's own threads), for kernels fa4-sm90 and fa4-sm100.
+
+What is timed, and why the earlier benchmark (10.1x) and the issue's figure (36.6x) disagreed: the earlier
+script timed only warm calls (after a warm-up call) on an idle machine; a user running one forward in a fresh
+process also pays numba's compilation or cache load on the first call (about 20 s when the on-disk cache is
+cold, the bulk of a one-off call), and on a shared machine the parallel numba kernels lose more to load than
+torch does. So this script reports both:
+- ``warm``: in this process, one warm-up call per contender, then ``--rounds`` rounds alternating between the
+  contenders (background load hits all alike), median per contender;
+- ``first_call``: a fresh interpreter per emulator contender times its first call (numba cache load included;
+  the cache is whatever this checkout has, as a user's would be), next to the plain attention's first call in
+  a fresh interpreter.
+Ratios are to the plain attention's warm median (warm) and first call (first_call). Threads: torch and numba
+use their defaults (all cores); both are recorded with the load average before and after.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import time
@@ -18,60 +28,97 @@ import time
 import numpy as np
 import torch
 
+from _common import fresh_process_json, machine_state, write_result
 from fa4num.attention import forward, inputs
-from fa4num.provenance import provenance
+
+_FIRST_CALL = """
+import json, math, time
+t0 = time.perf_counter()
+import numpy as np
+{imports}
+from fa4num.attention import inputs
+spec = inputs.CaseSpec("bench", "normal", {b}, {s}, {s}, {h}, {h}, {d}, False, seed=0)
+q, k, v = inputs.make_inputs(spec)
+t1 = time.perf_counter()
+{call}
+t2 = time.perf_counter()
+print(json.dumps({{"import_and_inputs_seconds": t1 - t0, "first_call_seconds": t2 - t1}}))
+"""
+_PLAIN = """
+tq, tk, tv = (torch.from_numpy(x.astype(np.float32)).transpose(1, 2).contiguous() for x in (q, k, v))
+torch.softmax((tq @ tk.transpose(-1, -2)) * (1.0 / math.sqrt({d})), dim=-1) @ tv
+"""
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="1,2048,2,128", help="batch,seqlen,heads,head_dim")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--kernel", default="fa4-sm90", choices=("fa4-sm90", "fa4-sm100"))
-    ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--kernels", default="fa4-sm90,fa4-sm100")
+    ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first-call timings")
+    ap.add_argument("--out", default="experiments/results/bench_attention.json")
+    args = ap.parse_args(argv)
+    before = machine_state()
     b, s, h, d = (int(x) for x in args.shape.split(","))
-    spec = inputs.CaseSpec("bench", "normal", b, s, s, h, h, d, args.causal, seed=0)
+    kernels = args.kernels.split(",")
+    spec = inputs.CaseSpec("bench", "normal", b, s, s, h, h, d, False, seed=0)
     q, k, v = inputs.make_inputs(spec)
     tq, tk, tv = (torch.from_numpy(x.astype(np.float32)).transpose(1, 2).contiguous() for x in (q, k, v))
     scale = 1.0 / math.sqrt(d)
-    mask = torch.ones(s, s, dtype=torch.bool).tril() if args.causal else None
 
     def plain():
-        sc = (tq @ tk.transpose(-1, -2)) * scale
-        if mask is not None:
-            sc = sc.masked_fill(~mask, float("-inf"))
-        return torch.softmax(sc, dim=-1) @ tv
+        return torch.softmax((tq @ tk.transpose(-1, -2)) * scale, dim=-1) @ tv
 
-    contenders = {
-        "torch_fp32_plain": plain,
-        "torch_fp32_sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv,
-                                                                                     is_causal=args.causal),
-        "bitexact": lambda: forward(q, k, v, causal=args.causal, kernel=args.kernel),
-        "statistical": lambda: forward(q, k, v, causal=args.causal, kernel=args.kernel, mode="statistical"),
-    }
-    times = {name: [] for name in contenders}
+    contenders = {"torch_fp32_plain": plain}
+    for kern in kernels:
+        contenders[f"{kern}/bitexact"] = lambda kern=kern: forward(q, k, v, kernel=kern)
+        contenders[f"{kern}/statistical"] = lambda kern=kern: forward(q, k, v, kernel=kern, mode="statistical")
     for fn in contenders.values():
         fn()
+    times = {name: [] for name in contenders}
     for _ in range(args.rounds):
         for name, fn in contenders.items():
-            t0 = time.perf_counter()
+            t = time.perf_counter()
             fn()
-            times[name].append(time.perf_counter() - t0)
-    med = {name: statistics.median(t) for name, t in times.items()}
-    base = med["torch_fp32_plain"]
-    result = {"shape": [b, s, h, d], "kernel": args.kernel, "causal": args.causal, "rounds": args.rounds,
-              "torch_threads": torch.get_num_threads(), "median_seconds": med,
-              "ratio_vs_plain": {n: med[n] / base for n in med},
-              "ratio_vs_sdpa": {n: med[n] / med["torch_fp32_sdpa"] for n in med},
-              "targets": {"bitexact <= 200x plain": med["bitexact"] / base <= 200,
-                          "statistical <= 5x plain": med["statistical"] / base <= 5},
-              "provenance": provenance()}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text)
+            times[name].append(time.perf_counter() - t)
+    warm = {name: statistics.median(t) for name, t in times.items()}
+    base = warm["torch_fp32_plain"]
+    result = {"shape": [b, s, h, d], "rounds": args.rounds, "torch_threads": torch.get_num_threads(),
+              "warm_median_seconds": warm, "warm_all_seconds": times,
+              "warm_ratio_vs_plain": {n: t / base for n, t in warm.items()}}
+    try:
+        import numba
+        result["numba_threads"] = numba.get_num_threads()
+    except ImportError:
+        pass
+    if not args.no_first_call:
+        fmt = dict(b=b, s=s, h=h, d=d)
+        first = {"torch_fp32_plain": fresh_process_json(_FIRST_CALL.format(
+            imports="import torch", call=_PLAIN.format(d=d), **fmt))}
+        for kern in kernels:
+            for mode in ("bitexact", "statistical"):
+                first[f"{kern}/{mode}"] = fresh_process_json(_FIRST_CALL.format(
+                    imports="from fa4num.attention import forward",
+                    call=f"forward(q, k, v, kernel={kern!r}, mode={mode!r})", **fmt))
+        fb = first["torch_fp32_plain"]["first_call_seconds"]
+        result["first_call"] = first
+        result["first_call_ratio_vs_plain"] = {n: r["first_call_seconds"] / fb for n, r in first.items()}
+    targets = {}
+    for kern in kernels:
+        targets[f"{kern} bitexact <= 5x plain (warm)"] = result["warm_ratio_vs_plain"][f"{kern}/bitexact"] <= 5
+        targets[f"{kern} statistical <= 1.5x plain (warm)"] = \
+            result["warm_ratio_vs_plain"][f"{kern}/statistical"] <= 1.5
+    result["targets"] = targets
+    path = write_result(result, args.out, before)
+    r = result["warm_ratio_vs_plain"]
+    line = "; ".join(f"{kern}: bitexact {r[f'{kern}/bitexact']:.1f}x, statistical {r[f'{kern}/statistical']:.2f}x"
+                     for kern in kernels)
+    if "first_call_ratio_vs_plain" in result:
+        fr = result["first_call_ratio_vs_plain"]
+        line += " | first call: " + ", ".join(f"{n} {x:.0f}x" for n, x in fr.items() if n != "torch_fp32_plain")
+    print(f"attention {args.shape} vs plain fp32 torch ({base * 1e3:.0f} ms warm), warm medians: {line}; "
+          f"load {before['loadavg_1_5_15'][0]:.2f} -> {result['machine_after']['loadavg_1_5_15'][0]:.2f}; "
+          f"wrote {path}")
     return 0
 
 
