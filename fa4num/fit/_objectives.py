@@ -28,6 +28,8 @@ import functools
 import numpy as np
 from numba import njit, prange
 
+from fa4num.fp._core import f64_to_u64 as _f64_to_u64, u64_to_f64 as _u64_to_f64
+
 from fa4num.ex2 import fa4_emulated
 from fa4num.fp import exp2_cr
 from fa4num.fp.convert import f32_to_bf16_bits
@@ -60,10 +62,13 @@ def _screen_max(x, p):
     step = (x.size + nthreads - 1) // nthreads
     taylor = _EXP_TAYLOR
     for t in prange(nthreads):
-        acc = 0.0
+        # max over the int64 bits of the errors (>= 0, NaN skipped as before): an integer max reduction
+        # vectorises without fastmath, a float max with NaN rules does not
+        acc = np.int64(0)
         for i in range(t * step, min(x.size, (t + 1) * step)):
-            acc = max(acc, _screened(x[i], p[i], taylor))
-        part[t] = acc
+            e = _screened(x[i], p[i], taylor)
+            acc = max(acc, np.int64(_f64_to_u64(e if e == e else 0.0)))
+        part[t] = _u64_to_f64(np.uint64(acc))
     return part.max()
 
 
