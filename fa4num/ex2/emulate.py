@@ -201,17 +201,38 @@ def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree=-1):
 def _make_narrow_loop(ftz_max: bool, ftz_round: bool, ftz_arith: bool, degree: int):
     """The hot loop for one form and degree, its ftz flags and degree compile-time constants (closure cells,
     which numba's cache keys on), so that the flush and underflow tests of the other forms cost nothing and the
-    Horner loop unrolls (the loop then vectorises: about 2x faster than with a run-time degree)."""
-    @njit(parallel=True, cache=True)
+    Horner loop unrolls (the loop then vectorises: about 2x faster than with a run-time degree). A serial loop
+    that releases the GIL, run on slices by threads (``_run_threaded``): it compiles about 3x faster than a
+    prange loop, which matters because every form and degree is a separate specialisation."""
+    @njit(nogil=True, cache=True)
     def narrow(x, rc, out):
         """Fast path, floor form of add.rm (covers x <= 2^22, the softmax range); returns how many it missed."""
         nbad = 0
-        for i in prange(x.size):
+        for i in range(x.size):
             v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, False, degree)
             out[i] = v
             nbad += b
         return nbad
     return narrow
+
+
+_MIN_SLICE = 1 << 16   # below this a thread hand-off costs more than it saves
+_POOL = []
+
+
+def _run_threaded(kernel, x, rc, out) -> int:
+    """``kernel(x, rc, out)`` (a nogil loop returning a count) on slices of x in numba's thread count of
+    threads; returns the summed count."""
+    import numba
+    nthreads = min(numba.get_num_threads(), max(1, x.size // _MIN_SLICE))
+    if nthreads == 1:
+        return kernel(x, rc, out)
+    if not _POOL or _POOL[0]._max_workers < nthreads:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL[:] = [ThreadPoolExecutor(max_workers=nthreads, thread_name_prefix="fa4num-ex2")]
+    bounds = np.linspace(0, x.size, nthreads + 1).astype(np.int64)
+    parts = [_POOL[0].submit(kernel, x[a:b], rc, out[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return sum(f.result() for f in parts)
 
 
 _NARROW_LOOPS = {}
@@ -279,7 +300,7 @@ def fa4_emulated(x, degree=3, *, coeffs=None, variant="packed", exact_only=False
     flags = (v.ftz_max, v.ftz_round, v.ftz_arith)
     if exact_only:
         _exact_loop(flat, rc, out, *flags)
-    elif _narrow_loop(v, len(rc) - 1)(flat, rc, out) and _wide_loop(flat, rc, out, *flags):
+    elif _run_threaded(_narrow_loop(v, len(rc) - 1), flat, rc, out) and _wide_loop(flat, rc, out, *flags):
         _fix_loop(flat, rc, out, *flags)
     result = out.reshape(np.shape(arr))
     if result.ndim == 0 and device is None and not isinstance(x, np.ndarray):
