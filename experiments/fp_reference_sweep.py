@@ -19,7 +19,7 @@ from numba import njit, prange
 
 import fa4num.fp as fp
 from fa4num.fp import reference as ref
-from fa4num.fp._core import u32_to_f32
+from fa4num.fp.scalar import u32_to_f32
 from fa4num.provenance import provenance
 
 SAMPLE = 200_000

@@ -16,11 +16,11 @@ import sys
 # (command, module holding register(), one-line help) -- order is the order of `fa4num --help`. A module may
 # register several commands; it is imported only when one of its commands runs.
 _COMMANDS = (
-    ("report", "fa4num.ex2._cli", "write the FA4 accuracy report (Markdown + JSON + PNG) from embedded defaults"),
+    ("report", "fa4num.report", "write the FA4 accuracy report (Markdown + JSON + PNG) from embedded defaults"),
     ("sweep", "fa4num.ex2._cli", "ulp/bf16 error statistics of an exp2 implementation over fp32 inputs"),
     ("fit", "fa4num.fit._cli", "fit 2^x coefficients, compare with FA4's set, optionally register them"),
     ("polys", "fa4num._polys_cli", "list, show and export coefficient sets of the polys registry"),
-    ("mufu", "fa4num.hw._cli", "MUFU ex2/rcp/lg2 table models: info, or build on a GPU"),
+    ("mufu", "fa4num.gpu._cli", "MUFU ex2/rcp/lg2 table models: info, or build on a GPU"),
     ("attention", "fa4num.attention._cli", "emulated FA4 forward: accuracy runs and golden checks"),
     ("study", "fa4num.study._cli", "studies at scale on Dask: run grids, list them, summarise results"),
     ("gpu", "fa4num.gpu._cli", "run the real instructions and kernels on a GPU and compare with the emulators"),

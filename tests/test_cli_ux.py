@@ -163,7 +163,7 @@ def test_fit_writes_only_when_asked(tmp_path, monkeypatch, capsys):
 
 
 def test_report_interrupted_leaves_previous_report(tmp_path, monkeypatch):
-    from fa4num.ex2 import report
+    from fa4num import report
     out = tmp_path / "rep"
     out.mkdir()
     (out / "report.md").write_text("old report")
@@ -172,7 +172,7 @@ def test_report_interrupted_leaves_previous_report(tmp_path, monkeypatch):
     def interrupted(ctx):
         (ctx.out_dir / "exp2_error_vs_x.png").write_bytes(b"half a figure")
         raise KeyboardInterrupt
-    monkeypatch.setattr(report, "_main_section", interrupted)
+    monkeypatch.setattr(report, "providers", lambda: [("exp2", interrupted)])
     with pytest.raises(KeyboardInterrupt):
         report.write_report(out, quick=True, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
@@ -181,7 +181,7 @@ def test_report_interrupted_leaves_previous_report(tmp_path, monkeypatch):
 
 
 def test_report_refuses_a_folder_that_is_not_a_report(tmp_path):
-    from fa4num.ex2 import report
+    from fa4num import report
     (tmp_path / "precious.txt").write_text("x")
     with pytest.raises(ValueError, match="--out: .* holds no report.md"):
         report.write_report(tmp_path, quick=True, progress=False)

@@ -1,7 +1,7 @@
 """fa4_emulated against an independent oracle: the same instruction sequence evaluated step by step with gmpy2
 (MPFR in an IEEE binary32 context), which rounds each operation correctly by construction.
 
-Only the PTX semantics are taken from fa4num.fp._core's policy flags (how .ftz decides tininess); every rounding
+Only the PTX semantics are taken from fa4num.fp.scalar's policy flags (how .ftz decides tininess); every rounding
 is MPFR's."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fa4num.ex2 import POLY_EX2, fa4_emulated, poly_coeffs
-from fa4num.fp import _core
+from fa4num.fp import scalar
 
 MIN_NORMAL = gmpy2.mpfr(2) ** -126
 CANONICAL_NAN = 0x7FFFFFFF
@@ -54,7 +54,7 @@ def flush(v):
 
 def ieee_op(name, args, rounding, ftz):
     """One PTX arithmetic instruction: args combined exactly, rounded once to binary32, .ftz as
-    fa4num.fp._core decides (tininess after or before rounding)."""
+    fa4num.fp.scalar decides (tininess after or before rounding)."""
     op = OPS[name]
     if ftz:
         args = [flush(a) for a in args]
@@ -66,7 +66,7 @@ def ieee_op(name, args, rounding, ftz):
     exact = op(EXACT, *args)
     if exact == 0:
         return r
-    if _core.FTZ_TININESS_AFTER_ROUNDING:
+    if scalar.FTZ_TININESS_AFTER_ROUNDING:
         tiny = abs(op(CTX_UNBOUNDED[rounding], *args)) < MIN_NORMAL
     else:
         tiny = abs(exact) < MIN_NORMAL

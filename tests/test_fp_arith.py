@@ -126,7 +126,7 @@ def test_max_min_nan_and_zero_rules():
     mx, mn = fp.max(a, b), fp.min(a, b)
     assert list(mx[[0, 1, 5]]) == [3.0, 1.0, 2.0] and list(mn[[0, 1, 5]]) == [3.0, 1.0, -5.0]
     assert bits(mx[2]) == CANON and bits(mn[2]) == CANON
-    if fp._core.SIGNED_ZERO_ORDERED:
+    if fp.scalar.SIGNED_ZERO_ORDERED:
         assert list(bits(mx[3:5])) == [0, 0] and list(bits(mn[3:5])) == [0x80000000, 0x80000000]
     else:
         assert list(bits(mx[3:5])) == list(bits(a[3:5])) and list(bits(mn[3:5])) == list(bits(a[3:5]))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fa4num import golden
-from fa4num.gpu.emulators import emulator
+from fa4num.gpu.ops import OpSpec
 
 GOLDEN = Path(__file__).parent / "golden"
 FILES = ["fp.json.xz", "convert.json.xz", "ex2_emulated.json.xz", "mufu.json.xz"]
@@ -29,7 +29,7 @@ def _sets():
 
 @pytest.mark.parametrize("gs", _sets())
 def test_emulator_matches_gpu_golden_set(gs):
-    res = golden.check_set(gs, emulator(gs.meta))
+    res = golden.check_set(gs, OpSpec.from_meta(gs.meta).emulator)
     assert res.n >= min(golden.SIZES[gs.kind], 10 ** 6)
     assert res.ok, f"{gs.name}: chunks {res.chunks_bad} differ; explicit vectors: {res.vectors_bad} differ, " \
                    f"e.g. (index, inputs, gpu, emulator) {res.examples[:5]}"
@@ -54,7 +54,7 @@ def _exhaustive_cases():
 def test_emulator_matches_gpu_exhaustive_chunk(name, chunk):
     doc = golden.read_exhaustive(EXHAUSTIVE)
     entry = doc["ops"][name]
-    out = np.asarray(emulator(entry["meta"])(golden.exhaustive_inputs(chunk)), np.uint32)
+    out = np.asarray(OpSpec.from_meta(entry["meta"]).emulator(golden.exhaustive_inputs(chunk)), np.uint32)
     assert golden.sha256_u32(out) == entry["digests"][chunk]
 
 

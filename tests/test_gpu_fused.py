@@ -1,18 +1,18 @@
 """The fused exhaustive-sweep checks of ``fa4num gpu verify`` (fa4num.gpu.fused), on the CPU.
 
 The GPU's output is stood in for by the unfused emulator's output for the same input patterns (the widened /
-packed form, fa4num.gpu.emulators.emulator, which the golden tests check against the H200). A fused count must
+packed form, fa4num.gpu.ops.OpSpec.emulator, which the golden tests check against the H200). A fused count must
 be 0 on it, must count every planted bit flip (in any bit of the 32-bit word, including the zero-extension
 bits of a 16-bit result), and must equal the count of the unfused path (iota + sweep emulator + compare)."""
 import numpy as np
 import pytest
 
 from fa4num.gpu import compare, fused
-from fa4num.gpu.emulators import emulator, sweep_emulator
+from fa4num.gpu.ops import OpSpec
 from fa4num.gpu.verify import exhaustive_plan
 
 SIGN = 1 << 31
-PLAN = {op.name: meta for op, meta in exhaustive_plan()}
+PLAN = {s.ptx.name: s for s in exhaustive_plan()}
 
 # (start, log2 size) of the ranges each op is checked on: around 1.0 and small negatives (the softmax domain),
 # subnormals and zero, the large positives of ex2's wide path (2^22 < x), +inf and the NaNs, the negative
@@ -29,12 +29,12 @@ def _inputs(starts, n):
     return x
 
 
-def _starts(meta, s):
-    return (s, s ^ SIGN) if meta.get("packed") == "hi=x,lo=-x" else (s,)
+def _starts(spec, s):
+    return (s, s ^ SIGN) if spec.packed == "hi=x,lo=-x" else (s,)
 
 
 def _unfused_count(meta, starts, gpu):
-    emu, neg_pair = sweep_emulator(meta)
+    emu, neg_pair = meta.sweep_emulator
     e = emu(_inputs(starts, gpu.size // len(starts)).view(np.float32))
     return int(compare.count_mismatches_neg_pair(gpu, e) if neg_pair else compare.count_mismatches(gpu, e))
 
@@ -47,7 +47,7 @@ def test_fused_count_finds_exactly_the_planted_flips(name):
     rng = np.random.default_rng(sum(map(ord, name)))
     for s, k in RANGES:
         starts = _starts(meta, s)
-        gpu = np.asarray(emulator(meta)(_inputs(starts, 1 << k)), np.uint32)
+        gpu = np.asarray(meta.emulator(_inputs(starts, 1 << k)), np.uint32)
         assert count(starts, gpu) == 0, (hex(s), k)
         flips = rng.choice(gpu.size, 5, replace=False)
         bits = rng.integers(0, 32, 5)
@@ -67,7 +67,7 @@ def test_fused_and_unfused_counts_agree_on_a_wrong_model(name):
     for s, k in RANGES[:6]:
         starts = _starts(meta, s)
         x = _inputs(starts, 1 << k)
-        gpu = np.asarray(emulator(other)(x), np.uint32)
+        gpu = np.asarray(other.emulator(x), np.uint32)
         n = fused.counter(meta)(starts, gpu)
         assert n == _unfused_count(meta, starts, gpu)
         total += n
@@ -77,13 +77,13 @@ def test_fused_and_unfused_counts_agree_on_a_wrong_model(name):
 def test_ex2_degree_other_than_three_and_nudged_coefficients():
     """The ex2 counter follows the meta's coefficients (a nudged set differs from FA4's in some outputs)."""
     base = PLAN["ex2emu.scalar.fa4d3"]
-    nudged = dict(base, coeffs_bits=[1065353216, 1060238618, 1047070372, 1033760922])
+    nudged = OpSpec.ex2emu(base.variant, [1065353216, 1060238618, 1047070372, 1033760922])
     starts = (0xBF800000,)
-    gpu = np.asarray(emulator(base)(_inputs(starts, 1 << 18)), np.uint32)
+    gpu = np.asarray(base.emulator(_inputs(starts, 1 << 18)), np.uint32)
     n = fused.counter(nudged)(starts, gpu)
     assert n == _unfused_count(nudged, starts, gpu) > 0
     with pytest.raises(ValueError, match="degree"):
-        fused.counter(dict(base, degree=2))
+        OpSpec.from_meta(dict(base.to_meta(), degree=2))
 
 
 def test_neg_pair_step_must_be_a_block_and_its_twin():
@@ -93,8 +93,10 @@ def test_neg_pair_step_must_be_a_block_and_its_twin():
 
 
 def test_ops_without_a_fused_loop_get_none():
-    assert fused.counter({"op": "add", "rounding": "rn", "ftz": False}) is None
-    assert fused.counter({"op": "to_bf16", "packed": "hi=a,lo=b"}) is None
+    assert fused.counter(OpSpec.arith("add", "rn")) is None
+    assert fused.counter(OpSpec("to_bf16", packed="hi=a,lo=b")) is None
+    with pytest.raises(ValueError, match="OpSpec"):
+        fused.counter({"op": "to_bf16"})
 
 
 def test_warm_runs_each_piece_and_rejects_unknown_ones():
@@ -105,5 +107,5 @@ def test_warm_runs_each_piece_and_rejects_unknown_ones():
             fused.warm(meta, part)
     with pytest.raises(ValueError, match="part must be one of"):
         fused.warm(ex2, "all")
-    with pytest.raises(ValueError, match="part must be 'all'"):
+    with pytest.raises(ValueError, match="part must be one of"):
         fused.warm(mufu, "wide")

@@ -1,7 +1,7 @@
 """The fit and attention sections of `fa4num report` (contributed through fa4num.<pkg>._report)."""
 from pathlib import Path
 
-from fa4num.ex2.report import ReportContext
+from fa4num.section import ReportContext
 from fa4num.fit import registry
 
 
@@ -30,3 +30,23 @@ def test_attention_section_switches_each_trick(tmp_path):
     assert rows["SM100, rescale_threshold=0"]["max_lag"] == 0
     assert rows["SM100, no software exp2"]["exp2_emulated_share"] == 0
     assert rows["FA4 SM90 (H200 path)"]["skipped_share"] == 0
+
+
+def test_report_command_exits_nonzero_when_a_section_fails(tmp_path, monkeypatch):
+    """A provider that raises: its section holds the traceback, the other sections are written, exit status 1."""
+    import json
+
+    import fa4num.report as report
+    from fa4num import cli
+    from fa4num.section import Section
+
+    def broken(ctx):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(report, "providers", lambda: [("fine", lambda ctx: [Section("Fine", "text")]),
+                                                      ("bad", broken)])
+    assert cli.main(["report", "--out", str(tmp_path), "--quick", "--no-progress"]) == 1
+    md = (tmp_path / "report.md").read_text()
+    assert "## Fine" in md and "## bad: section failed" in md and "RuntimeError: boom" in md
+    assert json.loads((tmp_path / "report.json").read_text())["failed"] == ["bad"]
+    monkeypatch.setattr(report, "providers", lambda: [("fine", lambda ctx: [Section("Fine", "text")])])
+    assert cli.main(["report", "--out", str(tmp_path), "--quick", "--no-progress"]) == 0

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from fa4num.softmax import sm90, sm100
-from fa4num.softmax._ops import ffma, scale_log2_of
+from fa4num.softmax import ffma, scale_log2_of
 
 
 def test_lane_columns_follow_the_wgmma_accumulator_layout():

@@ -46,7 +46,7 @@ DIAG_ROWS = 256
 
 
 def scale_log2():
-    """RN32(RN32(1/sqrt(128)) * RN32(log2 e)), as fa4num.softmax._ops.scale_log2_of (numpy only: the device
+    """RN32(RN32(1/sqrt(128)) * RN32(log2 e)), as fa4num.softmax.scale_log2_of (numpy only: the device
     machine runs this file without fa4num's CPU dependencies)."""
     return np.float32(np.float32(1.0 / np.sqrt(128.0)) * np.float32(np.log2(np.e)))
 

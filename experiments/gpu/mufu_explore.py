@@ -1,6 +1,6 @@
 """Find the structure of MUFU ex2/rcp/lg2 on the GPU at hand (run once on the H200; results in $OUT).
 
-1. Measures the candidate tables (fa4num.hw.build plus extra lg2 binades) and saves them exactly.
+1. Measures the candidate tables (fa4num.gpu.mufu_build plus extra lg2 binades) and saves them exactly.
 2. Tests structural hypotheses over all 2^32 inputs with torch on the GPU, counting mismatches per
    (sign, exponent field) bin, with examples:
    - ex2.ftz(x) = table[frac of trunc_toward_zero(|x| 2^23)] * 2^(+-int part), flushed/overflowed at the ends
@@ -19,7 +19,8 @@ import torch
 
 from fa4num.gpu import ptx
 from fa4num.gpu.kernels import run, run_range, to_numpy
-from fa4num.hw import build, tables
+from fa4num.gpu import mufu_build as build
+from fa4num.hw import tables
 from fa4num.provenance import provenance
 
 CH = 1 << 28

@@ -2,9 +2,9 @@
 
 The GPU's output is faked by the emulator's own result (zero-extended to uint32, made once outside the timing),
 so this measures exactly the CPU work per chunk: the inputs (iota), the emulator, and the comparison, in
-- "old": the former glue (``emulator(meta)`` widening to uint32 -- for the fp8 pair ops to_{e4m3,e5m2}x2(x, -x)
+- "old": the former glue (``OpSpec.emulator`` widening to uint32 -- for the fp8 pair ops to_{e4m3,e5m2}x2(x, -x)
   with the x ^ 0x80000000 temporary and the packing copies -- then a separate count), and
-- "new": ``sweep_emulator(meta)`` (native-width bits, no copy) with the fused loops of fa4num.gpu.compare
+- "new": ``OpSpec.sweep_emulator`` (native-width bits, no copy) with the fused loops of fa4num.gpu.compare
   (fp8: one conversion per input, checked in both byte positions), and
 - "fused": fa4num.gpu.fused (the emulator's result for input pattern base + i computed inside the compare loop;
   no input or emulator-output arrays), what verify runs now.
@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from fa4num.gpu import compare, fused
-from fa4num.gpu.emulators import emulator, sweep_emulator
+from fa4num.gpu.ops import OpSpec
 from fa4num.gpu.verify import exhaustive_plan
 
 START = 0xBE000000          # an ordinary block of negative values (softmax's exp2 domain)
@@ -37,11 +37,12 @@ def profile(chunk, ops=None):
     rows = []
     x = np.empty(chunk, np.uint32)
     x2 = np.empty(2 * chunk, np.uint32)
-    for op, meta in exhaustive_plan():
+    for meta in exhaustive_plan():
+        op = meta.ptx
         if ops and op.name not in ops:
             continue
-        old = emulator(meta)
-        new, pair = sweep_emulator(meta)
+        old = meta.emulator
+        new, pair = sweep_meta.emulator
         compare.iota(START, x)
         old(x[:1024])
         new(x[:1024].view(np.float32))

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fa4num import golden
-from fa4num.gpu.emulators import emulator
+from fa4num.gpu.ops import OpSpec
 from fa4num.gpu.kernels import run_range
 from fa4num.gpu.compare import count_mismatches as _count_diff, iota as _iota
 from fa4num.gpu.verify import CHUNK, exhaustive_plan
@@ -29,8 +29,9 @@ def main(out=None):
     pool = ThreadPoolExecutor(8)
     rows = []
     start = 0xBE000000          # a chunk of ordinary negative values (softmax's exp2 domain)
-    for op, meta in exhaustive_plan():
-        emu = emulator(meta)
+    for meta in exhaustive_plan():
+        op = meta.ptx
+        emu = meta.emulator
         _iota(start, x)
         emu(x[:4096]); run_range(op, start, CHUNK, out=dev); torch.cuda.synchronize()
         t = time.perf_counter(); run_range(op, start, CHUNK, out=dev); torch.cuda.synchronize()

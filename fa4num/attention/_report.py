@@ -8,7 +8,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from fa4num.ex2.report import Section
+from fa4num.section import Section
 
 from . import reference
 from .forward import forward

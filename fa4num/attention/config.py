@@ -11,6 +11,8 @@ import math
 import numbers
 from dataclasses import dataclass, fields, replace
 
+from fa4num.constants import FP8_MAX
+
 KERNELS = ("fa4-sm90", "fa4-sm100")
 GEMM_MODELS = ("wgmma", "tcgen05", "exact", "blas")
 # gemm option -> (fa4num.hw.mma model, accumulator table): "wgmma" is Hopper's fused sum, "tcgen05" Blackwell's
@@ -72,7 +74,7 @@ SM100_TUNING = {
     (True, False, 256, False): (14, 0), (True, True, 256, False): (14, 0),
 }
 SM100_FP8_TUNING = {(True, False, 128, False): (10, 1), (False, True, 128, False): (8, 1)}
-LOG2_DTYPE_MAX = {"float8_e4m3fn": math.log2(448.0), "float8_e5m2": math.log2(57344.0),
+LOG2_DTYPE_MAX = {**{name: math.log2(v) for name, v in FP8_MAX.items()},
                   "float16": math.log2(65504.0), "bfloat16": math.log2(3.3895313892515355e38)}
 
 

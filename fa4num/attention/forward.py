@@ -28,7 +28,7 @@ from fa4num.hw.mma import mma_chain
 from fa4num.softmax import scoremod as _scoremod
 from fa4num.softmax import sm90 as _sm90
 from fa4num.softmax import sm100 as _sm100
-from fa4num.softmax._ops import LOG2_E_F32, f32, ffma, mufu, scale_log2_of
+from fa4num.softmax import LOG2_E_F32, f32, ffma, mufu, scale_log2_of
 
 from . import config
 from . import masking as _masking

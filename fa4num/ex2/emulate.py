@@ -10,13 +10,13 @@ FA4 (flash_attn/cute/utils.py) computes 2^x for part of each softmax row without
     out.b32 = (r.b32 << 23) + p.b32   # shl.b32 + add.s32: the low bits of r hold floor(a)
 
 Its three forms differ only in where PTX's ``.ftz`` sits (see VARIANTS). Every step here is the exact fp32
-operation of fa4num.fp._core (round-to-odd exact rounding, NVIDIA's canonical NaN 0x7FFFFFFF, ftz as decided
+operation of fa4num.fp.scalar (round-to-odd exact rounding, NVIDIA's canonical NaN 0x7FFFFFFF, ftz as decided
 there), and the final add is integer arithmetic on the bits modulo 2^32, so inputs FA4 never feeds it
 (NaN, +-inf, x >= 128, subnormals) give what the GPU gives.
 
-Speed: ``_fast_steps`` computes the same bits with vectorisable native operations, proven equal for every input
+Speed: ``fast_steps`` computes the same bits with vectorisable native operations, proven equal for every input
 except, with ftz arithmetic (asm form), where a Horner value falls below 2^-125 in magnitude (only with unusual
-coefficients); it reports those inputs, which ``_exact_steps`` recomputes with the _core operations. A first
+coefficients); it reports those inputs, which ``exact_steps`` recomputes with the fa4num.fp.scalar operations. A first
 pass takes the floor form of add.rm, which covers x <= 2^22 (the softmax range); only if some input lies above
 does a second pass use the general form.
 """
@@ -24,31 +24,22 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numba import njit, prange
 
-from fa4num.fp import _core
-from fa4num.fp._args import as_float32, tensor_device, wrap
+from fa4num.constants import EX2_CLAMP, EX2_ROUND_SHIFTER, POLY_EX2
+from fa4num.fp import scalar
+from fa4num.fp.arrays import as_float32, tensor_device, wrap
 
-__all__ = ["POLY_EX2", "VARIANTS", "Variant", "fa4_emulated", "poly_coeffs", "resolve_variant"]
+__all__ = ["POLY_EX2", "VARIANTS", "Variant", "fa4_emulated", "poly_coeffs", "resolve_variant", "horner_tuple",
+           "exact_steps", "fast_steps"]
 
-# FA4's coefficient sets (utils.py POLY_EX2, from Sollya fpminimax of 2^x on [0, 1], relative error, fp32
-# coefficients, c0 fixed to 1). Written as fp32 bit patterns so that no decimal parsing is involved; c0 first.
-# Degree 0 in FA4 is the float 1.0, not a tuple, so ex2_emulation cannot use it; it is left out here.
-_POLY_EX2_BITS = {
-    1: (0x3F800000, 0x3F6C28C5),
-    2: (0x3F800000, 0x3F2A70E4, 0x3EA903CA),
-    3: (0x3F800000, 0x3F31F519, 0x3E6906A4, 0x3D9DF09D),
-    4: (0x3F800000, 0x3F316B3F, 0x3E77150E, 0x3D55EA42, 0x3C5C1E37),
-    5: (0x3F800000, 0x3F31725F, 0x3E75ED73, 0x3D6490D6, 0x3C13B1A6, 0x3AF4DB16),
-}
-POLY_EX2 = {d: tuple(float(v) for v in np.array(bits, dtype=np.uint32).view(np.float32))
-            for d, bits in _POLY_EX2_BITS.items()}
-
-# FA4's constants: 0fC2FE0000 (the clamp) and 0f4B400000 = 2^23 + 2^22 (the rounding shifter, fp32_round_int).
-CLAMP = np.float32(-127.0)
-SHIFTER = np.float32(12582912.0)
+# FA4's coefficient sets (utils.py POLY_EX2, c0 first) and the two constants of its instruction sequence:
+# 0fC2FE0000 (the clamp) and 0f4B400000 = 2^23 + 2^22 (the rounding shifter, fp32_round_int); see fa4num.constants.
+CLAMP = EX2_CLAMP
+SHIFTER = EX2_ROUND_SHIFTER
 # below this, add.rm(a, SHIFTER) == SHIFTER + floor(a) (see _add_rm_shifter)
 _FAST_MAX = np.float32(4194304.0)
 # ftz arithmetic equals plain IEEE arithmetic while no operand or result is below 2^-126; a Horner value of at
@@ -92,7 +83,7 @@ def poly_coeffs(degree=3, *, coeffs=None) -> tuple:
 
     ``coeffs=None``: FA4's POLY_EX2[degree], degree 1..5. Otherwise ``coeffs`` is a sequence of real numbers,
     each exactly representable in fp32 (nothing is rounded silently), of length degree + 1; or the name of a
-    coefficient set in the polys/ registry (read with fa4num.fit.load_poly)."""
+    coefficient set in the polys/ registry (read with fa4num.polys.load_poly)."""
     if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
         raise ValueError(f"degree must be an integer >= 1 (FA4's POLY_EX2 has degrees {sorted(POLY_EX2)}), "
                          f"got {degree!r}")
@@ -136,23 +127,23 @@ def _registry_coeffs(name: str):
 def _flush(v):
     """PTX .ftz on an operand: a subnormal becomes a zero of its sign (select form, vectorises)."""
     tiny = abs(v) < _MIN_NORMAL32 and v != np.float32(0.0)
-    return _core.u32_to_f32(_core.f32_to_u32(v) & _SIGN) if tiny else v
+    return scalar.u32_to_f32(scalar.f32_to_u32(v) & _SIGN) if tiny else v
 
 
 @njit(cache=True)
-def _exact_steps(x, rc, ftz_max, ftz_round, ftz_arith):
-    """The instruction sequence, each step the exact PTX operation from fa4num.fp._core.
+def exact_steps(x, rc, ftz_max, ftz_round, ftz_arith):
+    """The instruction sequence, each step the exact PTX operation from fa4num.fp.scalar.
 
     Mirrors utils.py ex2_emulation / ex2_emulation_2 / e2e_asm2 step by step (see the module docstring)."""
-    a = _core.f32_max(x, CLAMP, ftz_max)                            # cute.arch.fmax / max{.ftz}.f32
-    r = _core.f32_add(a, SHIFTER, _core.RM, ftz_round)              # add_round_down / add.rm{.ftz}
-    t = _core.f32_sub(r, SHIFTER, _core.RN, ftz_arith)              # x_rounded_back, sub.rn
-    f = _core.f32_sub(a, t, _core.RN, ftz_arith)                    # x_frac, sub.rn
+    a = scalar.f32_max(x, CLAMP, ftz_max)                            # cute.arch.fmax / max{.ftz}.f32
+    r = scalar.f32_add(a, SHIFTER, scalar.RM, ftz_round)              # add_round_down / add.rm{.ftz}
+    t = scalar.f32_sub(r, SHIFTER, scalar.RN, ftz_arith)              # x_rounded_back, sub.rn
+    f = scalar.f32_sub(a, t, scalar.RN, ftz_arith)                    # x_frac, sub.rn
     p = rc[0]
     for k in range(1, len(rc)):
-        p = _core.f32_fma(p, f, rc[k], _core.RN, ftz_arith)         # evaluate_polynomial(_2): fma.rn
+        p = scalar.f32_fma(p, f, rc[k], scalar.RN, ftz_arith)         # evaluate_polynomial(_2): fma.rn
     # combine_int_frac_ex2: shl.b32 then add.s32, wrapping modulo 2^32
-    return _core.u32_to_f32((_core.f32_to_u32(r) << np.uint32(23)) + _core.f32_to_u32(p))
+    return scalar.u32_to_f32((scalar.f32_to_u32(r) << np.uint32(23)) + scalar.f32_to_u32(p))
 
 
 @njit(cache=True, inline="always")
@@ -167,12 +158,12 @@ def _add_rm_shifter(a):
     s = np.float64(a) + np.float64(SHIFTER)
     big = np.float32(s)
     if np.float64(big) > s:   # then big is positive and finite, so the fp32 below it has its bits minus one
-        big = _core.u32_to_f32(_core.f32_to_u32(big) - np.uint32(1))
+        big = scalar.u32_to_f32(scalar.f32_to_u32(big) - np.uint32(1))
     return small if a <= _FAST_MAX else big
 
 
 @njit(cache=True, inline="always")
-def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree=-1):
+def fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree=-1):
     """(bits-identical result, False) where the native operations provably equal the PTX ones, else (junk, True).
 
     Branch-free so that the loop vectorises. The add.rm is _add_rm_shifter (exact for every a >= -127, inf
@@ -190,12 +181,12 @@ def _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree=-1):
     smallest = abs(p)
     # a compile-time degree (the hot loops pass one) lets LLVM unroll Horner and vectorise the whole loop
     for k in range(1, (len(rc) if degree < 0 else degree + 1)):
-        p = _core.fma_rn_f32(p, f, rc[k])
+        p = scalar.fma_rn_f32(p, f, rc[k])
         smallest = min(smallest, abs(p))
     if p != p:                                   # inf - inf in f (x = +inf), or overflowing coefficients
-        p = _core.canonical_nan()
+        p = scalar.canonical_nan()
     bad = (ftz_arith and smallest < _FTZ_SAFE) or (not wide and a > _FAST_MAX)
-    return _core.u32_to_f32((_core.f32_to_u32(r) << np.uint32(23)) + _core.f32_to_u32(p)), bad
+    return scalar.u32_to_f32((scalar.f32_to_u32(r) << np.uint32(23)) + scalar.f32_to_u32(p)), bad
 
 
 def _make_narrow_loop(ftz_max: bool, ftz_round: bool, ftz_arith: bool, degree: int):
@@ -209,7 +200,7 @@ def _make_narrow_loop(ftz_max: bool, ftz_round: bool, ftz_arith: bool, degree: i
         """Fast path, floor form of add.rm (covers x <= 2^22, the softmax range); returns how many it missed."""
         nbad = 0
         for i in range(x.size):
-            v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, False, degree)
+            v, b = fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, False, degree)
             out[i] = v
             nbad += b
         return nbad
@@ -235,15 +226,10 @@ def _run_threaded(kernel, x, rc, out) -> int:
     return sum(f.result() for f in parts)
 
 
-_NARROW_LOOPS = {}
-
-
+@lru_cache(maxsize=None)
 def _narrow_loop(v: Variant, degree: int):
     """The hot loop of form ``v`` for polynomials of ``degree``, compiled on first use."""
-    key = (v.name, degree)
-    if key not in _NARROW_LOOPS:
-        _NARROW_LOOPS[key] = _make_narrow_loop(v.ftz_max, v.ftz_round, v.ftz_arith, degree)
-    return _NARROW_LOOPS[key]
+    return _make_narrow_loop(v.ftz_max, v.ftz_round, v.ftz_arith, degree)
 
 
 @njit(parallel=True, cache=True)
@@ -251,7 +237,7 @@ def _wide_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
     """Fast path for every input (add.rm of large a through float64); returns how many need the exact path."""
     nbad = 0
     for i in prange(x.size):
-        v, b = _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, True)
+        v, b = fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, True)
         out[i] = v
         nbad += b
     return nbad
@@ -261,14 +247,14 @@ def _wide_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
 def _fix_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
     """The exact sequence for the inputs the wide fast path cannot take (ftz arithmetic below 2^-125)."""
     for i in prange(x.size):
-        if _fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, True)[1]:
-            out[i] = _exact_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
+        if fast_steps(x[i], rc, ftz_max, ftz_round, ftz_arith, True)[1]:
+            out[i] = exact_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
 
 
 @njit(parallel=True, cache=True)
 def _exact_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
     for i in prange(x.size):
-        out[i] = _exact_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
+        out[i] = exact_steps(x[i], rc, ftz_max, ftz_round, ftz_arith)
 
 
 def horner_tuple(coeffs, variant: Variant) -> tuple:
@@ -281,15 +267,33 @@ def horner_tuple(coeffs, variant: Variant) -> tuple:
 
 
 def fa4_emulated(x, degree=3, *, coeffs=None, variant="packed", exact_only=False):
-    """FA4's software exp2 of each element of ``x`` (float32 array or torch float32 tensor), bit-exact.
+    """FA4's software exp2 of each element of ``x``, bit-exact (flash_attn/cute/utils.py ex2_emulation*).
 
-    degree: polynomial degree; with ``coeffs=None`` one of 1..5 (FA4's POLY_EX2, default 3 as in FA4).
-    coeffs: fp32 coefficients c0, ..., c_degree (c0 first, as POLY_EX2), or a polys/ registry entry name.
-    variant: "packed" (utils.py ex2_emulation_2, the SM100 softmax path, no ftz), "scalar" (ex2_emulation:
+    Parameters
+    ----------
+    x : float32 array or torch float32 tensor
+        Inputs are never cast: float64 raises ValueError.
+    degree : int
+        Polynomial degree; with ``coeffs=None`` one of 1..5 (FA4's POLY_EX2, default 3 as in FA4).
+    coeffs : sequence of float or str, optional
+        fp32 coefficients c0, ..., c_degree (c0 first, as POLY_EX2), or a polys/ registry entry name.
+    variant : {"packed", "scalar", "asm"}
+        "packed" (utils.py ex2_emulation_2, the SM100 softmax path, no ftz), "scalar" (ex2_emulation:
         add.rm.ftz, the rest without ftz), "asm" (e2e_asm2: every instruction .ftz).
-    exact_only: skip the vectorised fast path and run the _core instruction sequence on every element (slower;
-        the result is the same, which the tests check).
-    Returns float32 of x's shape (a tensor when x is one). Inputs are never cast: float64 raises ValueError.
+    exact_only : bool
+        Skip the vectorised fast path and run the fa4num.fp.scalar instruction sequence on every element
+        (slower; the result is the same, which the tests check).
+
+    Returns
+    -------
+    float32 array of x's shape (a tensor when x is one)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y = fa4_emulated(np.array([0.0, -1.0, -0.5], np.float32))
+    >>> y[:2].tolist(), abs(float(y[2]) / 2 ** -0.5 - 1) < 9e-5      # exact at integers, 8.8e-5 at worst
+    ([1.0, 0.5], True)
     """
     v = resolve_variant(variant)
     rc = horner_tuple(poly_coeffs(degree, coeffs=coeffs), v)

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numba import njit, prange
 
-from fa4num.fp import _core
+from fa4num.fp import scalar
 from fa4num.fp.convert import f32_to_bf16_bits
 from fa4num.fp.reference import K_RUN, TARGETS, exp2_cr, exp2_cr_bf16, exp2_cr_f32
 
-from .emulate import _exact_steps, _fast_steps, fa4_emulated, horner_tuple, poly_coeffs, resolve_variant
+from .emulate import exact_steps, fast_steps, fa4_emulated, horner_tuple, poly_coeffs, resolve_variant
 
 __all__ = ["Domain", "Implementation", "SweepResult", "sweep", "fa4_implementation", "mufu_implementation",
            "LINEAR_BINS", "LOG_BINS"]
@@ -56,7 +56,7 @@ def _round_f64(y, prec, qmin):
 
     Returns (float32 result, hard): hard = a midpoint lies within K_RUN ulp64 of y (fa4num.fp.reference's test,
     done here on the significand's bits: this runs once per input of an exhaustive sweep)."""
-    yb = _core.f64_to_u64(y)
+    yb = scalar.f64_to_u64(y)
     e = np.int64(yb >> np.uint64(52)) - 1023
     m = np.int64(yb & np.uint64(0xFFFFFFFFFFFFF)) | (np.int64(1) << 52)
     qe = max(e - (prec - 1), qmin)
@@ -68,7 +68,7 @@ def _round_f64(y, prec, qmin):
     q = m >> drop
     if rem > half or (rem == half and (q & 1) == 1):
         q += 1
-    scale = _core.u64_to_f64(np.uint64(qe + 1023) << np.uint64(52))   # 2^qe, a normal float64
+    scale = scalar.u64_to_f64(np.uint64(qe + 1023) << np.uint64(52))   # 2^qe, a normal float64
     return np.float32(np.float64(q) * scale), abs(rem - half) <= K_RUN
 
 
@@ -77,7 +77,7 @@ def _reference(x):
     """(fp32 2^x, bf16 2^x held in fp32, float64 2^x, settled): correctly rounded; settled is False when the
     numba kernels of fa4num.fp.reference cannot decide a hard case (then fa4num.fp.exp2_cr must)."""
     if x != x:
-        nan = _core.canonical_nan()
+        nan = scalar.canonical_nan()
         return nan, nan, np.float64(np.nan), True
     if x >= np.float32(128.0):
         return np.float32(np.inf), np.float32(np.inf), np.inf, True
@@ -107,7 +107,7 @@ def _reference(x):
 def _input(mode, start, stride, scale, i):
     """Input i of a chunk: mode 0 = bit pattern start + i*stride (mod 2^32); mode 1 = (start + i) * scale."""
     if mode == 0:
-        return _core.u32_to_f32(np.uint32((start + i * stride) & 0xFFFFFFFF))
+        return scalar.u32_to_f32(np.uint32((start + i * stride) & 0xFFFFFFFF))
     return np.float32(np.float64(start + i) * scale)
 
 
@@ -129,7 +129,7 @@ def _line16(b):
 def _hist_bin(d):
     if d < LINEAR_BINS:
         return d
-    k = np.int64(_core.f64_to_u64(np.float64(d)) >> np.uint64(52)) - 1023   # floor(log2 d), d < 2^53
+    k = np.int64(scalar.f64_to_u64(np.float64(d)) >> np.uint64(52)) - 1023   # floor(log2 d), d < 2^53
     return LINEAR_BINS + (k - 12)     # d in [2^k, 2^(k+1)), k >= 12
 
 
@@ -142,12 +142,12 @@ def _compare(y, r32, rb, y64):
         if y_nan and r_nan:
             return False, np.int64(0), -1.0, False, False
         return True, np.int64(0), -1.0, True, True
-    d = abs(_line(_core.f32_to_u32(y)) - _line(_core.f32_to_u32(r32)))
+    d = abs(_line(scalar.f32_to_u32(y)) - _line(scalar.f32_to_u32(r32)))
     rel = -1.0
     if abs(r32) >= _MIN_NORMAL and abs(r32) < np.inf and abs(y) < np.inf:
         rel = abs(np.float64(y) - y64) / y64
     yb = f32_to_bf16_bits(y)      # cvt.rn.bf16.f32
-    rbb = np.uint16(_core.f32_to_u32(rb) >> np.uint32(16))
+    rbb = np.uint16(scalar.f32_to_u32(rb) >> np.uint32(16))
     bf = yb != rbb
     return False, d, rel, bf, bf and abs(_line16(yb) - _line16(rbb)) > 1
 
@@ -179,7 +179,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
                  xlo, xscale, nxb, acc_i, acc_f, hist, bin_i, bin_f, xb_i, xb_f, pending):
     """Accumulate the statistics of n inputs into one row per block of the accumulator arrays.
 
-    mode 0/1: inputs made by _input, outputs by FA4's emulation inlined (fast path, exact _core sequence where
+    mode 0/1: inputs made by _input, outputs by FA4's emulation inlined (fast path, exact fa4num.fp.scalar sequence where
     the fast path does not apply); mode 2: inputs xs with outputs ys; mode 3: also the references r32s, rbs.
     Per-binade and per-x-bin statistics are kept in locals while consecutive inputs share the bin."""
     nblk = acc_i.shape[0]
@@ -210,14 +210,14 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
                 y = ys[i]
             else:
                 x = _input(mode, start, stride, scale, i)
-                y, bad = _fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
+                y, bad = fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
                 if bad:
-                    y = _exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
+                    y = exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
             if mode == 3:
                 r32, rb, y64, ok = r32s[i], rbs[i], math.exp2(np.float64(x)), True
             else:
                 r32, rb, y64, ok = _reference(x)
-            xbits = _core.f32_to_u32(x)
+            xbits = scalar.f32_to_u32(x)
             if not ok:
                 if npend < pending.shape[1]:
                     pending[blk, npend] = xbits

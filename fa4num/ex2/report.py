@@ -1,55 +1,23 @@
-"""``fa4num report``: a short Markdown + JSON + PNG report on FA4's software exp2, from embedded defaults.
+"""The exp2 sections of ``fa4num report`` (FA4's software exp2 against the correctly rounded 2^x: every fp32
+input in the softmax range, below it, the degrees and forms, MUFU), from embedded defaults.
 
-The report is a list of sections. This module writes the exp2 sections; any fa4num subpackage can add its own
-by defining ``report_sections(ctx: ReportContext) -> list[Section]`` in a module ``fa4num.<pkg>._report``
-(packages listed in SECTION_PROVIDERS, in report order); a provider that is absent is skipped, one that fails
-is reported in the output rather than stopping the report.
+:func:`report_sections` is what fa4num.report (the top layer, which assembles the report) calls; DEFINITIONS
+is the report's "how to read the numbers" paragraph.
 """
 from __future__ import annotations
 
-import importlib
-import json
-import time
-import traceback
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import numpy as np
 
-from .emulate import POLY_EX2, VARIANTS, fa4_emulated, poly_coeffs
-from .engine import Domain, SweepResult, _json_default, fa4_implementation, mufu_implementation, sweep
+from fa4num.section import ReportContext, Section
 
-# packages whose fa4num.<pkg>._report may contribute sections, after the exp2 ones
-SECTION_PROVIDERS = ("fit", "hw", "softmax", "attention", "study")
+from .emulate import POLY_EX2, VARIANTS, fa4_emulated, poly_coeffs
+from .engine import Domain, SweepResult, fa4_implementation, mufu_implementation, sweep
 
 # Embedded defaults. The softmax feeds exp2 with x = S*scale_log2 - max <= 0 (plus max_offset/threshold <= 8),
 # so the main sweep covers every fp32 x in [-126, 0], where 2^x is a normal number.
 MAIN_DOMAIN = Domain(lo=-126.0, hi=0.0)
 UNDERFLOW_DOMAIN = Domain(lo=-150.0, hi=-126.0, stride=1)
-GRID_BITS = 16                       # comparison grid: x = k * 2^-16 in [-126, 0] (8.3 M points, uniform in x)
-QUICK_MAIN_STRIDE = 257              # --quick: every 257th bit pattern of the main domain ...
-QUICK_GRID_BITS = 10                 # ... and a grid of k * 2^-10
-
-
-@dataclass
-class Section:
-    """One part of the report: Markdown text, figure files (relative to the output dir), JSON-able data."""
-    title: str
-    markdown: str
-    figures: list = field(default_factory=list)
-    data: dict = field(default_factory=dict)
-    headline: str = ""    # one line for the report's summary (numbers with their domain), or "" for none
-
-
-@dataclass
-class ReportContext:
-    out_dir: Path
-    quick: bool
-    progress: bool
-
-    @property
-    def grid_bits(self) -> int:
-        return QUICK_GRID_BITS if self.quick else GRID_BITS
+QUICK_MAIN_STRIDE = 257              # --quick: every 257th bit pattern of the main domain
 
 
 def _pct(a: int, n: int) -> str:
@@ -197,12 +165,6 @@ coefficients they agree bit for bit; a negative subnormal x shows the difference
     return Section("Degrees, forms and MUFU", md, [], data, headline)
 
 
-def _say(text: str) -> None:
-    """A progress line on stderr (stdout stays for results)."""
-    import sys
-    print(text, file=sys.stderr, flush=True)
-
-
 def _registry_metric(name: str, key: str):
     """A metric the polys registry holds for ``name`` (computed when the set was registered), or None."""
     from fa4num.polys import poly_entry
@@ -212,61 +174,16 @@ def _registry_metric(name: str, key: str):
         return None
 
 
-def _provider_sections(ctx: ReportContext) -> list:
-    out = []
-    for pkg in SECTION_PROVIDERS:
-        name = f"fa4num.{pkg}._report"
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        try:
-            out.extend(mod.report_sections(ctx))
-        except Exception:   # a broken contributed section is shown, not fatal to the whole report
-            out.append(Section(f"{pkg}: section failed", "```\n" + traceback.format_exc() + "```\n"))
-    return out
+def report_sections(ctx: ReportContext) -> list:
+    """The exp2 sections: all fp32 x in [-126, 0], the range below, and degrees / forms / MUFU compared.
 
+    Parameters
+    ----------
+    ctx : fa4num.section.ReportContext
+        Output folder for the figures and the quick flag.
 
-def write_report(out_dir="fa4num-report", *, quick: bool = False, progress: bool = True) -> Path:
-    """Run the embedded default studies and write report.md, report.json and PNG figures into out_dir."""
-    from fa4num.outputs import atomic_dir, check_output_dir
-    out_dir = check_output_dir(out_dir)
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "report.md").exists():
-        # the new report replaces the whole folder: never a folder that holds something else
-        raise ValueError(f"--out: {out_dir} is not empty and holds no report.md; give a new or empty folder, or "
-                         "one a previous report was written to")
-    with atomic_dir(out_dir) as tmp:   # an interrupted report leaves out_dir exactly as it was
-        _write_report(tmp, quick=quick, progress=progress)
-    return out_dir / "report.md"
-
-
-def _write_report(out: Path, *, quick: bool, progress: bool) -> None:
-    from fa4num.provenance import provenance
-    ctx = ReportContext(out, bool(quick), bool(progress))
-    t0 = time.perf_counter()
-    sections = []
-    steps = (("FA4's cubic exp2 on the softmax domain", _main_section),
-             ("below the normal range", _underflow_section), ("degrees, forms and MUFU", _comparison_section))
-    for step, (what, make) in enumerate(steps, start=1):
-        if progress:
-            _say(f"report [{step}/{len(steps) + 1}]: {what} ...")
-        sections.append(make(ctx))
-    if progress:
-        _say(f"report [{len(steps) + 1}/{len(steps) + 1}]: coefficient sets, attention forward passes ...")
-    sections += _provider_sections(ctx)
-    seconds = time.perf_counter() - t0
-    prov = provenance(report_seconds=round(seconds, 1), quick=bool(quick))
-    md = ["# fa4num report: FlashAttention-4's software exp2\n",
-          f"Generated {prov['date']} at code revision `{prov['code_revision']}` in {seconds:.0f} s"
-          f"{' (quick mode: subsampled)' if quick else ''}. Data: `report.json`.\n",
-          "## Summary\n\n" + "".join(f"- {h}\n" for h in (getattr(s, "headline", "") for s in sections) if h),
-          "## How to read the numbers\n\n" + DEFINITIONS]
-    for s in sections:
-        md.append(f"## {s.title}\n\n{s.markdown}")
-    (out / "report.md").write_text("\n".join(md))
-    payload = {"provenance": prov,
-               "summary": [h for h in (getattr(s, "headline", "") for s in sections) if h],
-               "sections": [{"title": s.title, "figures": s.figures, "data": s.data} for s in sections]}
-    (out / "report.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
+    Returns
+    -------
+    list of fa4num.section.Section
+    """
+    return [_main_section(ctx), _underflow_section(ctx), _comparison_section(ctx)]

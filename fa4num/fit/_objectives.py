@@ -28,7 +28,7 @@ import functools
 import numpy as np
 from numba import njit, prange
 
-from fa4num.fp._core import f64_to_u64 as _f64_to_u64, u64_to_f64 as _u64_to_f64
+from fa4num.fp.scalar import f64_to_u64 as _f64_to_u64, u64_to_f64 as _u64_to_f64
 
 from fa4num.ex2 import fa4_emulated
 from fa4num.fp import exp2_cr
@@ -140,7 +140,6 @@ def _evaluated_error(coeffs: tuple, inputs: str) -> dict:
 _BINADE_WEIGHTS = np.array([min(2 ** k, 126) - 2 ** (k - 1) for k in range(1, 8)], dtype=np.float64)
 # below this |x| (x < 0), 2^x > 1 - 2^-9 ln 2 > 1 - 2^-9, the bf16 midpoint under 1.0, so RN_bf16(2^x) = 1.0
 _ONE_BELOW = 2.0 ** -9
-_cache = {}
 
 
 def _ref_bits(x: np.ndarray) -> np.ndarray:
@@ -148,10 +147,9 @@ def _ref_bits(x: np.ndarray) -> np.ndarray:
     return exp2_cr(x, dtype="bfloat16").view(np.uint16)
 
 
+@functools.lru_cache(maxsize=1)
 def _frac_reference() -> np.ndarray:
-    if "frac" not in _cache:
-        _cache["frac"] = _ref_bits(_FRAC_GRID)
-    return _cache["frac"]
+    return _ref_bits(_FRAC_GRID)
 
 
 @njit(parallel=True, cache=True)

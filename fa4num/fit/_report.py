@@ -5,7 +5,7 @@ Reads the metrics the registry already holds (computed by ``fa4num fit`` with ce
 emulation), so the section costs no computation."""
 from __future__ import annotations
 
-from fa4num.ex2.report import Section
+from fa4num.section import Section
 
 from . import registry
 

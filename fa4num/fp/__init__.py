@@ -7,7 +7,11 @@ reference  exp2_cr, log2_cr, rcp_cr: correctly rounded float32 / bfloat16 refere
            kernels exp2_cr_f32, exp2_cr_bf16, log2_cr_f32, ... for use inside other njit loops)
 cases      deterministic random and adversarial operands (for oracles and GPU captures)
 oracle     gmpy2/MPFR binary32 oracle for add/sub/mul/fma in every rounding mode
-_core      scalar numba kernels (f32_add, f32_fma, ... with RN/RZ/RM/RP ints) for use inside other njit code
+scalar     the scalar-kernel tier: numba ``@njit`` functions on one float32 (f32_add/sub/mul/fma/max/min with
+           RN/RZ/RM/RP ints and ftz, fma_rn_f32, bit casts f32_to_u32/u32_to_f32/f64_to_u64/u64_to_f64,
+           canonical_nan) for the vectorised loops of fa4num.ex2, fa4num.hw, fa4num.softmax and fa4num.gpu
+arrays     array plumbing for functions that take numpy arrays or torch tensors (as_float32, tensor_device,
+           wrap, is_tensor, flat_broadcast): never rounds an input silently
 
 Every NaN an arithmetic operation makes has the bits 0x7FFFFFFF (NVIDIA's canonical NaN).
 
@@ -19,7 +23,7 @@ How it is checked (numbers in experiments/results and fa4num/fp/data):
 - conversions on all 2^32 float32 inputs against ml_dtypes (experiments/fp_convert_exhaustive.py);
 - the references on all 2^32 inputs (settled in numba) and against gmpy2 (experiments/fp_reference_sweep.py).
 """
-from ._core import CANONICAL_NAN_BITS, RM, RN, RP, RZ, ROUNDING_MODES
+from .scalar import CANONICAL_NAN_BITS, RM, RN, RP, RZ, ROUNDING_MODES
 from .arith import add, add_f32x2, fma, fma_f32x2, max, min, mul, mul_f32x2, sub, sub_f32x2
 from .convert import (NAN_BITS, NAN_FROM_NARROW, from_bf16, from_bf16x2, from_e4m3, from_e4m3x2, from_e5m2,
                       from_e5m2x2, from_fp16, from_fp16x2, to_bf16, to_bf16x2, to_e4m3, to_e4m3x2, to_e5m2,

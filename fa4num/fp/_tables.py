@@ -12,7 +12,7 @@ import time
 import numpy as np
 from numba import njit, prange
 
-from ._core import u32_to_f32
+from .scalar import u32_to_f32
 from .reference import (_BF16_PREC, _BF16_QMIN, _EXP2_BF16_CUT, _EXP2_F32_CUT, _F32_PREC, _F32_QMIN, K_RUN,
                         K_TABLE, TABLE_PATH, exp2_approx, gmpy2_reference, log2_approx)
 

@@ -1,6 +1,6 @@
 """Elementwise IEEE binary32 arithmetic with NVIDIA's conventions, on arrays.
 
-Each function mirrors one PTX instruction (SASS in brackets) and runs the scalar kernel of fa4num.fp._core in a
+Each function mirrors one PTX instruction (SASS in brackets) and runs the scalar kernel of fa4num.fp.scalar in a
 numba parallel loop:
 
     add(a, b)     add{.rnd}{.ftz}.f32   [FADD]        sub(a, b)   sub{.rnd}{.ftz}.f32   [FADD, b negated]
@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import _core
-from ._core import RM, RN, RP, RZ
-from ._args import as_float32, check_ftz, check_rounding, flat_broadcast, tensor_device, wrap
+from . import scalar
+from .scalar import RM, RN, RP, RZ
+from .arrays import as_float32, check_ftz, check_rounding, flat_broadcast, tensor_device, wrap
 
 __all__ = ["add", "sub", "mul", "fma", "max", "min", "add_f32x2", "sub_f32x2", "mul_f32x2", "fma_f32x2"]
 
@@ -77,29 +77,29 @@ def _fma_chunk(a, b, c, out, lo, hi, mode, ftz):
     if ftz:
         if mode == RN:
             for i in range(np.uint64(lo), np.uint64(hi)):
-                out[i] = _core.f32_fma(a[i], b[i], c[i], RN, True)
+                out[i] = scalar.f32_fma(a[i], b[i], c[i], RN, True)
         elif mode == RZ:
             for i in range(np.uint64(lo), np.uint64(hi)):
-                out[i] = _core.f32_fma(a[i], b[i], c[i], RZ, True)
+                out[i] = scalar.f32_fma(a[i], b[i], c[i], RZ, True)
         elif mode == RM:
             for i in range(np.uint64(lo), np.uint64(hi)):
-                out[i] = _core.f32_fma(a[i], b[i], c[i], RM, True)
+                out[i] = scalar.f32_fma(a[i], b[i], c[i], RM, True)
         else:
             for i in range(np.uint64(lo), np.uint64(hi)):
-                out[i] = _core.f32_fma(a[i], b[i], c[i], RP, True)
+                out[i] = scalar.f32_fma(a[i], b[i], c[i], RP, True)
     else:
         if mode == RN:
             for i in range(np.uint64(lo), np.uint64(hi)):
-                out[i] = _core.f32_fma(a[i], b[i], c[i], RN, False)
+                out[i] = scalar.f32_fma(a[i], b[i], c[i], RN, False)
         elif mode == RZ:
             for i in range(np.uint64(lo), np.uint64(hi)):
-                out[i] = _core.f32_fma(a[i], b[i], c[i], RZ, False)
+                out[i] = scalar.f32_fma(a[i], b[i], c[i], RZ, False)
         elif mode == RM:
             for i in range(np.uint64(lo), np.uint64(hi)):
-                out[i] = _core.f32_fma(a[i], b[i], c[i], RM, False)
+                out[i] = scalar.f32_fma(a[i], b[i], c[i], RM, False)
         else:
             for i in range(np.uint64(lo), np.uint64(hi)):
-                out[i] = _core.f32_fma(a[i], b[i], c[i], RP, False)
+                out[i] = scalar.f32_fma(a[i], b[i], c[i], RP, False)
 
 
 @njit(inline="always")
@@ -116,21 +116,21 @@ def _minmax_chunk(kernel, a, b, out, lo, hi, ftz):
 def _add_loop(a, b, out, mode, ftz):
     n = out.size
     for k in prange((n + _CHUNK - 1) // _CHUNK):
-        _binary_chunk(_core.f32_add, a, b, out, k * _CHUNK, _chunk_end(k, n), mode, ftz)
+        _binary_chunk(scalar.f32_add, a, b, out, k * _CHUNK, _chunk_end(k, n), mode, ftz)
 
 
 @njit(parallel=True, cache=True)
 def _sub_loop(a, b, out, mode, ftz):
     n = out.size
     for k in prange((n + _CHUNK - 1) // _CHUNK):
-        _binary_chunk(_core.f32_sub, a, b, out, k * _CHUNK, _chunk_end(k, n), mode, ftz)
+        _binary_chunk(scalar.f32_sub, a, b, out, k * _CHUNK, _chunk_end(k, n), mode, ftz)
 
 
 @njit(parallel=True, cache=True)
 def _mul_loop(a, b, out, mode, ftz):
     n = out.size
     for k in prange((n + _CHUNK - 1) // _CHUNK):
-        _binary_chunk(_core.f32_mul, a, b, out, k * _CHUNK, _chunk_end(k, n), mode, ftz)
+        _binary_chunk(scalar.f32_mul, a, b, out, k * _CHUNK, _chunk_end(k, n), mode, ftz)
 
 
 @njit(parallel=True, cache=True)
@@ -144,14 +144,14 @@ def _fma_loop(a, b, c, out, mode, ftz):
 def _max_loop(a, b, out, ftz):
     n = out.size
     for k in prange((n + _CHUNK - 1) // _CHUNK):
-        _minmax_chunk(_core.f32_max, a, b, out, k * _CHUNK, _chunk_end(k, n), ftz)
+        _minmax_chunk(scalar.f32_max, a, b, out, k * _CHUNK, _chunk_end(k, n), ftz)
 
 
 @njit(parallel=True, cache=True)
 def _min_loop(a, b, out, ftz):
     n = out.size
     for k in prange((n + _CHUNK - 1) // _CHUNK):
-        _minmax_chunk(_core.f32_min, a, b, out, k * _CHUNK, _chunk_end(k, n), ftz)
+        _minmax_chunk(scalar.f32_min, a, b, out, k * _CHUNK, _chunk_end(k, n), ftz)
 
 
 def _run(loop, names, operands, extra, pair=False):
@@ -183,13 +183,38 @@ def mul(a, b, *, rounding="rn", ftz=False):
 
 
 def fma(a, b, c, *, rounding="rn", ftz=False):
-    """a * b + c with a single rounding, as PTX ``fma{.rnd}{.ftz}.f32``."""
+    """a * b + c with a single rounding, as PTX ``fma{.rnd}{.ftz}.f32``.
+
+    Parameters
+    ----------
+    a, b, c : float32 array, torch float32 tensor, or exactly representable Python numbers
+        Broadcast against each other; never rounded on the way in.
+    rounding : {"rn", "rz", "rm", "rp"}
+        PTX's rounding modifier.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands and results become zeros of their sign (tininess after rounding).
+
+    Returns
+    -------
+    float32 array (a tensor on the inputs' device for tensor inputs)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = np.float32(1 + 2 ** -12)
+    >>> float(fma(a, a, np.float32(-1.0))) == 2 ** -11 + 2 ** -24      # one rounding: exactly a*a - 1
+    True
+    >>> float(mul(a, a) - np.float32(1.0)) == 2 ** -11                 # two roundings lose the 2^-24
+    True
+    >>> float(fma(np.float32(1), np.float32(1), np.float32(2 ** -30), rounding="rp")) == 1 + 2 ** -23
+    True
+    """
     return _run(_fma_loop, ("a", "b", "c"), (a, b, c), (check_rounding(rounding), check_ftz(ftz)))
 
 
 def max(a, b, *, ftz=False):  # noqa: A001 -- the PTX name
     """PTX ``max{.ftz}.f32``: a NaN operand is ignored (the other is returned), two NaNs give 0x7FFFFFFF.
-    The ±0 rule is fa4num.fp._core.SIGNED_ZERO_ORDERED."""
+    The ±0 rule is fa4num.fp.scalar.SIGNED_ZERO_ORDERED."""
     return _run(_max_loop, ("a", "b"), (a, b), (check_ftz(ftz),))
 
 

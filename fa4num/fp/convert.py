@@ -29,8 +29,10 @@ import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
-from ._args import flat as _flat, _is_tensor, as_float32, flat_broadcast, tensor_device, wrap
-from ._core import CANONICAL_NAN_BITS, f32_to_u32
+from fa4num.constants import FP8_MAX
+
+from .arrays import flat as _flat, is_tensor, as_float32, flat_broadcast, tensor_device, wrap
+from .scalar import CANONICAL_NAN_BITS, f32_to_u32
 
 __all__ = ["to_bf16", "to_fp16", "to_e4m3", "to_e5m2", "to_bf16x2", "to_fp16x2", "to_e4m3x2", "to_e5m2x2",
            "from_bf16", "from_fp16", "from_e4m3", "from_e5m2", "from_bf16x2", "from_fp16x2", "from_e4m3x2",
@@ -62,8 +64,8 @@ FORMATS = {
     "bf16": Format("bf16", ml_dtypes.bfloat16, 7, 8, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), True, False),
     "fp16": Format("fp16", np.float16, 10, 5, 65504.0, True, False),
     # e4m3 (OCP "e4m3fn"): no inf; S.1111.111 is NaN, so the largest finite value is 1.75 * 2^8 = 448
-    "e4m3": Format("e4m3", ml_dtypes.float8_e4m3fn, 3, 4, 448.0, False, True),
-    "e5m2": Format("e5m2", ml_dtypes.float8_e5m2, 2, 5, 57344.0, True, True),
+    "e4m3": Format("e4m3", ml_dtypes.float8_e4m3fn, 3, 4, FP8_MAX["float8_e4m3fn"], False, True),
+    "e5m2": Format("e5m2", ml_dtypes.float8_e5m2, 2, 5, FP8_MAX["float8_e5m2"], True, True),
 }
 # module-level constants, frozen into the numba kernels below
 _NAN_BF16 = NAN_BITS["bf16"]
@@ -192,7 +194,22 @@ def _narrow(x, fmt):
 
 def to_bf16(x):
     """float32 -> bfloat16 as ``cvt.rn.bf16.f32``: round to nearest even, overflow to inf, subnormals kept, NaN ->
-    NAN_BITS["bf16"]. Returns an ml_dtypes.bfloat16 array (a torch.bfloat16 tensor for a tensor input)."""
+    NAN_BITS["bf16"].
+
+    Parameters
+    ----------
+    x : float32 array or torch float32 tensor
+
+    Returns
+    -------
+    ml_dtypes.bfloat16 array (a torch.bfloat16 tensor for a tensor input)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> to_bf16(np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8], np.float32)).astype(np.float32)   # ties to even
+    array([1.     , 1.015625], dtype=float32)
+    """
     return _narrow(x, "bf16")
 
 
@@ -251,7 +268,7 @@ def _narrow_input(x, fmt, name="x"):
     """Bits of a narrow-format array (ml_dtypes dtype or the matching torch dtype); ValueError otherwise."""
     f = FORMATS[fmt]
     bits_dtype = np.uint16 if f.width == 16 else np.uint8
-    if _is_tensor(x):
+    if is_tensor(x):
         import torch
         want = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn,
                 "e5m2": torch.float8_e5m2}[fmt]
@@ -301,7 +318,7 @@ def from_e5m2(x):
 
 def _unpack(d, fmt, name):
     f = FORMATS[fmt]
-    if _is_tensor(d):
+    if is_tensor(d):
         device = d.device
         d = d.detach().cpu().numpy()
     else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gmpy2
 import numpy as np
 
-from ._core import CANONICAL_NAN_BITS
+from .scalar import CANONICAL_NAN_BITS
 
 __all__ = ["gmpy2_arith", "gmpy2_arith_modes", "MPFR_ROUNDING"]
 

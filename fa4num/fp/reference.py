@@ -33,8 +33,8 @@ import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
-from ._args import flat as _flat, as_float32, tensor_device, wrap
-from ._core import CANONICAL_NAN_BITS, f32_to_u32, f64_to_u64, u32_to_f32, u64_to_f64
+from .arrays import flat as _flat, as_float32, tensor_device, wrap
+from .scalar import CANONICAL_NAN_BITS, f32_to_u32, f64_to_u64, u32_to_f32, u64_to_f64
 
 __all__ = ["exp2_cr", "log2_cr", "rcp_cr", "exp2_cr_f32", "exp2_cr_bf16", "log2_cr_f32", "log2_cr_bf16",
            "rcp_cr_f32", "rcp_cr_bf16", "K_RUN", "K_TABLE", "TARGETS"]

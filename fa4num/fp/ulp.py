@@ -14,7 +14,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ._args import _is_tensor, flat_broadcast
+from .arrays import is_tensor, flat_broadcast
 
 __all__ = ["ulp_distance", "as_bits", "from_bits", "NAN_DISTANCE"]
 
@@ -29,7 +29,7 @@ _ULP_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _as_numpy(x):
-    if _is_tensor(x):
+    if is_tensor(x):
         import torch
         x = x.detach().cpu()
         if x.dtype == torch.bfloat16:

@@ -1,4 +1,5 @@
-"""``fa4num gpu ...``: run the real instructions on a GPU (capture golden vectors, verify emulators)."""
+"""``fa4num gpu ...``: run the real instructions on a GPU (capture golden vectors, verify emulators), and
+``fa4num mufu ...``: list the MUFU table sets of fa4num.hw, or measure a new one on the GPU at hand."""
 from __future__ import annotations
 
 import sys
@@ -16,13 +17,14 @@ def _check_gpu() -> bool:
 
 def _info(args) -> int:
     from . import gpu_missing, ptx
+    from .verify import arith_plan
     reason = gpu_missing()
     if reason is None:
         import torch
         print(f"GPU: {torch.cuda.get_device_name(0)} (sm_%d%d)" % torch.cuda.get_device_capability(0))
     else:
         print(f"no usable GPU: {reason}")
-    ops = ptx.all_arith() + list(ptx.CONVERSIONS.values()) + list(ptx.MUFU.values())
+    ops = [s.ptx for s in arith_plan()] + list(ptx.CONVERSIONS.values()) + list(ptx.MUFU.values())
     print(f"{len(ops)} instruction kernels + FA4 exp2 emulation (variants {', '.join(ptx.EX2_VARIANTS)}, any degree)")
     if args.list:
         from .verify import op_names
@@ -74,7 +76,64 @@ def _attention(args) -> int:
     return 0
 
 
+def _mufu_info(args) -> int:
+    from ..hw import tables
+    from ..hw.mufu import TABLE_NAMES
+    archs = tables.available_archs()
+    print(f"MUFU table sets: {', '.join(archs) or 'none'} (in {tables.DATA_DIR})")
+    for arch in archs:
+        tabs, meta = tables.load(arch)
+        prov = meta["provenance"]
+        gpu = prov.get("gpu", {})
+        size = tables.table_path(arch).stat().st_size
+        print(f"  {arch}: {len(tabs)} tables ({', '.join(n for n in TABLE_NAMES if n in tabs)}), {size / 1e6:.2f} MB;"
+              f" measured {prov.get('date')} on {gpu.get('name')} ({gpu.get('capability')}, driver "
+              f"{gpu.get('driver')}), torch {prov.get('packages', {}).get('torch')}, "
+              f"triton {prov.get('packages', {}).get('triton')}")
+    return 0
+
+
+def _mufu_build(args) -> int:
+    from . import GPUUnavailable, mufu_build
+    try:
+        dev = mufu_build.device()
+    except GPUUnavailable as err:
+        print(f"fa4num mufu build: {err}. Building MUFU tables needs the GPU whose instructions they describe.",
+              file=sys.stderr)
+        return 1
+    res = mufu_build.build(args.arch, out=args.out, check=args.check, dev=dev)
+    print(f"wrote {res.path} ({res.path.stat().st_size / 1e6:.2f} MB)")
+    for name, same in res.same_as_previous.items():
+        if same is not None:
+            print(f"  {name}: {'identical to' if same else 'DIFFERS from'} the {args.arch} table set before this run")
+    if res.checks is None:
+        return 0
+    for c in res.checks:
+        print(f"  {c.ptx}: {c.mismatches} mismatches over all 2^32 inputs ({c.seconds} s)"
+              + (f"; e.g. {c.examples[:2]}" if c.mismatches else ""))
+    if any(c.mismatches for c in res.checks):
+        print("the table model does not describe this GPU completely: see fa4num/hw/mufu.py for the structure it "
+              "assumes, and experiments/gpu/mufu_explore.py to find the new one", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _register_mufu(subparsers) -> None:
+    p = subparsers.add_parser("mufu", help="MUFU ex2/rcp/lg2 table models: info, or build on a GPU")
+    sub = p.add_subparsers(dest="mufu_command", metavar="SUBCOMMAND")
+    q = sub.add_parser("info", help="list the table sets and their provenance")
+    q.set_defaults(func=_mufu_info)
+    q = sub.add_parser("build", help="measure the tables on this GPU (needs torch+CUDA+Triton)")
+    q.add_argument("--arch", required=True, help="name of the table set, e.g. sm100 (file mufu_<arch>.npz.xz)")
+    q.add_argument("--out", default=None, help="output file (default: the package's data folder)")
+    q.add_argument("--check", action="store_true",
+                   help="then compare the models with the GPU over all 2^32 inputs (about a minute)")
+    q.set_defaults(func=_mufu_build)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
 def register(subparsers) -> None:
+    _register_mufu(subparsers)
     p = subparsers.add_parser("gpu", help="run the real PTX on a GPU: capture golden vectors, verify emulators")
     sub = p.add_subparsers(dest="gpu_command", metavar="SUBCOMMAND")
     q = sub.add_parser("info", help="say whether a usable GPU is present and what can run")

@@ -72,19 +72,19 @@ def _assert_private_cache():
                                f"{obj._cache._cache_path}, not this worker's private numba cache {_private}")
 
 
-def warm_emulators(metas, compare_kernels: bool) -> float:
-    """Compile the sweep emulators of ``metas`` (and the compare loops) into the numba cache; seconds taken."""
+def warm_emulators(specs, compare_kernels: bool) -> float:
+    """Compile the sweep emulators of ``specs`` (fa4num.gpu.ops.OpSpec; and the compare loops) into the numba
+    cache; seconds taken."""
     import numpy as np
 
     from .. import golden
     from . import compare
-    from .emulators import emulator, sweep_emulator
     t = time.time()
     (x,) = golden.inputs("unary", 0)       # every path of every emulator (specials, large, tiny values)
-    for meta in metas:
-        fn, _ = sweep_emulator(meta)
+    for spec in specs:
+        fn, _ = spec.sweep_emulator
         fn(x.view(np.float32))
-        emulator(meta)(x)                   # the golden-set form (same compiled loops; the glue is numpy)
+        spec.emulator(x)                    # the golden-set form (same compiled loops; the glue is numpy)
     if compare_kernels:
         b32 = np.zeros(64, np.uint32)
         compare.iota(0, b32)
@@ -96,13 +96,13 @@ def warm_emulators(metas, compare_kernels: bool) -> float:
     return time.time() - t
 
 
-def warm_fused(metas, part: str) -> float:
-    """Compile piece ``part`` (fa4num.gpu.fused.parts) of the fused sweep checks of ``metas`` into the numba
+def warm_fused(specs, part: str) -> float:
+    """Compile piece ``part`` (fa4num.gpu.fused.parts) of the fused sweep checks of ``specs`` into the numba
     cache; seconds taken."""
     from . import fused
     t = time.time()
-    for meta in metas:
-        fused.warm(meta, part)
+    for spec in specs:
+        fused.warm(spec, part)
     return time.time() - t
 
 
@@ -153,24 +153,22 @@ def _operands(source):
 
 
 def check(items) -> list[dict]:
-    """Run each (name, asm, n_in, meta, source, label) on the GPU and compare with its CPU emulator."""
+    """Run each (PTX op, OpSpec, source, label) on the GPU and compare with the spec's CPU emulator."""
     import numpy as np
 
     from . import compare
-    from .emulators import emulator
     from .kernels import run, to_numpy
-    from .ptx import Op
     _assert_private_cache()
     results = []
-    for name, asm, n_in, meta, source, label in items:
+    for op, spec, source, label in items:
         t = time.time()
         xs, dev = _operands(source)
-        gpu = to_numpy(run(Op(name, n_in, asm), *dev))
-        ref = np.asarray(emulator(meta)(*xs), np.uint32)
+        gpu = to_numpy(run(op, *dev))
+        ref = np.asarray(spec.emulator(*xs), np.uint32)
         n = int(compare.count_mismatches(gpu, ref))
         ex = [] if not n else [{"inputs": [hex(int(x[j])) for x in xs], "gpu": hex(int(gpu[j])),
                                 "emulator": hex(int(ref[j]))} for j in compare.first_mismatches(gpu, ref, 10)]
-        results.append({"op": name, "ptx": asm, "meta": meta, "inputs": label, "n": int(gpu.size),
+        results.append({"op": op.name, "ptx": op.asm, "meta": spec.to_meta(), "inputs": label, "n": int(gpu.size),
                         "mismatches": n, "examples": ex, "seconds": round(time.time() - t, 2),
                         "worker": os.getpid()})
     return results

@@ -13,15 +13,19 @@ from pathlib import Path
 import numpy as np
 
 from .. import golden
+from ..constants import POLY_EX2_BITS
 from . import ptx, require_gpu, run_provenance
+from .ops import PACK_AB, PACK_F16X2, OpSpec
 
 
 @dataclass(frozen=True)
 class Spec:
-    group: str        # output file stem
+    """One golden set: the output file stem, the PTX op (named as in the golden file), the golden input
+    generator and the typed operation (its JSON form is the golden set's ``meta``)."""
+    group: str
     op: ptx.Op
-    kind: str         # golden input generator
-    meta: dict
+    kind: str
+    spec: OpSpec
 
 
 def _bits(x) -> int:
@@ -30,7 +34,7 @@ def _bits(x) -> int:
 
 def custom_coeffs() -> dict:
     """Non-FA4 coefficient sets that exercise "any degree and coefficients" (bit patterns c0..cd)."""
-    d3 = list(ptx.FA4_POLY_EX2_BITS[3])
+    d3 = list(POLY_EX2_BITS[3])
     d3[1] += 1          # c1 one ulp up
     d3[3] -= 3          # c3 three ulps down
     taylor6 = [_bits(math.log(2.0) ** k / math.factorial(k)) for k in range(7)]
@@ -38,38 +42,24 @@ def custom_coeffs() -> dict:
 
 
 def golden_plan() -> list[Spec]:
-    plan = []
-    for op in ptx.all_arith():
-        name = op.name.split(".")
-        meta = {"op": name[0], "ftz": "ftz" in name}
-        if name[0] not in ("max", "min"):
-            meta["rounding"] = name[1]
-        plan.append(Spec("fp", op, "ternary" if name[0] == "fma" else "binary", meta))
-    conv_meta = {
-        "cvt.rn.bf16.f32": ("unary", {"op": "to_bf16"}),
-        "cvt.rn.f16.f32": ("unary", {"op": "to_fp16"}),
-        "cvt.rn.bf16x2.f32": ("pair", {"op": "to_bf16", "packed": "hi=a,lo=b"}),
-        "cvt.rn.satfinite.e4m3x2.f32": ("pair", {"op": "to_e4m3", "packed": "hi=a,lo=b"}),
-        "cvt.rn.satfinite.e5m2x2.f32": ("pair", {"op": "to_e5m2", "packed": "hi=a,lo=b"}),
-        "cvt.f32.bf16": ("all16", {"op": "from_bf16"}),
-        "cvt.f32.f16": ("all16", {"op": "from_fp16"}),
-        "cvt.rn.f16x2.e4m3x2": ("all16", {"op": "from_e4m3", "packed": "f16x2: hi<-hi byte, lo<-lo byte"}),
-        "cvt.rn.f16x2.e5m2x2": ("all16", {"op": "from_e5m2", "packed": "f16x2: hi<-hi byte, lo<-lo byte"}),
-    }
-    for name, (kind, meta) in conv_meta.items():
-        plan.append(Spec("convert", ptx.CONVERSIONS[name], kind, meta))
+    """Every golden set that ``capture_golden`` writes, in file order (a pure function: CPU tests list it too)."""
+    from .verify import arith_plan
+    plan = [Spec("fp", s.ptx, "ternary" if s.op == "fma" else "binary", s) for s in arith_plan()]
+    conversions = [("unary", OpSpec("to_bf16")), ("unary", OpSpec("to_fp16")),
+                   ("pair", OpSpec("to_bf16", packed=PACK_AB)), ("pair", OpSpec("to_e4m3", packed=PACK_AB)),
+                   ("pair", OpSpec("to_e5m2", packed=PACK_AB)), ("all16", OpSpec("from_bf16")),
+                   ("all16", OpSpec("from_fp16")), ("all16", OpSpec("from_e4m3", packed=PACK_F16X2)),
+                   ("all16", OpSpec("from_e5m2", packed=PACK_F16X2))]
+    plan += [Spec("convert", s.ptx, kind, s) for kind, s in conversions]
     for variant in ptx.EX2_VARIANTS:
-        for deg in range(1, 6):
-            plan.append(Spec("ex2_emulated", ptx.fa4_ex2_emulation(variant, deg), "unary",
-                             {"op": "ex2emu", "variant": variant, "degree": deg,
-                              "coeffs_bits": list(ptx.FA4_POLY_EX2_BITS[deg])}))
+        for deg in sorted(POLY_EX2_BITS):
+            s = OpSpec.fa4_ex2(variant, deg)
+            plan.append(Spec("ex2_emulated", s.ptx, "unary", s))
         for label, cb in custom_coeffs().items():
-            op = ptx.ex2_emulation(variant, cb)
-            plan.append(Spec("ex2_emulated", ptx.Op(f"ex2emu.{variant}.{label}", 1, op.asm), "unary",
-                             {"op": "ex2emu", "variant": variant, "degree": len(cb) - 1, "coeffs_bits": list(cb)}))
-    for name, op in ptx.MUFU.items():
-        fn = name.split(".")[0]
-        plan.append(Spec("mufu", op, "unary", {"op": "mufu", "fn": fn, "ftz": ".ftz" in name}))
+            s = OpSpec.ex2emu(variant, cb)
+            plan.append(Spec("ex2_emulated", ptx.Op(f"ex2emu.{variant}.{label}", 1, s.ptx.asm), "unary", s))
+    plan += [Spec("mufu", s.ptx, "unary", s) for s in (OpSpec.mufu(fn, ftz=ftz) for fn in ("ex2", "rcp", "lg2")
+                                                         for ftz in (True, False))]
     return plan
 
 
@@ -90,7 +80,7 @@ def capture_golden(outdir, *, seed: int = 0, groups=None) -> list[Path]:
         chunk = 1 << 16 if spec.kind != "all16" else 1 << 14
         stride = 512 if spec.kind != "all16" else 32
         gs = golden.make_set(spec.op.name, spec.op.asm, spec.kind, out, seed=seed, chunk=chunk, stride=stride,
-                             meta=spec.meta)
+                             meta=spec.spec.to_meta())
         by_group.setdefault(spec.group, []).append(gs)
     paths = []
     for group, sets in by_group.items():

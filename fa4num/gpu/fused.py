@@ -7,7 +7,7 @@ output word directly: no input array, no emulator-output array, one read of the 
 20 bytes per input; these loops move 4.
 
 The per-element models are the scalar numba kernels of the emulators themselves -- fa4num.ex2.emulate
-(``_fast_steps`` / ``_exact_steps``, FA4 utils.py ex2_emulation*), fa4num.hw.mufu (``_ex2_ftz`` ... ``_lg2_full``,
+(``fast_steps`` / ``exact_steps``, FA4 utils.py ex2_emulation*), fa4num.hw.mufu (``ex2_ftz_bits`` ... ``lg2_bits``,
 MUFU.EX2/RCP/LG2 and ptxas's non-ftz wrappers) and fa4num.fp.convert (``f32_to_*_bits``, cvt.rn{.satfinite}) --
 so a fused count equals the count of the unfused path by construction; tests/test_gpu_fused.py checks that, with
 planted bit flips, on the CPU.
@@ -18,13 +18,16 @@ path (fa4num.gpu.verify), which materialises the emulator output of that one ste
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from numba import njit, prange
 
-from ..ex2 import emulate as _ex2
-from ..fp._core import f32_to_u32 as _b32, u32_to_f32 as _f32
+from ..ex2 import emulate as _ex2   # fast_steps, exact_steps, horner_tuple: public kernels
+from ..fp.scalar import f32_to_u32 as _b32, u32_to_f32 as _f32
 from ..fp.convert import f32_to_bf16_bits, f32_to_e4m3_bits, f32_to_e5m2_bits, f32_to_fp16_bits
-from ..hw import mufu as _mufu
+from ..hw import mufu as _mufu     # the public scalar kernels *_bits
+from .ops import PACK_NEG, OpSpec
 
 _MASK32 = 0xFFFFFFFF
 _SIGN = np.uint32(0x80000000)
@@ -37,14 +40,14 @@ _NARROW_STOP = 0x7F800001
 # ---- FA4's exp2 emulation ---------------------------------------------------------------------------------
 def _make_ex2_fast(ftz_max: bool, ftz_round: bool, ftz_arith: bool, degree: int, wide: bool):
     """Fused fast path of one form and degree (flags, degree and the add.rm form are closure constants, as in
-    fa4num.ex2.emulate._make_narrow_loop, so Horner unrolls and the loop vectorises). Counts the elements that
+    fa4num.ex2.emulate's narrow loops, so Horner unrolls and the loop vectorises). Counts the elements that
     mismatch OR that the fast path cannot vouch for (``bad``: with ``wide`` False x > 2^22, with ftz arithmetic
     Horner values below 2^-125); a non-zero count is settled by _ex2_exact_count."""
     def count(base, gpu, rc):
         n = 0
         for i in prange(gpu.size):
             x = _f32(np.uint32((base + i) & _MASK32))
-            v, bad = _ex2._fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree)
+            v, bad = _ex2.fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree)
             n += bad | (_b32(v) != gpu[i])
         return n
     # numba names a function's cache index after its qualified name: the narrow and the wide loops get one each,
@@ -60,33 +63,29 @@ def _ex2_exact_count(base, gpu, rc, ftz_max, ftz_round, ftz_arith):
     n = 0
     for i in prange(gpu.size):
         x = _f32(np.uint32((base + i) & _MASK32))
-        v, bad = _ex2._fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
+        v, bad = _ex2.fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
         if bad:
-            v = _ex2._exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
+            v = _ex2.exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
         n += _b32(v) != gpu[i]
     return n
 
 
-_EX2_FAST: dict = {}
+@lru_cache(maxsize=None)
+def _ex2_fast(flags: tuple, degree: int, wide: bool):
+    return _make_ex2_fast(*flags, degree, wide)
 
 
-def _ex2_loops(meta: dict):
-    """(narrow, wide, rc, flags) of one ex2emu meta: the fused fast loops of its form and degree."""
-    v = _ex2.resolve_variant(meta["variant"])
-    coeffs = np.array(meta["coeffs_bits"], np.uint32).view(np.float32)
+def _ex2_loops(spec: OpSpec):
+    """(narrow, wide, rc, flags) of one ex2emu spec: the fused fast loops of its form and degree."""
+    v = _ex2.resolve_variant(spec.variant)
+    coeffs = np.array(spec.coeffs_bits, np.uint32).view(np.float32)
     rc = _ex2.horner_tuple(tuple(coeffs), v)
-    degree = len(rc) - 1
-    if degree != meta["degree"]:
-        raise ValueError(f"meta: degree {meta['degree']} but {len(rc)} coefficients")
     flags = (v.ftz_max, v.ftz_round, v.ftz_arith)
-    for wide in (False, True):
-        if flags + (degree, wide) not in _EX2_FAST:
-            _EX2_FAST[flags + (degree, wide)] = _make_ex2_fast(*flags, degree, wide)
-    return _EX2_FAST[flags + (degree, False)], _EX2_FAST[flags + (degree, True)], rc, flags
+    return _ex2_fast(flags, spec.degree, False), _ex2_fast(flags, spec.degree, True), rc, flags
 
 
-def _ex2_counter(meta: dict):
-    narrow, wide, rc, flags = _ex2_loops(meta)
+def _ex2_counter(spec: OpSpec):
+    narrow, wide, rc, flags = _ex2_loops(spec)
 
     def count(starts, gpu):
         (s,) = starts
@@ -107,13 +106,13 @@ def _ex2_ftz_count(base, gpu, tpos, tneg):
     """ex2.approx.ftz.f32 (MUFU.EX2)."""
     n = 0
     for i in prange(gpu.size):
-        n += _mufu._ex2_ftz(np.uint32((base + i) & _MASK32), tpos, tneg) != gpu[i]
+        n += _mufu.ex2_ftz_bits(np.uint32((base + i) & _MASK32), tpos, tneg) != gpu[i]
     return n
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def _ex2_full_count(base, gpu, tpos, tneg):
-    """ex2.approx.f32: fa4num.hw.mufu._ex2_full written as the SASS has it, predicated FMULs around one MUFU.EX2
+    """ex2.approx.f32: fa4num.hw.mufu.ex2_bits written as the SASS has it, predicated FMULs around one MUFU.EX2
     (``FSETP.GEU p, x, -126; @!p FMUL x, x, 0.5; MUFU.EX2 y, x; @!p FMUL y, y, y``): one inlined table lookup
     instead of two branches with one each, so the loop runs about as fast as the .ftz one."""
     n = 0
@@ -121,9 +120,9 @@ def _ex2_full_count(base, gpu, tpos, tneg):
         b = np.uint32((base + i) & _MASK32)
         x = _f32(b)
         low = x < np.float32(-126.0)
-        r = _mufu._ex2_ftz(_b32(x * np.float32(0.5)) if low else b, tpos, tneg)
+        r = _mufu.ex2_ftz_bits(_b32(x * np.float32(0.5)) if low else b, tpos, tneg)
         y = _f32(r)
-        n += (_mufu._canon(_b32(y * y)) if low else r) != gpu[i]
+        n += (_mufu.canonical_nan_bits(_b32(y * y)) if low else r) != gpu[i]
     return n
 
 
@@ -132,7 +131,7 @@ def _rcp_ftz_count(base, gpu, trcp):
     """rcp.approx.ftz.f32 (MUFU.RCP)."""
     n = 0
     for i in prange(gpu.size):
-        n += _mufu._rcp_ftz(np.uint32((base + i) & _MASK32), trcp) != gpu[i]
+        n += _mufu.rcp_ftz_bits(np.uint32((base + i) & _MASK32), trcp) != gpu[i]
     return n
 
 
@@ -141,7 +140,7 @@ def _rcp_full_count(base, gpu, trcp):
     """rcp.approx.f32 (ptxas's scaling around MUFU.RCP at both ends)."""
     n = 0
     for i in prange(gpu.size):
-        n += _mufu._rcp_full(np.uint32((base + i) & _MASK32), trcp) != gpu[i]
+        n += _mufu.rcp_bits(np.uint32((base + i) & _MASK32), trcp) != gpu[i]
     return n
 
 
@@ -150,7 +149,7 @@ def _lg2_ftz_count(base, gpu, l0, lm1):
     """lg2.approx.ftz.f32 (MUFU.LG2)."""
     n = 0
     for i in prange(gpu.size):
-        n += _mufu._lg2_ftz(np.uint32((base + i) & _MASK32), l0, lm1) != gpu[i]
+        n += _mufu.lg2_ftz_bits(np.uint32((base + i) & _MASK32), l0, lm1) != gpu[i]
     return n
 
 
@@ -159,7 +158,7 @@ def _lg2_full_count(base, gpu, l0, lm1):
     """lg2.approx.f32 (ptxas's 2^24 scaling of subnormal inputs around MUFU.LG2)."""
     n = 0
     for i in prange(gpu.size):
-        n += _mufu._lg2_full(np.uint32((base + i) & _MASK32), l0, lm1) != gpu[i]
+        n += _mufu.lg2_bits(np.uint32((base + i) & _MASK32), l0, lm1) != gpu[i]
     return n
 
 
@@ -169,12 +168,9 @@ _MUFU = {("ex2", True): (_ex2_ftz_count, _EX2_TABLES), ("ex2", False): (_ex2_ful
          ("lg2", True): (_lg2_ftz_count, _LG2_TABLES), ("lg2", False): (_lg2_full_count, _LG2_TABLES)}
 
 
-def _mufu_counter(meta: dict):
-    key = (meta["fn"], bool(meta["ftz"]))
-    if key not in _MUFU:
-        raise ValueError(f"meta['fn'] must be ex2, rcp or lg2, got {meta['fn']!r}")
-    loop, names = _MUFU[key]
-    t = _mufu._load(meta.get("arch", "sm90"))
+def _mufu_counter(spec: OpSpec):
+    loop, names = _MUFU[(spec.fn, bool(spec.ftz))]
+    t = spec.mufu_tables()
     tables = tuple(t[k] for k in names)
     return lambda starts, gpu: int(loop(starts[0], gpu, *tables))
 
@@ -241,42 +237,42 @@ def _neg_pair(loop):
     return count
 
 
-def parts(meta: dict) -> tuple:
-    """Names of the separately compiled pieces of ``meta``'s fused check, for :func:`warm` (ex2: the narrow and
+def parts(spec: OpSpec) -> tuple:
+    """Names of the separately compiled pieces of ``spec``'s fused check, for :func:`warm` (ex2: the narrow and
     wide fast loops and the exact fix-up are three numba functions; every other op has one)."""
-    return ("narrow", "wide", "exact") if meta["op"] == "ex2emu" else ("all",)
+    return ("narrow", "wide", "exact") if spec.op == "ex2emu" else ("all",)
 
 
-def warm(meta: dict, part: str = "all") -> None:
-    """Compile (or load from the numba cache) one piece of ``meta``'s fused check by running it on 256 inputs."""
+def warm(spec: OpSpec, part: str = "all") -> None:
+    """Compile (or load from the numba cache) one piece of ``spec``'s fused check by running it on 256 inputs."""
     gpu = np.zeros(256, np.uint32)
-    if meta["op"] == "ex2emu":
-        narrow, wide, rc, flags = _ex2_loops(meta)
-        if part not in parts(meta):
-            raise ValueError(f"part must be one of {parts(meta)} for {meta['op']}, got {part!r}")
+    if part not in parts(spec):
+        raise ValueError(f"part must be one of {parts(spec)} for {spec.op}, got {part!r}")
+    if spec.op == "ex2emu":
+        narrow, wide, rc, flags = _ex2_loops(spec)
         if part == "exact":
             _ex2_exact_count(0x3F800000, gpu, rc, *flags)
         else:
             (narrow if part == "narrow" else wide)(0x3F800000, gpu, rc)
         return
-    if part != "all":
-        raise ValueError(f"part must be 'all' for {meta['op']}, got {part!r}")
-    counter(meta)((0x3F800000, 0xBF800000) if meta.get("packed") == "hi=x,lo=-x" else (0x3F800000,), gpu)
+    counter(spec)((0x3F800000, 0xBF800000) if spec.packed == PACK_NEG else (0x3F800000,), gpu)
 
 
-def counter(meta: dict):
-    """``count(starts, gpu) -> int`` for one exhaustive-sweep op (``meta`` of verify.exhaustive_plan), or None
+def counter(spec: OpSpec):
+    """``count(starts, gpu) -> int`` for one exhaustive-sweep op (fa4num.gpu.verify.exhaustive_plan), or None
     when no fused loop exists for it (the sweep then takes the unfused path). ``starts`` are the first input
     patterns of the blocks laid end to end in ``gpu`` (uint32 words): one block, or for the fp8 neg-pair ops a
     block and its sign-flipped twin."""
-    op = meta["op"]
+    if not isinstance(spec, OpSpec):
+        raise ValueError(f"spec must be an fa4num.gpu.ops.OpSpec, got {type(spec).__name__}")
+    op = spec.op
     if op == "ex2emu":
-        return _ex2_counter(meta)
+        return _ex2_counter(spec)
     if op == "mufu":
-        return _mufu_counter(meta)
-    if op in ("to_bf16", "to_fp16") and not meta.get("packed"):
+        return _mufu_counter(spec)
+    if op in ("to_bf16", "to_fp16") and not spec.packed:
         loop = _bf16_count if op == "to_bf16" else _fp16_count
         return lambda starts, gpu: int(loop(starts[0], gpu))
-    if meta.get("packed") == "hi=x,lo=-x" and op in ("to_e4m3", "to_e5m2"):
+    if spec.packed == PACK_NEG:
         return _neg_pair(_e4m3_neg_pair_count if op == "to_e4m3" else _e5m2_neg_pair_count)
     return None

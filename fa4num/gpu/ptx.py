@@ -13,16 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from ..constants import EX2_CLAMP, EX2_ROUND_SHIFTER, POLY_EX2_BITS
+
 ROUNDINGS = ("rn", "rz", "rm", "rp")
 
-# FA4 flash_attn/cute/utils.py POLY_EX2 (degree -> coefficients c0..cd, all exactly fp32; c0 = 1.0).
-FA4_POLY_EX2_BITS = {
-    1: (0x3F800000, 0x3F6C28C5),
-    2: (0x3F800000, 0x3F2A70E4, 0x3EA903CA),
-    3: (0x3F800000, 0x3F31F519, 0x3E6906A4, 0x3D9DF09D),
-    4: (0x3F800000, 0x3F316B3F, 0x3E77150E, 0x3D55EA42, 0x3C5C1E37),
-    5: (0x3F800000, 0x3F31725F, 0x3E75ED73, 0x3D6490D6, 0x3C13B1A6, 0x3AF4DB16),
-}
 EX2_VARIANTS = ("packed", "scalar", "asm")
 
 
@@ -114,11 +110,12 @@ def ex2_emulation(variant: str, coeffs_bits) -> Op:
     all_ftz = ".ftz" if variant == "asm" else ""
     add_rm = ".ftz" if variant in ("asm", "scalar") else ""
     c = [_imm(b) for b in coeffs_bits]
+    clamp, shifter = (_imm(int(np.float32(v).view(np.uint32))) for v in (EX2_CLAMP, EX2_ROUND_SHIFTER))
     lines = [
         "{ .reg .f32 a, r, t, f, p; .reg .b32 rb, pb, e;",
-        f"max{all_ftz}.f32 a, $1, 0fC2FE0000;",
-        f"add.rm{add_rm}.f32 r, a, 0f4B400000;",
-        f"sub.rn{all_ftz}.f32 t, r, 0f4B400000;",
+        f"max{all_ftz}.f32 a, $1, {clamp};",
+        f"add.rm{add_rm}.f32 r, a, {shifter};",
+        f"sub.rn{all_ftz}.f32 t, r, {shifter};",
         f"sub.rn{all_ftz}.f32 f, a, t;",
         f"fma.rn{all_ftz}.f32 p, f, {c[deg]}, {c[deg - 1]};",
     ]
@@ -130,13 +127,7 @@ def ex2_emulation(variant: str, coeffs_bits) -> Op:
 
 def fa4_ex2_emulation(variant: str, degree: int = 3) -> Op:
     """:func:`ex2_emulation` with FA4's POLY_EX2 coefficients of the given degree (1..5)."""
-    if degree not in FA4_POLY_EX2_BITS:
+    if degree not in POLY_EX2_BITS:
         raise ValueError(f"degree must be in 1..5 for FA4's coefficients, got {degree!r}")
-    op = ex2_emulation(variant, FA4_POLY_EX2_BITS[degree])
+    op = ex2_emulation(variant, POLY_EX2_BITS[degree])
     return Op(f"ex2emu.{variant}.fa4d{degree}", op.n_in, op.asm)
-
-
-def all_arith() -> list[Op]:
-    ops = [arith(o, r, z) for o in ("add", "sub", "mul", "fma") for r in ROUNDINGS for z in (False, True)]
-    ops += [arith(o, ftz=z) for o in ("max", "min") for z in (False, True)]
-    return ops

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import golden
 from . import _pool, compare, fused, ptx, require_gpu, run_provenance
-from .emulators import emulator, sweep_emulator
+from .ops import OpSpec
 
 CHUNK = golden.EXHAUSTIVE_CHUNK     # inputs per sweep step (2^24, the digest chunk)
 TOTAL = 1 << 32                     # inputs of an exhaustive unary sweep
@@ -46,24 +46,28 @@ DEVICE = "cuda"
 def op_names() -> list[str]:
     """Every operation name ``verify(ops=...)`` accepts (exhaustive, sampled and golden-set names)."""
     from .capture import golden_plan
-    names = [op.name for op, _ in exhaustive_plan()] + [op.name for op in ptx.all_arith()]
+    names = [s.ptx.name for s in exhaustive_plan()] + [s.ptx.name for s in arith_plan()]
     return list(dict.fromkeys(names + [s.op.name for s in golden_plan()]))
 
 
-def exhaustive_plan() -> list:
-    """(PTX op, emulator meta) for every unary operation swept over all 2^32 inputs."""
-    plan = [(ptx.fa4_ex2_emulation(v, 3), {"op": "ex2emu", "variant": v, "degree": 3,
-                                           "coeffs_bits": list(ptx.FA4_POLY_EX2_BITS[3])})
-            for v in ptx.EX2_VARIANTS]
-    plan += [(op, {"op": "mufu", "fn": name.split(".")[0], "ftz": ".ftz" in name}) for name, op in ptx.MUFU.items()]
-    plan += [(ptx.CONVERSIONS["cvt.rn.bf16.f32"], {"op": "to_bf16"}),
-             (ptx.CONVERSIONS["cvt.rn.f16.f32"], {"op": "to_fp16"}),
-             (ptx.fp8_pair_neg("e4m3"), {"op": "to_e4m3", "packed": "hi=x,lo=-x"}),
-             (ptx.fp8_pair_neg("e5m2"), {"op": "to_e5m2", "packed": "hi=x,lo=-x"})]
+def exhaustive_plan() -> list[OpSpec]:
+    """Every unary operation swept over all 2^32 inputs: FA4's exp2 (three forms, degree 3), the six MUFU
+    forms, fp32 -> bf16 / fp16, and the fp8 pair conversions run as ``cvt...x2.f32 d, x, -x``."""
+    plan = [OpSpec.fa4_ex2(v, 3) for v in ptx.EX2_VARIANTS]
+    plan += [OpSpec.mufu(fn, ftz=ftz) for fn in ("ex2", "rcp", "lg2") for ftz in (True, False)]
+    plan += [OpSpec("to_bf16"), OpSpec("to_fp16"), OpSpec("to_e4m3", packed="hi=x,lo=-x"),
+             OpSpec("to_e5m2", packed="hi=x,lo=-x")]
     return plan
 
 
-class _Pipeline:
+def arith_plan() -> list[OpSpec]:
+    """add/sub/mul/fma in every rounding with and without .ftz, max/min with and without .ftz."""
+    plan = [OpSpec.arith(o, r, ftz=z) for o in ("add", "sub", "mul", "fma") for r in ptx.ROUNDINGS
+            for z in (False, True)]
+    return plan + [OpSpec.arith(o, ftz=z) for o in ("max", "min") for z in (False, True)]
+
+
+class Pipeline:
     """Step k+1's GPU work (kernels, then an asynchronous copy into pinned host memory, on a side stream) runs
     while the CPU checks step k. ``hold`` buffers: a check may keep its buffer busy with futures (digests) that
     must finish before the buffer is filled again."""
@@ -108,14 +112,55 @@ class _Pipeline:
         return out
 
 
-def _sweep_unary(op, meta, pipe: _Pipeline, *, hasher=None):
-    """All 2^32 inputs of ``op``: (mismatches, examples, digests (chunk -> hex) or None, seconds, steps where the
-    fused count differed from the unfused one -- a bug in fa4num.gpu.fused; the unfused count is the one kept)."""
-    from .kernels import run_range
-    emu, neg_pair = sweep_emulator(meta)
-    fused_count = fused.counter(meta)
+class HostPipeline:
+    """:class:`Pipeline`'s interface without a GPU: each step is launched into a host buffer and checked in turn
+    (for a device runner that returns numpy arrays, e.g. recorded device output in a CPU test)."""
+
+    def __init__(self, capacity: int):
+        self.dev = np.empty(capacity, np.uint32)
+
+    def map(self, items, launch, check) -> list:
+        out = []
+        for item in items:
+            n = launch(item, self.dev)
+            res, futs = check(item, self.dev[:n])
+            for f in futs:
+                f.result()
+            out.append(res)
+        return out
+
+
+def sweep_unary(spec: OpSpec, pipe, *, hasher=None, run_range=None, steps=None):
+    """All 2^32 inputs of the unary ``spec`` on the device, each step checked against its emulator.
+
+    Parameters
+    ----------
+    spec : OpSpec
+        A unary operation (see :func:`exhaustive_plan`).
+    pipe : Pipeline or HostPipeline
+        Runs the device work of each step while the CPU checks the one before (``map(items, launch, check)``).
+    hasher : executor, optional
+        Computes the SHA-256 digest of each 2^24-input chunk of the device's output.
+    run_range : callable, optional
+        ``run_range(op, start, n, out=dev)`` runs the PTX op over inputs start..start+n-1 (default: the Triton
+        kernel of fa4num.gpu.kernels); a CPU test passes recorded device output here.
+    steps : list of int, optional
+        Only these sweep steps (indexes into the 256, or for the fp8 pairs 128, steps of the full sweep).
+
+    Returns
+    -------
+    tuple
+        (mismatches, examples, digests (chunk -> hex) or None, seconds, steps where the fused count differed
+        from the unfused one -- a bug in fa4num.gpu.fused; the unfused count is the one kept).
+    """
+    if run_range is None:
+        from .kernels import run_range
+    op = spec.ptx
+    emu, neg_pair = spec.sweep_emulator
+    fused_count = fused.counter(spec)
     t0 = time.time()
-    steps = _steps(neg_pair)
+    all_steps = _steps(neg_pair)
+    steps = all_steps if steps is None else [all_steps[k] for k in steps]
     x = np.empty(CHUNK * len(steps[0]), np.uint32)
     xf = x.view(np.float32)
     tally = {"n": 0, "examples": [], "digests": {}, "fused_disagree": []}
@@ -151,7 +196,7 @@ def _sweep_unary(op, meta, pipe: _Pipeline, *, hasher=None):
         return None, futs
 
     pipe.map(steps, launch, check)
-    digs = None if hasher is None else [tally["digests"][k] for k in range(TOTAL // CHUNK)]
+    digs = None if hasher is None else [tally["digests"][k] for k in sorted(tally["digests"])]
     return tally["n"], tally["examples"], digs, time.time() - t0, tally["fused_disagree"]
 
 
@@ -167,38 +212,24 @@ def _digest(into: dict, chunk: int, gpu) -> None:
     into[chunk] = hashlib.sha256(gpu.data).hexdigest()
 
 
-def _compile_key(meta: dict):
-    """Which compiled emulator code a comparison needs (comparisons with one key share one compilation)."""
-    op = meta["op"]
-    if op == "ex2emu":
-        return ("ex2emu", len(meta["coeffs_bits"]))
-    if op == "mufu":
-        return ("mufu", meta["fn"])
-    if op.startswith("to_"):
-        return ("to", op)
-    if op.startswith("from_"):
-        return ("from",)
-    return ("fp", op)                # one numba function per op (its modes are specialisations or branches of it)
-
-
-def _fused_groups(metas) -> list:
-    """The sweep's fused checks as (metas, part) tasks that share no numba function (fa4num.gpu.fused.parts): each
+def _fused_groups(specs) -> list:
+    """The sweep's fused checks as (specs, part) tasks that share no numba function (fa4num.gpu.fused.parts): each
     ex2 piece for all forms together (closures of one function: one cache index), every other op on its own."""
     groups: dict = {}
-    for m in metas:
-        for part in fused.parts(m):
-            key = ("ex2emu", part) if m["op"] == "ex2emu" else (m["op"], m.get("fn"), m.get("ftz"))
-            groups.setdefault(key, ([], part))[0].append(m)
+    for s in specs:
+        for part in fused.parts(s):
+            key = ("ex2emu", part) if s.op == "ex2emu" else (s.op, s.fn, s.ftz)
+            groups.setdefault(key, ([], part))[0].append(s)
     return list(groups.values())
 
 
-def _warm_groups(metas) -> list:
+def _warm_groups(specs) -> list:
     """The sweep emulators split into tasks that share no numba function (safe to compile side by side into
     one cache): the ex2 variants together, each MUFU function, each conversion."""
     groups: dict = {}
-    for m in metas:
-        key = _compile_key(m)
-        groups.setdefault(key[:2] if key[0] != "ex2emu" else ("ex2emu",), []).append(m)
+    for s in specs:
+        key = s.compile_key
+        groups.setdefault(key[:2] if key[0] != "ex2emu" else ("ex2emu",), []).append(s)
     return list(groups.values())
 
 
@@ -258,64 +289,58 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
     from .capture import golden_plan
     want = (lambda name: True) if not ops else (lambda name: name in ops)
     t_all = time.time()
-    plan = [(op, meta) for op, meta in exhaustive_plan() if want(op.name)]
-    own_keys = {_compile_key(m) for _, m in plan}
+    plan = [s for s in exhaustive_plan() if want(s.ptx.name)]
+    own_keys = {s.compile_key for s in plan}
     # golden sets whose emulator code the parent compiles anyway run in the parent; the rest in the workers
     gold = [s for s in golden_plan() if want(s.op.name)]
-    gold_own = [s for s in gold if _compile_key(s.meta) in own_keys]
-    arith = [op for op in ptx.all_arith() if want(op.name)]
+    gold_own = [s for s in gold if s.spec.compile_key in own_keys]
+    arith = [s for s in arith_plan() if want(s.ptx.name)]
     tmp = tempfile.mkdtemp(prefix="fa4num-verify-")
-    metas = [m for _, m in plan]
-    check_pool, warm_pool = _pools(workers, max(1, len(_fused_groups(metas))), os.path.join(tmp, "numba"), log)
+    check_pool, warm_pool = _pools(workers, max(1, len(_fused_groups(plan))), os.path.join(tmp, "numba"), log)
     try:
         # 1. side by side: numba for the sweep (warm pool, shared cache: first the fused checks the sweep needs,
         #    then the emulators of the parent's golden sets, needed after it), Triton kernels for the parent, the
         #    binary/ternary samples, the worker-side golden sets (check pool, private caches)
-        warm_futs = [warm_pool.submit(_pool.warm_fused, g, part) for g, part in _fused_groups(metas)]
-        emu_futs = [warm_pool.submit(_pool.warm_emulators, g, False) for g in _warm_groups(metas)]
+        warm_futs = [warm_pool.submit(_pool.warm_fused, g, part) for g, part in _fused_groups(plan)]
+        emu_futs = [warm_pool.submit(_pool.warm_emulators, g, False) for g in _warm_groups(plan)]
         emu_futs.append(warm_pool.submit(_pool.warm_emulators, [], True))
         # Triton: the sweep's kernels first (needed before it), then those of the parent's golden sets (after it)
-        kern_futs = _spread(check_pool, _pool.warm_kernels, [(op, True) for op, _ in plan], workers)
+        kern_futs = _spread(check_pool, _pool.warm_kernels, [(s.ptx, True) for s in plan], workers)
         gold_kern_futs = _spread(check_pool, _pool.warm_kernels, [(s.op, False) for s in gold_own], workers)
-        kinds = sorted({"ternary" if op.n_in == 3 else "binary" for op in arith})
+        kinds = sorted({"ternary" if s.n_in == 3 else "binary" for s in arith})
         per = golden.SIZES["binary"]
         seeds = range(1, max(1, -(-int(binary_samples) // per)) + 1)
         sample_futs = {(k, s): check_pool.submit(_pool.make_samples, k, s, tmp) for k in kinds for s in seeds}
         by_key: dict = {}
         for s in gold:
             if s not in gold_own:
-                by_key.setdefault(_compile_key(s.meta), []).append(
-                    (s.op.name, s.op.asm, s.op.n_in, s.meta, ("golden", s.kind, 0), f"golden set ({s.kind}, seed 0)"))
+                by_key.setdefault(s.spec.compile_key, []).append(
+                    (s.op, s.spec, ("golden", s.kind, 0), f"golden set ({s.kind}, seed 0)"))
         # golden sets of the ex2 degrees and the widening conversions need no samples: start them now
         check_futs = [check_pool.submit(_pool.check, by_key.pop(k))
                       for k in sorted(by_key, key=lambda k: -len(by_key[k])) if k[0] != "fp"]
         # the parent meanwhile: CUDA, pinned buffers
-        pipe = _Pipeline(2 * CHUNK, hold=8 if digests_path is not None else 2)
+        pipe = Pipeline(2 * CHUNK, hold=8 if digests_path is not None else 2)
         # load the fused checks from the numba cache while the workers go on with the Triton kernels (and the
         # golden-set emulators), then the kernels (a first launch finds them in Triton's disk cache)
         from .kernels import run_range
         for f in warm_futs:
             f.result()
-        for op, meta in plan:
-            for part in fused.parts(meta):
-                fused.warm(meta, part)
+        for s in plan:
+            for part in fused.parts(s):
+                fused.warm(s, part)
         for f in kern_futs:
             f.result()
-        for op, _ in plan:
-            run_range(op, 0, 1024)
+        for s in plan:
+            run_range(s.ptx, 0, 1024)
         t_warm = time.time() - t_all
         log(f"warm-up (compilation in {workers} + {len(warm_futs)} processes) {t_warm:.1f} s")
         # 2. binary/ternary samples (their golden sets too: same compiled loop) go to the check workers
         files = {k: tuple(tuple(sample_futs[(k, s)].result()) for s in seeds) for k in kinds}
-        for op in arith:
-            kind = "ternary" if op.n_in == 3 else "binary"
-            parts = op.name.split(".")
-            meta = {"op": parts[0], "ftz": "ftz" in parts}
-            if parts[0] not in ("max", "min"):
-                meta["rounding"] = parts[1]
-            by_key.setdefault(_compile_key(meta), []).append(
-                (op.name, op.asm, op.n_in, meta, ("samples", kind, int(binary_samples), files[kind]),
-                 f"golden '{kind}' generator, seeds 1.."))
+        for s in arith:
+            kind = "ternary" if s.n_in == 3 else "binary"
+            by_key.setdefault(s.compile_key, []).append(
+                (s.ptx, s, ("samples", kind, int(binary_samples), files[kind]), f"golden '{kind}' generator, seeds 1.."))
         check_futs += [check_pool.submit(_pool.check, items) for items in by_key.values()]
         # 3. the exhaustive sweeps
         summary = {"kind": "fa4num gpu verify", "provenance": run_provenance(tool="fa4num gpu verify"),
@@ -323,15 +348,16 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
         digest_doc = {}
         hasher = ThreadPoolExecutor(max(2, ncpu // 2)) if digests_path is not None else None
         t_ex = time.time()
-        for op, meta in plan:
-            n, ex, digs, sec, disagree = _sweep_unary(op, meta, pipe, hasher=hasher)
-            summary["results"].append({"op": op.name, "ptx": op.asm, "meta": meta, "inputs": "all 2^32",
+        for spec in plan:
+            op = spec.ptx
+            n, ex, digs, sec, disagree = sweep_unary(spec, pipe, hasher=hasher)
+            summary["results"].append({"op": op.name, "ptx": op.asm, "meta": spec.to_meta(), "inputs": "all 2^32",
                                        "n": TOTAL, "mismatches": n, "examples": ex, "seconds": round(sec, 2)})
             if disagree:
                 summary["results"][-1]["fused_disagreements"] = disagree[:10]
                 log(f"{op.name}: fused and unfused counts differ in {len(disagree)} steps, e.g. {disagree[0]}")
             if digs is not None:
-                digest_doc[op.name] = {"ptx": op.asm, "meta": meta, "digests": digs}
+                digest_doc[op.name] = {"ptx": op.asm, "meta": spec.to_meta(), "digests": digs}
             log(f"{op.name:40s} {TOTAL:>10d} mismatches {n:>10d}  {sec:6.1f} s")
         t_ex = time.time() - t_ex
         if hasher is not None:
@@ -367,7 +393,7 @@ def verify(*, ops=None, binary_samples=1 << 24, digests_path=None, workers=None,
     return summary
 
 
-def _check_golden_own(specs, pipe: _Pipeline) -> list[dict]:
+def _check_golden_own(specs, pipe: Pipeline) -> list[dict]:
     """Golden sets (seed 0) whose emulator the parent has compiled for the sweep, pipelined like the sweep."""
     from .kernels import run
     cache: dict = {}
@@ -384,11 +410,11 @@ def _check_golden_own(specs, pipe: _Pipeline) -> list[dict]:
     def check(s, gpu):
         t = time.time()
         xs = cache[s.kind][0]
-        ref = np.asarray(emulator(s.meta)(*xs), np.uint32)
+        ref = np.asarray(s.spec.emulator(*xs), np.uint32)
         n = int(compare.count_mismatches(gpu, ref))
         ex = [] if not n else [{"inputs": [hex(int(x[j])) for x in xs], "gpu": hex(int(gpu[j])),
                                 "emulator": hex(int(ref[j]))} for j in compare.first_mismatches(gpu, ref, 10)]
-        return {"op": s.op.name, "ptx": s.op.asm, "meta": s.meta, "inputs": f"golden set ({s.kind}, seed 0)",
+        return {"op": s.op.name, "ptx": s.op.asm, "meta": s.spec.to_meta(), "inputs": f"golden set ({s.kind}, seed 0)",
                 "n": int(gpu.size), "mismatches": n, "examples": ex, "seconds": round(time.time() - t, 2)}, []
 
     return pipe.map(specs, launch, check)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from fa4num.fp._core import f64_to_u64, u64_to_f64
+from fa4num.fp.scalar import f64_to_u64, u64_to_f64
 
 MODELS = ("wgmma", "exact", "blas")
 

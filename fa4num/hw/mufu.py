@@ -23,36 +23,82 @@ written by ``fa4num mufu build`` on that GPU, which also checks this structure o
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from functools import lru_cache
+
 import numpy as np
 from numba import njit, prange
 
-from ..fp._core import f32_to_u32 as _b32, u32_to_f32 as _f32
+from ..fp.scalar import f32_to_u32 as _b32, u32_to_f32 as _f32
 from . import tables as _tables
+
+__all__ = ["MufuTables", "load_tables", "table_provenance", "mufu_ex2", "mufu_rcp", "mufu_lg2", "TABLE_NAMES",
+           "ex2_ftz_bits", "rcp_ftz_bits", "lg2_ftz_bits", "ex2_bits", "rcp_bits", "lg2_bits",
+           "canonical_nan_bits"]
 
 CANONICAL_NAN = np.uint32(0x7FFFFFFF)
 TABLE_NAMES = ("ex2_pos", "ex2_neg", "rcp", "lg2_e0", "lg2_e-1")
-_cache: dict = {}
 
 
-def _load(arch: str) -> dict:
-    if arch not in _cache:
-        tabs, meta = _tables.load(arch)
-        missing = [n for n in TABLE_NAMES if n not in tabs]
-        if missing:
-            raise ValueError(f"MUFU tables for arch {arch!r} lack {missing}")
-        _cache[arch] = (tabs, meta)
-    return _cache[arch][0]
+@dataclass(frozen=True)
+class MufuTables:
+    """One measured table set: ``arch``, the file it came from, the tables (name -> uint32 result bits, see
+    the module docstring) and the provenance of the GPU run that measured them."""
+    arch: str
+    path: str
+    tables: dict = field(repr=False, compare=False)
+    provenance: dict = field(repr=False, compare=False)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.tables[name]
+
+
+@lru_cache(maxsize=None)
+def load_tables(arch: str = "sm90", path=None) -> MufuTables:
+    """The MUFU table set of ``arch`` (the package's data file), or the one in the file ``path``.
+
+    Parameters
+    ----------
+    arch : str
+        Architecture name of a table set (:func:`fa4num.hw.available_archs`).
+    path : str or Path, optional
+        A table file written by ``fa4num mufu build --out`` (default: the package's data folder).
+
+    Returns
+    -------
+    MufuTables
+        Read once per (arch, path) and cached.
+
+    Examples
+    --------
+    >>> t = load_tables("sm90")
+    >>> t["rcp"].size == 2 ** 23
+    True
+    """
+    if path is None and arch not in _tables.available_archs():
+        raise ValueError(f"arch must be one of {_tables.available_archs()}, got {arch!r}")
+    tabs, meta = _tables.load(arch, path)
+    missing = [n for n in TABLE_NAMES if n not in tabs]
+    if missing:
+        raise ValueError(f"MUFU tables for arch {arch!r} lack {missing}")
+    return MufuTables(arch, str(path if path is not None else _tables.table_path(arch)), tabs, meta["provenance"])
 
 
 def table_provenance(arch: str = "sm90") -> dict:
-    """Provenance of the GPU run that measured ``arch``'s tables."""
-    _load(arch)
-    return _cache[arch][1]["provenance"]
+    """Provenance of the GPU run that measured ``arch``'s tables.
+
+    Examples
+    --------
+    >>> "gpu" in table_provenance("sm90")
+    True
+    """
+    return load_tables(arch).provenance
 
 
-# ---- scalar kernels on bits ------------------------------------------------------------------------------
+# ---- scalar kernels on bits (public: fa4num.gpu's fused checks inline them) ---------------------------------
+# Each takes the input's fp32 bits (uint32) and the table arrays it reads, and returns the result's bits.
 @njit(cache=True, inline="always")
-def _ex2_ftz(b, tpos, tneg):
+def ex2_ftz_bits(b, tpos, tneg):
     E = (b >> 23) & 0xFF
     M = b & 0x7FFFFF
     if E == 0xFF and M != 0:
@@ -80,7 +126,7 @@ def _ex2_ftz(b, tpos, tneg):
 
 
 @njit(cache=True, inline="always")
-def _rcp_ftz(b, trcp):
+def rcp_ftz_bits(b, trcp):
     s = b & np.uint32(0x80000000)
     E = np.int64((b >> 23) & 0xFF)
     M = b & 0x7FFFFF
@@ -119,7 +165,7 @@ def _rz_int_plus_fixed52(k, frac):
 
 
 @njit(cache=True, inline="always")
-def _lg2_ftz(b, l0, lm1):
+def lg2_ftz_bits(b, l0, lm1):
     E = np.int64((b >> 23) & 0xFF)
     M = b & 0x7FFFFF
     if E == 0xFF and M != 0:
@@ -141,59 +187,59 @@ def _lg2_ftz(b, l0, lm1):
 
 
 @njit(cache=True, inline="always")
-def _canon(r):
+def canonical_nan_bits(r):
     """NVIDIA's canonical NaN for any NaN an fp32 instruction (FMUL/FADD/MUFU) produces."""
     return np.uint32(0x7FFFFFFF) if ((r >> 23) & 0xFF) == 0xFF and (r & 0x7FFFFF) != 0 else r
 
 
 @njit(cache=True, inline="always")
-def _ex2_full(b, tpos, tneg):
+def ex2_bits(b, tpos, tneg):
     # ptxas: FSETP.GEU p, x, -126; @!p FMUL x, x, 0.5; MUFU.EX2 y, x; @!p FMUL y, y, y
     x = _f32(b)
     if x < np.float32(-126.0):
-        y = _f32(_ex2_ftz(_b32(x * np.float32(0.5)), tpos, tneg))
-        return _canon(_b32(y * y))
-    return _ex2_ftz(b, tpos, tneg)
+        y = _f32(ex2_ftz_bits(_b32(x * np.float32(0.5)), tpos, tneg))
+        return canonical_nan_bits(_b32(y * y))
+    return ex2_ftz_bits(b, tpos, tneg)
 
 
 @njit(cache=True, inline="always")
-def _rcp_full(b, trcp):
+def rcp_bits(b, trcp):
     # ptxas: s = |x| < 2^-126 ? 2^24 : 1; s = |x| > 2^126 ? 0.25 : s; FMUL; MUFU.RCP; FMUL by s
     x = _f32(b)
     ax = abs(x)
     s = np.float32(16777216.0) if ax < np.float32(1.1754943508222875e-38) else np.float32(1.0)
     if ax > np.float32(8.507059173023462e+37):
         s = np.float32(0.25)
-    r = _f32(_rcp_ftz(_b32(x * s), trcp))
-    return _canon(_b32(r * s))
+    r = _f32(rcp_ftz_bits(_b32(x * s), trcp))
+    return canonical_nan_bits(_b32(r * s))
 
 
 @njit(cache=True, inline="always")
-def _lg2_full(b, l0, lm1):
+def lg2_bits(b, l0, lm1):
     # ptxas: if |x| < 2^-126 { x *= 2^24; MUFU.LG2; FADD -24 } else MUFU.LG2
     x = _f32(b)
     if abs(x) < np.float32(1.1754943508222875e-38):
-        r = _f32(_lg2_ftz(_b32(x * np.float32(16777216.0)), l0, lm1))
-        return _canon(_b32(r - np.float32(24.0)))
-    return _lg2_ftz(b, l0, lm1)
+        r = _f32(lg2_ftz_bits(_b32(x * np.float32(16777216.0)), l0, lm1))
+        return canonical_nan_bits(_b32(r - np.float32(24.0)))
+    return lg2_ftz_bits(b, l0, lm1)
 
 
 @njit(parallel=True, cache=True)
 def _map_ex2(bits, out, ftz, t1, t2):
     for i in prange(bits.size):
-        out[i] = _ex2_ftz(bits[i], t1, t2) if ftz else _ex2_full(bits[i], t1, t2)
+        out[i] = ex2_ftz_bits(bits[i], t1, t2) if ftz else ex2_bits(bits[i], t1, t2)
 
 
 @njit(parallel=True, cache=True)
 def _map_rcp(bits, out, ftz, t1):
     for i in prange(bits.size):
-        out[i] = _rcp_ftz(bits[i], t1) if ftz else _rcp_full(bits[i], t1)
+        out[i] = rcp_ftz_bits(bits[i], t1) if ftz else rcp_bits(bits[i], t1)
 
 
 @njit(parallel=True, cache=True)
 def _map_lg2(bits, out, ftz, t1, t2):
     for i in prange(bits.size):
-        out[i] = _lg2_ftz(bits[i], t1, t2) if ftz else _lg2_full(bits[i], t1, t2)
+        out[i] = lg2_ftz_bits(bits[i], t1, t2) if ftz else lg2_bits(bits[i], t1, t2)
 
 
 # ---- public API ----------------------------------------------------------------------------------------------
@@ -214,40 +260,64 @@ def _finish(out, shape, device):
     return res
 
 
-def _check(arch, ftz):
+def _tables_of(arch, ftz, tables) -> MufuTables:
     if not isinstance(ftz, (bool, np.bool_)):
         raise ValueError(f"ftz must be True or False, got {ftz!r}")
-    if arch not in _cache and arch not in _tables.available_archs():
-        raise ValueError(f"arch must be one of {_tables.available_archs()}, got {arch!r}")
+    if tables is None:
+        return load_tables(arch)
+    if not isinstance(tables, MufuTables):
+        raise ValueError(f"tables must be a MufuTables from fa4num.hw.load_tables, got {type(tables).__name__}")
+    return tables
 
 
-def mufu_ex2(x, *, arch: str = "sm90", ftz: bool = True):
+def mufu_ex2(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
     """Bit-exact ``ex2.approx.ftz.f32`` (ftz=True) or ``ex2.approx.f32`` of a float32 array on ``arch``.
 
     FA4 uses it for most P = 2^x elements (softmax.py ``apply_exp2_convert``, ``cute.math.exp2(fastmath)``)
-    and for the rescale factor acc_scale."""
-    _check(arch, ftz)
-    t = _load(arch)
+    and for the rescale factor acc_scale.
+
+    Parameters
+    ----------
+    x : float32 array or torch float32 tensor
+    arch : str
+        The measured table set (:func:`fa4num.hw.available_archs`).
+    ftz : bool
+        ``.ftz`` form (a bare MUFU.EX2) or the non-ftz form (ptxas's scaling around it).
+    tables : MufuTables, optional
+        A table set from :func:`load_tables` (e.g. a file just measured); overrides ``arch``.
+
+    Returns
+    -------
+    float32 array of x's shape (a tensor on x's device for a tensor)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y = mufu_ex2(np.array([0.0, 1.0, -130.0], np.float32))
+    >>> y.tolist()[:2], float(y[2])                                    # .ftz flushes 2^-130 to +0
+    ([1.0, 2.0], 0.0)
+    >>> float(mufu_ex2(np.array([-130.0], np.float32), ftz=False)[0]) == 2.0 ** -130
+    True
+    """
+    t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
     _map_ex2(bits, out, bool(ftz), t["ex2_pos"], t["ex2_neg"])
     return _finish(out, shape, tt)
 
 
-def mufu_rcp(x, *, arch: str = "sm90", ftz: bool = True):
+def mufu_rcp(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
     """Bit-exact ``rcp.approx.ftz.f32`` (ftz=True) or ``rcp.approx.f32`` (FA4's final 1/row_sum)."""
-    _check(arch, ftz)
-    t = _load(arch)
+    t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
     _map_rcp(bits, out, bool(ftz), t["rcp"])
     return _finish(out, shape, tt)
 
 
-def mufu_lg2(x, *, arch: str = "sm90", ftz: bool = True):
+def mufu_lg2(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
     """Bit-exact ``lg2.approx.ftz.f32`` (ftz=True) or ``lg2.approx.f32`` (FA4's LSE, log2 of row_sum)."""
-    _check(arch, ftz)
-    t = _load(arch)
+    t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
     _map_lg2(bits, out, bool(ftz), t["lg2_e0"], t["lg2_e-1"])

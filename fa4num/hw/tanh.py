@@ -10,7 +10,7 @@ E = 255 (inf, NaN) is a binade like the others. The GPU script rebuilds all 2^32
 and counts the mismatches before writing it, so a table that loads is exact on every input it was measured on.
 No table is shipped yet: until the file exists (fa4num/hw/data/mufu_tanh_<arch>.npz, or a capture
 mufu_tanh_<arch>_h200.npz under tests/golden/ or experiments/results/), :func:`tanh_table_available` is False and
-callers fall back to libm's tanh (fa4num.softmax._ops.mufu).
+callers fall back to libm's tanh (fa4num.softmax.mufu).
 """
 from __future__ import annotations
 

@@ -6,15 +6,11 @@ from the table models in :mod:`fa4num.hw`, looked up at call time so that the ha
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import vectorize
 
-from fa4num.fp._core import fma_rn_f32
-
-LN2_F32 = np.float32(math.log(2.0))          # 0x3F317218, the constant FA4 multiplies lg2 by
-LOG2_E_F32 = np.float32(math.log2(math.e))   # 0x3FB8AA3B, utils.LOG2_E as a Float32 constant
+from fa4num.constants import LN2_F32, LOG2_E_F32  # 0x3F317218 and utils.LOG2_E as a Float32 constant
+from fa4num.fp.scalar import fma_rn_f32
 
 
 @vectorize(["float32(float32, float32, float32)"], cache=True)

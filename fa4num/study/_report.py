@@ -9,7 +9,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "experiments" / "results"
 
 
 def _section(title, md, figs, data=None):
-    from fa4num.ex2.report import Section
+    from fa4num.section import Section
     return Section(title, md, [str(f) for f in figs], data or {})
 
 
@@ -30,7 +30,7 @@ def merged_skip_rows(dirs):
 
 
 def report_section(out_dir, *, run_smoke: bool = True) -> list:
-    """Report sections (``fa4num.ex2.report.Section``) of the studies, figures written into ``out_dir``.
+    """Report sections (``fa4num.section.Section``) of the studies, figures written into ``out_dir``.
 
     The smoke grid comes from experiments/results/study_smoke when the checkout has it (copied, then completed
     by a run that computes only what is missing), else it is computed in this process (about 20 s on 2 cores).
@@ -87,5 +87,5 @@ def report_section(out_dir, *, run_smoke: bool = True) -> list:
 
 
 def report_sections(ctx) -> list:
-    """``fa4num report`` hook (fa4num.ex2.report.SECTION_PROVIDERS)."""
+    """``fa4num report`` hook (fa4num.report.providers)."""
     return report_section(ctx.out_dir)

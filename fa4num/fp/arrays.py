@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from ._core import ROUNDING_MODES
+from .scalar import ROUNDING_MODES
 
 
 def _torch():
@@ -21,7 +21,7 @@ def _torch():
     return sys.modules.get("torch")
 
 
-def _is_tensor(x) -> bool:
+def is_tensor(x) -> bool:
     torch = _torch()
     return torch is not None and isinstance(x, torch.Tensor)
 
@@ -29,14 +29,14 @@ def _is_tensor(x) -> bool:
 def tensor_device(*args):
     """Device of the first torch tensor among args, or None when there is none."""
     for x in args:
-        if _is_tensor(x):
+        if is_tensor(x):
             return x.device
     return None
 
 
 def as_float32(x, name: str) -> np.ndarray:
     """x as a float32 numpy array, without any rounding; ValueError naming ``name`` otherwise."""
-    if _is_tensor(x):
+    if is_tensor(x):
         import torch
         if x.dtype != torch.float32:
             raise ValueError(f"{name} must be a float32 tensor, got {x.dtype}; convert it explicitly "
@@ -60,7 +60,7 @@ def as_float32(x, name: str) -> np.ndarray:
 
 
 def check_rounding(rounding) -> int:
-    """PTX rounding modifier name -> the _core mode int."""
+    """PTX rounding modifier name -> the fa4num.fp.scalar mode int."""
     if not isinstance(rounding, str) or rounding not in ROUNDING_MODES:
         raise ValueError(f"rounding must be one of {sorted(ROUNDING_MODES)} (PTX .rn/.rz/.rm/.rp), "
                          f"got {rounding!r}")

@@ -1,7 +1,9 @@
-"""Scalar numba kernels for IEEE binary32 arithmetic with NVIDIA's conventions.
+"""Scalar numba kernels for IEEE binary32 arithmetic with NVIDIA's conventions: fa4num's scalar-kernel tier.
 
 Every function here is a plain ``@njit`` scalar function on ``float32`` values, meant to be inlined into the
-vectorised loops of fa4num.fp, fa4num.ex2, fa4num.hw and fa4num.softmax. Rounding modes are small ints
+vectorised loops of fa4num.fp, fa4num.ex2, fa4num.hw, fa4num.softmax and fa4num.gpu; the names in ``__all__``
+are public (other layers build their own loops from them and from the kernels fa4num.ex2.emulate and
+fa4num.hw.mufu publish on top). Rounding modes are small ints
 (RN=0, RZ=1, RM=2, RP=3: PTX's ``.rn .rz .rm .rp``); ``ftz`` mirrors PTX's ``.ftz`` qualifier.
 
 How a directed or fused result is rounded exactly: the exact result v of a+b, a*b or a*b+c with fp32 operands is
@@ -18,6 +20,11 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
+
+__all__ = ["RN", "RZ", "RM", "RP", "ROUNDING_MODES", "CANONICAL_NAN_BITS", "FTZ_TININESS_AFTER_ROUNDING",
+           "SIGNED_ZERO_ORDERED", "f32_to_u32", "u32_to_f32", "f64_to_u64", "u64_to_f64", "fma_rn_f32",
+           "canonical_nan", "flush_subnormal", "next_up", "next_down", "round_pair", "round_pair_ftz", "f32_add",
+           "f32_sub", "f32_mul", "f32_fma", "f32_max", "f32_min"]
 
 RN, RZ, RM, RP = 0, 1, 2, 3
 ROUNDING_MODES = {"rn": RN, "rz": RZ, "rm": RM, "rp": RP}

@@ -1,0 +1,87 @@
+"""``fa4num mufu build [--check]`` on the CPU, with the device replaced by recorded H200 output.
+
+The fake device answers the table inputs with the committed sm90 tables (measured on the H200: for these inputs
+the tables are the device's output) and an exhaustive range with the model's output, which the test first proves
+to be the H200's by its SHA-256 against the H200 digests in tests/golden/exhaustive.json.xz. So the command runs
+end to end -- measure, write, compare with the previous set, sweep, report -- as it does on the GPU."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fa4num import cli, golden
+from fa4num.gpu import gpu_missing, mufu_build
+from fa4num.gpu.ops import OpSpec
+from fa4num.gpu.verify import CHUNK, HostPipeline
+from fa4num.hw import load_tables
+
+EXHAUSTIVE = Path(__file__).parent / "golden" / "exhaustive.json.xz"
+STEPS = [0x3F, 0xC2]     # the chunks of x in [0.5, 2) and in (-128, -32] (ex2.approx.f32 rescales below -126)
+
+
+def _recorded_digests():
+    doc = golden.read_exhaustive(EXHAUSTIVE)
+    return {OpSpec.from_meta(e["meta"]).ptx.name: e["digests"] for e in doc["ops"].values()
+            if e["meta"]["op"] == "mufu"}
+
+
+def _fake_device(flip=None):
+    """A Device whose run/run_range return recorded H200 output; ``flip`` = (ptx name, input pattern) whose
+    result gets one bit flipped (a GPU that disagrees with the model at one input)."""
+    sm90 = load_tables("sm90")
+    recorded = _recorded_digests()
+    by_name = {s.ptx.name: s for s in (OpSpec.mufu(fn, ftz=z) for fn in ("ex2", "rcp", "lg2") for z in (True, False))}
+    table_of = {name: (spec, x) for name, (spec, x) in mufu_build.table_inputs().items()}
+
+    def run(op, x):
+        for name, (spec, xs) in table_of.items():
+            if spec.ptx == op and np.array_equal(xs, x):
+                return sm90[name].copy()
+        raise AssertionError(f"unexpected device call {op.name}")
+
+    def run_range(op, start, n, out):
+        x = golden.exhaustive_inputs(start // CHUNK)
+        assert n == CHUNK and start % CHUNK == 0
+        y = np.asarray(by_name[op.name].emulator(x), np.uint32)
+        assert golden.sha256_u32(y) == recorded[op.name][start // CHUNK], "not the H200's output"
+        if flip is not None and flip[0] == op.name and start <= flip[1] < start + n:
+            y[flip[1] - start] ^= np.uint32(1)
+        out[:n] = y
+        return out
+
+    return mufu_build.Device(run, run_range, HostPipeline)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def install(flip=None):
+        monkeypatch.setattr(mufu_build, "device", lambda: _fake_device(flip))
+        monkeypatch.setattr(mufu_build, "SWEEP_STEPS", STEPS)
+    return install
+
+
+def test_build_check_rebuilds_identical_tables_with_no_mismatch(fake, tmp_path, capsys):
+    fake()
+    out = tmp_path / "mufu_sm90.npz.xz"
+    assert cli.main(["mufu", "build", "--arch", "sm90", "--out", str(out), "--check"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("identical to the sm90 table set") == 5 and "DIFFERS" not in text
+    assert text.count(" 0 mismatches") == 6
+    again = load_tables("sm90", out)
+    for name in mufu_build.TABLE_NAMES:
+        assert np.array_equal(again[name], load_tables("sm90")[name])
+
+
+def test_build_check_reports_a_device_that_disagrees(fake, tmp_path, capsys):
+    fake(flip=("lg2.approx.f32", 0x3F * CHUNK + 12345))
+    out = tmp_path / "mufu_sm90.npz.xz"
+    assert cli.main(["mufu", "build", "--arch", "sm90", "--out", str(out), "--check"]) == 3
+    captured = capsys.readouterr()
+    assert "lg2.approx.f32: 1 mismatches" in captured.out and "does not describe this GPU" in captured.err
+    assert hex(0x3F * CHUNK + 12345) in captured.out
+
+
+def test_build_without_a_gpu_says_so():
+    if gpu_missing() is None:
+        pytest.skip("a GPU is present")
+    assert cli.main(["mufu", "build", "--arch", "sm90", "--check"]) == 1

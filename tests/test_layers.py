@@ -1,0 +1,206 @@
+"""The import contract of fa4num (README "Layers"): imports point down the layer list, no cycle between
+subpackages, no import of another subpackage's private module or name.
+
+Every ``import``/``from ... import`` of every module is read from its AST, wherever it sits (module level or
+inside a function), and so is every string constant naming an fa4num module (``importlib.import_module``
+arguments and tables of module names). An attribute whose name starts with an underscore, read from a module of
+another subpackage (``mufu._cache``), counts as a private import too.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "fa4num"
+
+# Layer of each subpackage (or top-level module), lowest first. A module may import from its own subpackage and
+# from any subpackage of a strictly lower layer. The leaves at layer 0 hold facts that every layer reads (FA4's
+# constants, the polys/ registry reader, provenance, the golden-file format, the report's section type); they
+# import no other part of fa4num except leaves listed before them.
+LAYERS = {
+    "constants": 0, "provenance": 0, "polys": 0, "golden": 0, "section": 0, "argtypes": 0, "outputs": 0,
+    "fp": 1,
+    "hw": 2,
+    "ex2": 3,
+    "fit": 4,
+    "softmax": 5,
+    "attention": 6,
+    "bounds": 7,
+    "study": 8,
+    "gpu": 9,
+    "report": 10,
+    "_polys_cli": 11, "cli": 12,
+}
+# The hooks through which the top layer reaches into each subpackage: ``<pkg>/_cli.py`` (``register``, for
+# fa4num.cli) and ``<pkg>/_report.py`` (``report_sections``, for fa4num.report). They stay private so that nothing
+# else depends on them; only the named top-level unit may import them.
+HOOKS = {"_cli": "cli", "_report": "report"}
+# the leaves among themselves: an explicit order (a leaf may import only leaves before it)
+LEAF_ORDER = ("constants", "argtypes", "outputs", "provenance", "golden", "polys", "section")
+MODULE_STRING = re.compile(r"^fa4num(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+COMPUTED_PREFIX = re.compile(r"^fa4num(\.[A-Za-z_][A-Za-z0-9_]*)*\.$")   # f"fa4num.{pkg}._report"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _unit(module: str) -> str | None:
+    """The subpackage (or top-level module) a module belongs to; None for the package root ``fa4num``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _resolve(module: str, is_pkg: bool, level: int, name: str | None) -> str:
+    if level == 0:
+        return name or ""
+    base = module.split(".")
+    if not is_pkg:
+        base = base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def _imports(path: Path):
+    """(line, imported module, imported name or None, importer module) for every import in a module."""
+    module = _module_name(path)
+    is_pkg = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    aliases = {}   # local name -> fa4num module it is bound to (for attribute reads)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("fa4num"):
+                    out.append((node.lineno, a.name, None))
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else "fa4num"
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, is_pkg, node.level, node.module)
+            if not target.startswith("fa4num"):
+                continue
+            for a in node.names:
+                out.append((node.lineno, target, a.name))
+                aliases[a.asname or a.name] = f"{target}.{a.name}"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_STRING.match(node.value):
+            out.append((node.lineno, node.value, None))
+        elif (isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant)
+              and COMPUTED_PREFIX.match(str(node.values[0].value)) and module != "fa4num"):
+            # a module name computed at run time: the contract cannot follow it, so only the root package's lazy
+            # subpackage loader may build one
+            out.append((node.lineno, "fa4num.<computed>", None))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and _is_private(node.attr)):
+            out.append((node.lineno, aliases[node.value.id], node.attr))
+    return module, out
+
+
+def _all_modules():
+    return sorted(p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _edges():
+    """[(importer module, line, unit of importer, imported module path, unit imported, private part or None)]"""
+    edges = []
+    for path in _all_modules():
+        module, imports = _imports(path)
+        src = _unit(module)
+        for line, target, name in imports:
+            full = target if name is None else f"{target}.{name}"
+            parts = full.split(".")
+            dst = _unit(full)
+            if dst is None:
+                continue
+            # a private part of the path below the imported unit (fa4num.fp._core, mufu._cache, _sweep_unary)
+            private = next((p for p in parts[2:] if _is_private(p)), None)
+            edges.append((module, line, src, full, dst, private))
+    return edges
+
+
+def test_no_computed_module_names():
+    bad = [f"{module}:{line}" for module, line, _, full, _, _ in _edges() if full == "fa4num.<computed>"]
+    assert not bad, "module names built at run time (import each module by its full name instead): " + ", ".join(bad)
+
+
+def test_every_unit_has_a_layer():
+    units = {_unit(_module_name(p)) for p in _all_modules()} - {None, "<computed>"}
+    missing = sorted(units - set(LAYERS))
+    assert not missing, f"add these subpackages/modules to the layer contract (tests/test_layers.py, README): {missing}"
+
+
+def test_imports_point_down():
+    bad = []
+    for module, line, src, full, dst, _ in _edges():
+        if src is None or src == dst or dst not in LAYERS or src not in LAYERS or dst == "<computed>":
+            continue
+        if LAYERS[src] == 0 and LAYERS[dst] == 0:
+            ok = LEAF_ORDER.index(dst) < LEAF_ORDER.index(src)
+        else:
+            ok = LAYERS[dst] < LAYERS[src]
+        if not ok:
+            bad.append(f"{module}:{line} imports {full} ({src} layer {LAYERS[src]} -> {dst} layer {LAYERS[dst]})")
+    assert not bad, "imports that point up or sideways:\n" + "\n".join(bad)
+
+
+def test_no_cycle_between_subpackages():
+    graph = {}
+    for _, _, src, _, dst, _ in _edges():
+        if src is not None and src != dst:
+            graph.setdefault(src, set()).add(dst)
+    # Tarjan-free check: a cycle exists iff some unit reaches itself
+    cycles = []
+    for start in graph:
+        seen, stack = set(), list(graph[start])
+        while stack:
+            u = stack.pop()
+            if u == start:
+                cycles.append(start)
+                break
+            if u not in seen:
+                seen.add(u)
+                stack.extend(graph.get(u, ()))
+    assert not cycles, f"subpackages on an import cycle: {sorted(cycles)}"
+
+
+def test_no_private_import_across_subpackages():
+    bad = [f"{module}:{line} uses {full} (private {private!r} of {dst})"
+           for module, line, src, full, dst, private in _edges()
+           if private and src != dst and not (HOOKS.get(private) == src and full.split(".")[2] == private)]
+    assert not bad, "imports of another subpackage's private modules or names:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from fa4num.fp._tables import main\n", "private"),
+    ("def f():\n    from fa4num.gpu import verify\n", "up"),
+    ("import importlib\nimportlib.import_module('fa4num.gpu.verify')\n", "up"),
+    ("import importlib\nimportlib.import_module(f'fa4num.{name}._report')\n", "computed"),
+    ("from fa4num.hw import mufu\nmufu._cache.clear()\n", "private"),
+    ("from fa4num.attention import _cli\n", "private"),          # a hook, but only for fa4num.cli
+])
+def test_the_checker_sees_each_kind_of_import(tmp_path, monkeypatch, source, expected):
+    """The contract catches what it claims to: a private module, a function-level import, an importlib string
+    and a private attribute of another subpackage's module (a fake module inside fa4num.ex2)."""
+    fake = PKG / "ex2" / "_layers_probe.py"
+    monkeypatch.setattr(sys.modules[__name__], "_all_modules", lambda: [fake])
+    original = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: source if self == fake else original(self, *a, **k))
+    if expected == "private":
+        with pytest.raises(AssertionError, match="private"):
+            test_no_private_import_across_subpackages()
+    elif expected == "computed":
+        with pytest.raises(AssertionError, match="built at run time"):
+            test_no_computed_module_names()
+    else:
+        with pytest.raises(AssertionError, match="point up"):
+            test_imports_point_down()
