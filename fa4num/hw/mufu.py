@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..fp.scalar import f32_to_u32 as _b32, u32_to_f32 as _f32
 from . import tables as _tables
@@ -224,22 +224,43 @@ def lg2_bits(b, l0, lm1):
     return lg2_ftz_bits(b, l0, lm1)
 
 
-@njit(parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def _map_ex2(bits, out, ftz, t1, t2):
-    for i in prange(bits.size):
+    for i in range(bits.size):
         out[i] = ex2_ftz_bits(bits[i], t1, t2) if ftz else ex2_bits(bits[i], t1, t2)
 
 
-@njit(parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def _map_rcp(bits, out, ftz, t1):
-    for i in prange(bits.size):
+    for i in range(bits.size):
         out[i] = rcp_ftz_bits(bits[i], t1) if ftz else rcp_bits(bits[i], t1)
 
 
-@njit(parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def _map_lg2(bits, out, ftz, t1, t2):
-    for i in prange(bits.size):
+    for i in range(bits.size):
         out[i] = lg2_ftz_bits(bits[i], t1, t2) if ftz else lg2_bits(bits[i], t1, t2)
+
+
+_MIN_SLICE = 1 << 16   # below this a thread hand-off costs more than it saves
+_POOL = []
+
+
+def _threaded(kernel, bits, out, *args):
+    """``kernel(bits, out, *args)`` (a serial nogil map) on slices in numba's thread count of threads: a
+    serial kernel compiles several times faster than a prange loop (these maps are table lookups, bound by
+    memory, so the loop shape costs nothing at run time)."""
+    import numba
+    nthreads = min(numba.get_num_threads(), max(1, bits.size // _MIN_SLICE))
+    if nthreads == 1:
+        kernel(bits, out, *args)
+        return
+    if not _POOL or _POOL[0]._max_workers < nthreads:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL[:] = [ThreadPoolExecutor(max_workers=nthreads, thread_name_prefix="fa4num-mufu")]
+    bounds = np.linspace(0, bits.size, nthreads + 1).astype(np.int64)
+    for job in [_POOL[0].submit(kernel, bits[a:b], out[a:b], *args) for a, b in zip(bounds[:-1], bounds[1:])]:
+        job.result()
 
 
 # ---- public API ----------------------------------------------------------------------------------------------
@@ -302,7 +323,7 @@ def mufu_ex2(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
     t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
-    _map_ex2(bits, out, bool(ftz), t["ex2_pos"], t["ex2_neg"])
+    _threaded(_map_ex2, bits, out, bool(ftz), t["ex2_pos"], t["ex2_neg"])
     return _finish(out, shape, tt)
 
 
@@ -311,7 +332,7 @@ def mufu_rcp(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
     t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
-    _map_rcp(bits, out, bool(ftz), t["rcp"])
+    _threaded(_map_rcp, bits, out, bool(ftz), t["rcp"])
     return _finish(out, shape, tt)
 
 
@@ -320,5 +341,5 @@ def mufu_lg2(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
     t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
-    _map_lg2(bits, out, bool(ftz), t["lg2_e0"], t["lg2_e-1"])
+    _threaded(_map_lg2, bits, out, bool(ftz), t["lg2_e0"], t["lg2_e-1"])
     return _finish(out, shape, tt)
