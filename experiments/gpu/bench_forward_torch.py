@@ -126,6 +126,10 @@ def main(argv=None) -> int:
               "warmup_seconds": warmup, "median_seconds": med, "all_seconds": times}
     if device.type == "cuda":
         result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # written now too, so a run stopped during the optional compile variant still leaves the main timings
+    (out / "bench_forward_torch.json").write_text(json.dumps({**result, "partial": True}, indent=1) + "\n")
     if not args.no_compile:
         # the tile's elementwise chain (scale, exp2, flush, block sums, cast) fused by torch.compile: how much
         # of forward_torch's time is memory traffic between eager kernels
@@ -153,8 +157,6 @@ def main(argv=None) -> int:
     except Exception:   # noqa: BLE001 - fall back to the plain record
         from fa4num.provenance import provenance
         result["provenance"] = provenance()
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "bench_forward_torch.json").write_text(json.dumps(result, indent=1) + "\n")
     ratios = result.get("ratio_vs_fa4", {})
     print("median s: " + ", ".join(f"{n} {t:.4f}" for n, t in med.items())
