@@ -85,3 +85,28 @@ def test_build_without_a_gpu_says_so():
     if gpu_missing() is None:
         pytest.skip("a GPU is present")
     assert cli.main(["mufu", "build", "--arch", "sm90", "--check"]) == 1
+
+
+@pytest.mark.parametrize("name", ["ex2emu.asm.fa4d3", "cvt.rn.bf16.f32"])
+def test_verify_sweep_step_on_recorded_output(name):
+    """``fa4num gpu verify``'s sweep (verify.sweep_unary, the function the GPU run calls) on one 2^24 step whose
+    device output is the H200's (proven by its digest), then with one planted flip: 0 and 1 mismatches."""
+    from fa4num.gpu.verify import exhaustive_plan, sweep_unary
+    spec = next(s for s in exhaustive_plan() if s.ptx.name == name)
+    doc = golden.read_exhaustive(EXHAUSTIVE)
+    digests = next(e["digests"] for e in doc["ops"].values() if OpSpec.from_meta(e["meta"]) == spec)
+    step = 0xBF                                     # x in (-2, -0.5]: the softmax's own range
+
+    def run_range(op, start, n, out, flip=None):
+        y = np.asarray(spec.emulator(golden.exhaustive_inputs(start // CHUNK)), np.uint32)
+        assert op == spec.ptx and golden.sha256_u32(y) == digests[start // CHUNK], "not the H200's output"
+        if flip is not None:
+            y[flip] ^= np.uint32(1 << 20)
+        out[:n] = y
+        return out
+
+    n, ex, _, _, disagree = sweep_unary(spec, HostPipeline(CHUNK), run_range=run_range, steps=[step])
+    assert (n, ex, disagree) == (0, [], [])
+    n, ex, _, _, disagree = sweep_unary(spec, HostPipeline(CHUNK), steps=[step],
+                                        run_range=lambda *a, **k: run_range(*a, **k, flip=777))
+    assert n == 1 and ex[0]["inputs"] == [hex(step * CHUNK + 777)] and not disagree
