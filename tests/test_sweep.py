@@ -108,7 +108,8 @@ def test_special_values_sweep_matches_brute_force():
     r32 = np.ascontiguousarray(fp.exp2_cr(x, "float32"))
     rb = (np.asarray(fp.exp2_cr(x, "bfloat16")).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
     y = fa4_emulated(x)
-    for mode, refs in ((2, (S._NO_ARRAY, S._NO_ARRAY)), (3, (r32, rb))):
+    for mode, refs in ((int(S.SweepMode.GIVEN), (S._NO_ARRAY, S._NO_ARRAY)),
+                       (int(S.SweepMode.GIVEN_WITH_REFERENCE), (r32, rb))):
         S._reset(acc)
         S._sweep_chunk(mode, 0, 1, 0.0, x.size, x, y, *refs, S._NO_POLY, False, False, False, 0.0, 0.0, 0,
                        *acc.arrays(), acc.pending)

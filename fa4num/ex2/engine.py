@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from enum import IntEnum
 
 import numpy as np
 from numba import njit, prange
@@ -26,7 +27,7 @@ from fa4num.fp.reference import K_RUN, TARGETS, exp2_cr, exp2_cr_bf16, exp2_cr_f
 
 from .emulate import exact_steps, fast_steps, fa4_emulated, horner_tuple, poly_coeffs, resolve_variant
 
-__all__ = ["Domain", "Implementation", "SweepResult", "sweep", "fa4_implementation", "mufu_implementation",
+__all__ = ["Domain", "Implementation", "SweepMode", "SweepResult", "sweep", "fa4_implementation", "mufu_implementation",
            "LINEAR_BINS", "LOG_BINS"]
 
 LINEAR_BINS = 4096           # histogram: exact counts of ulp distances 0 .. 4095
@@ -103,10 +104,27 @@ def _reference(x):
 
 
 # --- inputs -------------------------------------------------------------------------------------------------
+class SweepMode(IntEnum):
+    """Where a chunk's inputs and outputs come from (the ``mode`` argument of the sweep kernel).
+
+    BITS: inputs are bit patterns start + i*stride (mod 2^32), FA4's emulation inlined for the outputs;
+    GRID: inputs (start + i) * scale, FA4's emulation inlined; GIVEN: inputs and outputs given as arrays (an
+    implementation run outside the kernel); GIVEN_WITH_REFERENCE: the references given too (inputs the numba
+    references could not settle, settled by fa4num.fp.exp2_cr)."""
+    BITS = 0
+    GRID = 1
+    GIVEN = 2
+    GIVEN_WITH_REFERENCE = 3
+
+
+# the kernels compare the int values (numba freezes these module globals as constants)
+_BITS, _GIVEN, _GIVEN_REF = int(SweepMode.BITS), int(SweepMode.GIVEN), int(SweepMode.GIVEN_WITH_REFERENCE)
+
+
 @njit(cache=True, inline="always")
 def _input(mode, start, stride, scale, i):
-    """Input i of a chunk: mode 0 = bit pattern start + i*stride (mod 2^32); mode 1 = (start + i) * scale."""
-    if mode == 0:
+    """Input i of a chunk: SweepMode.BITS = bit pattern start + i*stride (mod 2^32); GRID = (start + i) * scale."""
+    if mode == _BITS:
         return scalar.u32_to_f32(np.uint32((start + i * stride) & 0xFFFFFFFF))
     return np.float32(np.float64(start + i) * scale)
 
@@ -179,8 +197,9 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
                  xlo, xscale, nxb, acc_i, acc_f, hist, bin_i, bin_f, xb_i, xb_f, pending):
     """Accumulate the statistics of n inputs into one row per block of the accumulator arrays.
 
-    mode 0/1: inputs made by _input, outputs by FA4's emulation inlined (fast path, exact fa4num.fp.scalar sequence where
-    the fast path does not apply); mode 2: inputs xs with outputs ys; mode 3: also the references r32s, rbs.
+    mode (a SweepMode value) BITS/GRID: inputs made by _input, outputs by FA4's emulation inlined (fast path, exact
+    fa4num.fp.scalar sequence where the fast path does not apply); GIVEN: inputs xs with outputs ys;
+    GIVEN_WITH_REFERENCE: also the references r32s, rbs.
     Per-binade and per-x-bin statistics are kept in locals while consecutive inputs share the bin."""
     nblk = acc_i.shape[0]
     per = (n + nblk - 1) // nblk
@@ -205,7 +224,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
         x_sumd = 0.0
         x_maxrel = -1.0
         for i in range(blk * per, min(n, (blk + 1) * per)):
-            if mode >= 2:
+            if mode >= _GIVEN:
                 x = xs[i]
                 y = ys[i]
             else:
@@ -213,7 +232,7 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
                 y, bad = fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
                 if bad:
                     y = exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
-            if mode == 3:
+            if mode == _GIVEN_REF:
                 r32, rb, y64, ok = r32s[i], rbs[i], math.exp2(np.float64(x)), True
             else:
                 r32, rb, y64, ok = _reference(x)
@@ -366,7 +385,7 @@ class Domain:
             if max(abs(k0), abs(k1)) >= 1 << 24:
                 raise ValueError(f"grid_bits={self.grid_bits} with lo={self.lo}, hi={self.hi} gives grid points "
                                  "that are not exact in fp32 (|k| must stay below 2^24)")
-            return [(1, k0, 1, scale, max(0, k1 - k0 + 1))]
+            return [(int(SweepMode.GRID), k0, 1, scale, max(0, k1 - k0 + 1))]
         out = []
         lo32, hi32 = np.float32(self.lo), np.float32(self.hi)
         if lo32 < 0:   # negative values from -0 (bits 0x80000000) down to lo, as increasing bit patterns
@@ -380,7 +399,7 @@ class Domain:
         if self.nans and math.isinf(self.lo) and math.isinf(self.hi):
             out += [(0x7F800001, 0x7FFFFFFF), (0xFF800001, 0xFFFFFFFF)]
         s = self.stride
-        return [(0, b0, s, 0.0, (b1 - b0) // s + 1) for b0, b1 in out]
+        return [(int(SweepMode.BITS), b0, s, 0.0, (b1 - b0) // s + 1) for b0, b1 in out]
 
     def describe(self) -> str:
         if self.kind == "grid":
@@ -534,7 +553,7 @@ def _settle_pending(impl: Implementation, acc: _Accumulators, tot: _Totals, xlo,
     r32 = np.ascontiguousarray(exp2_cr(xs, "float32"))
     rb = (np.asarray(exp2_cr(xs, "bfloat16")).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
     _reset(acc)
-    _sweep_chunk(3, 0, 1, 0.0, xs.size, xs, ys, r32, rb, _NO_POLY, False, False, False, xlo, xscale, nxb,
+    _sweep_chunk(_GIVEN_REF, 0, 1, 0.0, xs.size, xs, ys, r32, rb, _NO_POLY, False, False, False, xlo, xscale, nxb,
                  *acc.arrays(), acc.pending)
     tot.add(acc)
 
@@ -579,7 +598,7 @@ def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, c
             if (i_iv, off) in done:   # finished by an interrupted run: its totals are already in tot
                 bar.update(n)
                 continue
-            first = start + off * (stride if mode == 0 else 1)
+            first = start + off * (stride if mode == _BITS else 1)
             _reset(acc)
             if impl.fused is not None:
                 rc, fm, fr, fa = impl.fused
@@ -589,7 +608,7 @@ def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, c
                 xs = np.empty(n, np.float32)
                 _make_inputs(mode, first, stride, scale, xs)
                 ys = np.ascontiguousarray(impl.array_fn(xs), dtype=np.float32)
-                _sweep_chunk(2, 0, 1, 0.0, n, xs, ys, _NO_ARRAY, _NO_ARRAY, _NO_POLY, False, False, False, xlo,
+                _sweep_chunk(_GIVEN, 0, 1, 0.0, n, xs, ys, _NO_ARRAY, _NO_ARRAY, _NO_POLY, False, False, False, xlo,
                              xscale, nxb, *acc.arrays(), acc.pending)
             tot.add(acc)
             _settle_pending(impl, acc, tot, xlo, xscale, nxb)
