@@ -7,8 +7,8 @@ histogram (exact counts below 4096 ulp, then one bin per power of two), the larg
 where they occur, how many results differ from the correctly rounded bf16 of 2^x after their own RN bf16 cast
 (cvt.rn.bf16.f32, as FA4 converts P), NaN mismatches, and the same per binade of x and per bin of an x grid.
 
-Reference: 2^x from libm's float64 exp2, rounded once to fp32 and to bf16 with the midpoint test of
-fa4num.fp.reference (a midpoint within K_RUN ulp64 of the float64 value is a hard case); hard cases go to
+Reference: 2^x from libm's float64 exp2, rounded once to fp32 and to bf16 by fa4num.fp.reference.round_f64_fast
+(the one rounding kernel; a midpoint within K_RUN ulp64 of the float64 value is a hard case); hard cases go to
 fa4num.fp.reference.exp2_cr_f32/_bf16, and whatever those cannot settle in numba to fa4num.fp.exp2_cr (gmpy2).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from numba import njit, prange
 
 from fa4num.fp import scalar
 from fa4num.fp.convert import f32_to_bf16_bits
-from fa4num.fp.reference import K_RUN, TARGETS, exp2_cr, exp2_cr_bf16, exp2_cr_f32
+from fa4num.fp.reference import K_RUN, TARGETS, exp2_cr, exp2_cr_bf16, exp2_cr_f32, round_f64_fast
 
 from .emulate import exact_steps, fast_steps, fa4_emulated, horner_tuple, poly_coeffs, resolve_variant
 
@@ -52,25 +52,11 @@ _NO_POLY = np.ones(1, np.float32)
 
 # --- reference: one libm exp2, rounded twice from float64 by integer arithmetic ---------------------------------
 @njit(cache=True, inline="always")
-def _round_f64(y, prec, qmin):
-    """Round positive normal float64 y to nearest even at ``prec`` bits, smallest quantum 2^qmin.
-
-    Returns (float32 result, hard): hard = a midpoint lies within K_RUN ulp64 of y (fa4num.fp.reference's test,
-    done here on the significand's bits: this runs once per input of an exhaustive sweep)."""
-    yb = scalar.f64_to_u64(y)
-    e = np.int64(yb >> np.uint64(52)) - 1023
-    m = np.int64(yb & np.uint64(0xFFFFFFFFFFFFF)) | (np.int64(1) << 52)
-    qe = max(e - (prec - 1), qmin)
-    drop = qe - (e - 52)               # significand bits below the target's quantum
-    if drop > 60:                      # y < 2^(qmin - 8): far below half the smallest subnormal
-        return np.float32(0.0), False
-    half = np.int64(1) << (drop - 1)
-    rem = m & ((np.int64(1) << drop) - 1)
-    q = m >> drop
-    if rem > half or (rem == half and (q & 1) == 1):
-        q += 1
-    scale = scalar.u64_to_f64(np.uint64(qe + 1023) << np.uint64(52))   # 2^qe, a normal float64
-    return np.float32(np.float64(q) * scale), abs(rem - half) <= K_RUN
+def _round_once(y, prec, qmin):
+    """y rounded once to the target (fa4num.fp.reference.round_f64_fast: the one integer rounding kernel with the
+    midpoint test, hard = a midpoint within K_RUN ulp64 of y) as float32."""
+    r, hard = round_f64_fast(y, prec, qmin, K_RUN)
+    return np.float32(r), hard
 
 
 @njit(cache=True, inline="always")
@@ -89,14 +75,14 @@ def _reference(x):
         # (1 - 2^-25 for fp32); the float64 value is only used for relative errors
         return np.float32(1.0), np.float32(1.0), 1.0 + np.float64(x) * _LN2, True
     y = math.exp2(np.float64(x))
-    r32, hard = _round_f64(y, _F32_PREC, _F32_QMIN)
+    r32, hard = _round_once(y, _F32_PREC, _F32_QMIN)
     ok = True
     if hard:
         r32, ok = exp2_cr_f32(x)
     if x < np.float32(_BF16_QMIN - 2):
         rb = np.float32(0.0)
     else:
-        rb, hard = _round_f64(y, _BF16_PREC, _BF16_QMIN)
+        rb, hard = _round_once(y, _BF16_PREC, _BF16_QMIN)
         if hard:
             rb, ok_b = exp2_cr_bf16(x)
             ok = ok and ok_b

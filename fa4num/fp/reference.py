@@ -37,7 +37,7 @@ from .arrays import flat as _flat, as_float32, tensor_device, wrap
 from .scalar import CANONICAL_NAN_BITS, f32_to_u32, f64_to_u64, u32_to_f32, u64_to_f64
 
 __all__ = ["exp2_cr", "log2_cr", "rcp_cr", "exp2_cr_f32", "exp2_cr_bf16", "log2_cr_f32", "log2_cr_bf16",
-           "rcp_cr_f32", "rcp_cr_bf16", "K_RUN", "K_TABLE", "TARGETS"]
+           "rcp_cr_f32", "rcp_cr_bf16", "round_f64", "round_f64_fast", "K_RUN", "K_TABLE", "TARGETS"]
 
 K_RUN = 64      # ulp64: a float64 value this close to a midpoint is resolved exactly
 K_TABLE = 256   # ulp64: the hard-case tables hold every input this close (covers libms within 96 ulp64)
