@@ -110,7 +110,7 @@ def test_special_values_sweep_matches_brute_force():
     y = fa4_emulated(x)
     for mode, refs in ((int(S.SweepMode.GIVEN), (S._NO_ARRAY, S._NO_ARRAY)),
                        (int(S.SweepMode.GIVEN_WITH_REFERENCE), (r32, rb))):
-        S._reset(acc)
+        acc.zero()
         S._sweep_chunk(mode, 0, 1, 0.0, x.size, x, y, *refs, S._NO_POLY, False, False, False, 0.0, 0.0, 0,
                        *acc.arrays(), acc.pending)
         tot.add(acc)
@@ -137,7 +137,7 @@ def test_unsettled_references_are_resolved_outside_numba():
     x = np.random.default_rng(5).uniform(-30, 1, 300).astype(np.float32)
     acc = S._Accumulators(4, 0)
     tot = S._Totals(0)
-    S._reset(acc)
+    acc.zero()
     acc.pending[1, :x.size] = x.view(np.uint32)
     acc.acc_i[1, S._PENDING] = x.size
     S._settle_pending(impl, acc, tot, 0.0, 0.0, 0)

@@ -468,20 +468,34 @@ class SweepResult:
                 f"({self.bf16_mismatch_far} by > 1 bf16 ulp); NaN mismatches {self.nan_mismatch}")
 
 
+def _tables(lead: tuple, nxb: int) -> tuple:
+    """Fresh per-bin tables (hist, bin_i, bin_f, xb_i, xb_f) with leading dimensions ``lead`` (one row per kernel
+    block, or none for running totals): counts and sums 0, maxima -1 (below any ulp distance or error)."""
+    hist = np.zeros(lead + (_NH,), np.int64)
+    bin_i = np.zeros(lead + (_NBINADE, 5), np.int64)
+    bin_i[..., _B_MAXD] = -1
+    bin_f = np.full(lead + (_NBINADE,), -1.0)
+    xb_i = np.zeros(lead + (max(nxb, 1), 4), np.int64)
+    xb_i[..., _X_MAXD] = -1
+    xb_f = np.zeros(lead + (max(nxb, 1), 2))
+    xb_f[..., 1] = -1.0
+    return hist, bin_i, bin_f, xb_i, xb_f
+
+
 class _Accumulators:
+    """One row per kernel block of every statistic of a chunk; :meth:`zero` before each chunk."""
+
     def __init__(self, nblk: int, nxb: int):
-        self.acc_i = np.zeros((nblk, 8), np.int64)
-        self.acc_i[:, _MAXD] = -1
-        self.acc_f = np.full((nblk, 2), -1.0)   # max rel, sum of ulp distances
-        self.hist = np.zeros((nblk, _NH), np.int64)
-        self.bin_i = np.zeros((nblk, _NBINADE, 5), np.int64)
-        self.bin_i[:, :, _B_MAXD] = -1
-        self.bin_f = np.full((nblk, _NBINADE), -1.0)
-        self.xb_i = np.zeros((nblk, max(nxb, 1), 4), np.int64)
-        self.xb_i[:, :, _X_MAXD] = -1
-        self.xb_f = np.zeros((nblk, max(nxb, 1), 2))
-        self.xb_f[:, :, 1] = -1.0
+        self.nblk, self.nxb = nblk, nxb
         self.pending = np.zeros((nblk, _PENDING_CAP), np.uint32)
+        self.zero()
+
+    def zero(self):
+        self.acc_i = np.zeros((self.nblk, 8), np.int64)
+        self.acc_i[:, _MAXD] = -1
+        self.acc_f = np.zeros((self.nblk, 2))   # max rel (-1: none yet), sum of ulp distances
+        self.acc_f[:, 0] = -1.0
+        self.hist, self.bin_i, self.bin_f, self.xb_i, self.xb_f = _tables((self.nblk,), self.nxb)
 
     def arrays(self):
         return self.acc_i, self.acc_f, self.hist, self.bin_i, self.bin_f, self.xb_i, self.xb_f
@@ -493,14 +507,7 @@ class _Totals:
         self.count = self.bf16 = self.bf16_far = self.nan = 0
         self.sumd = 0.0
         self.maxd, self.maxd_bits, self.maxrel, self.maxrel_bits = -1, None, -1.0, None
-        self.hist = np.zeros(_NH, np.int64)
-        self.bin_i = np.zeros((_NBINADE, 5), np.int64)
-        self.bin_i[:, _B_MAXD] = -1
-        self.bin_f = np.full(_NBINADE, -1.0)
-        self.xb_i = np.zeros((max(nxb, 1), 4), np.int64)
-        self.xb_i[:, _X_MAXD] = -1
-        self.xb_f = np.zeros((max(nxb, 1), 2))
-        self.xb_f[:, 1] = -1.0
+        self.hist, self.bin_i, self.bin_f, self.xb_i, self.xb_f = _tables((), nxb)
 
     def add(self, acc: _Accumulators):
         a = acc.acc_i
@@ -538,7 +545,7 @@ def _settle_pending(impl: Implementation, acc: _Accumulators, tot: _Totals, xlo,
     ys = np.ascontiguousarray(impl.array_fn(xs), dtype=np.float32)
     r32 = np.ascontiguousarray(exp2_cr(xs, "float32"))
     rb = (np.asarray(exp2_cr(xs, "bfloat16")).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
-    _reset(acc)
+    acc.zero()
     _sweep_chunk(_GIVEN_REF, 0, 1, 0.0, xs.size, xs, ys, r32, rb, _NO_POLY, False, False, False, xlo, xscale, nxb,
                  *acc.arrays(), acc.pending)
     tot.add(acc)
@@ -585,7 +592,7 @@ def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, c
                 bar.update(n)
                 continue
             first = start + off * (stride if mode == _BITS else 1)
-            _reset(acc)
+            acc.zero()
             if impl.fused is not None:
                 rc, fm, fr, fa = impl.fused
                 _sweep_chunk(mode, first, stride, scale, n, _NO_ARRAY, _NO_ARRAY, _NO_ARRAY, _NO_ARRAY, rc, fm,
@@ -604,21 +611,6 @@ def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, c
     bar.close()
     seconds = time.perf_counter() - t0 + (checkpoint.seconds_before if checkpoint is not None else 0.0)
     return _result(impl, domain, tot, nxb, seconds, provenance)
-
-
-def _reset(acc: _Accumulators):
-    acc.acc_i[:] = 0
-    acc.acc_i[:, _MAXD] = -1
-    acc.acc_f[:, 0] = -1.0
-    acc.acc_f[:, 1] = 0.0
-    acc.hist[:] = 0
-    acc.bin_i[:] = 0
-    acc.bin_i[:, :, _B_MAXD] = -1
-    acc.bin_f[:] = -1.0
-    acc.xb_i[:] = 0
-    acc.xb_i[:, :, _X_MAXD] = -1
-    acc.xb_f[:] = 0.0
-    acc.xb_f[:, :, 1] = -1.0
 
 
 def _result(impl, domain, tot: _Totals, nxb, seconds, provenance) -> SweepResult:
