@@ -1,0 +1,76 @@
+"""Exhaustive observed maxima of exp2 implementations, cached in data/exp2_observed.json.
+
+The relative-error bound of fa4num.bounds.exp2_error_bound is checked against the largest error observed over
+every fp32 input whose result is normal. Sweeping ~1.06e9 inputs per implementation takes seconds to minutes,
+so the sweeps are run once (``python3 -m fa4num.bounds._observed``) with fa4num.ex2.sweep and their maxima kept
+with provenance; the tests recheck slices of them.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from fa4num.ex2 import Domain, fa4_implementation, mufu_implementation, sweep
+
+__all__ = ["OBSERVED_PATH", "observed_exp2", "observed_key", "NORMAL_DOMAIN"]
+
+OBSERVED_PATH = Path(__file__).with_name("data") / "exp2_observed.json"
+# every fp32 x whose 2^x (and FA4's result) is a normal number: the exponent field n + 127 >= 1
+NORMAL_DOMAIN = (-126.0, 0.0)
+
+
+def observed_key(*, degree=3, coeffs=None, variant="packed", mufu_arch=None) -> str:
+    """The cache key of one implementation (the sweep's implementation name)."""
+    if mufu_arch is not None:
+        return f"mufu-ex2-{mufu_arch}-ftz"
+    if coeffs is None:
+        return f"fa4-{variant}-deg{degree}"
+    if isinstance(coeffs, str):
+        return f"{coeffs}-{variant}"
+    raise ValueError("coeffs: only FA4's POLY_EX2 (None) and polys/ entry names have cached sweeps")
+
+
+def observed_exp2(key: str, *, path=None) -> dict | None:
+    """The cached sweep record of ``key`` (see observed_key), or None when it was not swept."""
+    p = Path(path) if path is not None else OBSERVED_PATH
+    if not p.exists():
+        return None
+    return json.loads(p.read_text())["results"].get(key)
+
+
+def _implementations():
+    from fa4num.fit.registry import read
+    impls = [fa4_implementation(d) for d in range(1, 6)]
+    impls += [fa4_implementation(3, variant=v) for v in ("scalar", "asm")]
+    for name, e in read()["entries"].items():
+        if 1 <= int(e["degree"]) <= 5:
+            impls.append(fa4_implementation(int(e["degree"]), coeffs=name))
+    impls.append(mufu_implementation(arch="sm90", ftz=True))
+    return impls
+
+
+def build(path=None, *, progress=False) -> Path:
+    """Sweep every implementation over all fp32 x in NORMAL_DOMAIN and write the maxima (run on an idle box)."""
+    from fa4num.provenance import provenance
+    p = Path(path) if path is not None else OBSERVED_PATH
+    dom = Domain(kind="bits", lo=NORMAL_DOMAIN[0], hi=NORMAL_DOMAIN[1], nans=False)
+    results = {}
+    for impl in _implementations():
+        r = sweep(impl, dom, xbins=0, progress=progress)
+        results[impl.name] = {"max_rel": r.max_rel, "max_rel_x": r.max_rel_x, "max_ulp": r.max_ulp,
+                              "count": r.count, "params": r.params, "seconds": round(r.seconds, 2)}
+        print(f"{impl.name}: max rel {r.max_rel:.6g} at x={r.max_rel_x!r} ({r.count} inputs, {r.seconds:.1f} s)",
+              flush=True)
+    rec = {"what": "largest |ex2(x)/2^x - 1| over every fp32 x in [-126, 0] (results normal), fa4num.ex2.sweep "
+                   "(2^x from libm float64)", "domain": list(NORMAL_DOMAIN), "results": results,
+           "provenance": provenance(domain=dom.describe())}
+    if not all(math.isfinite(v["max_rel"]) for v in results.values()):
+        raise RuntimeError("a sweep gave a non-finite maximum")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(rec, indent=1) + "\n")
+    return p
+
+
+if __name__ == "__main__":
+    print(build())
