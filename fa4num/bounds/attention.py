@@ -1,0 +1,549 @@
+"""Per-element error bounds of FA4's attention forward (out and LSE) against real-arithmetic attention.
+
+A running-error analysis with computed quantities, evaluated in float64 in one vectorised pass per (batch,
+head): S = Q K^T and |Q||K|^T, the exact softmax weights w = 2^(lambda (S - M)) (lambda = softmax_scale log2 e,
+M the row max), then |V|-weighted sums of w and of w * theta (theta = each weight's relative error bound).
+Every term is derived in docs/bounds.md; the FA4 step each one models is named where it is computed. The
+kernel is never run: the bound holds for whatever bits the kernel produces within its hardware models
+(fa4num.hw.mma tensor-core truncation, MUFU tables, fa4num.bounds.exp2 for the software exp2).
+
+Worst case (``out``, ``lse``) and probabilistic (``out_probabilistic``: holds with probability >= 1 - delta per
+element when the rounding errors of the P cast, the row sum and the PV accumulation are independent, mean zero
+and bounded, the model of Higham and Mary, SIAM J. Sci. Comput. 41 (2019) A2815-A2835; Hoeffding's inequality).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+from numba import njit, prange
+
+from fa4num.attention import config
+from fa4num.hw.mma import ACCUMULATORS, chunk_elements
+from fa4num.softmax import emulated_columns
+from fa4num.softmax._ops import LN2_F32, scale_log2_of
+
+from .exp2 import exp2_error_bound, mufu_error_bounds
+
+__all__ = ["AttentionBound", "attention_error_bound", "P_FORMATS"]
+
+U32 = 2.0 ** -24
+# P's format after the cast (cvt.rn / cvt.rn.satfinite): unit roundoff, half the smallest subnormal spacing,
+# largest finite value
+P_FORMATS = {
+    "bfloat16": (2.0 ** -8, 2.0 ** -134, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)),
+    "float16": (2.0 ** -11, 2.0 ** -25, 65504.0),
+    "float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0),
+    "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0),
+}
+_NP = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
+       "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2)}
+_TORCH = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float8_e4m3fn": "float8_e4m3fn",
+          "torch.float8_e5m2": "float8_e5m2"}
+# the bound is evaluated in float64 from sums of at most ~1e6 terms: relative evaluation error far below 2^-30
+_F64_SAFETY = 1.0 + 2.0 ** -30
+# documented PTX bounds, used when the emulator runs numpy's libm (mufu_arch="libm", statistical mode)
+_PTX_EX2_REL = 2 * 2.0 ** -23
+_PTX_RCP_REL = 2.0 ** -23
+_PTX_LG2_ABS = 2.0 ** -22
+
+
+@dataclass
+class AttentionBound:
+    """Bounds on |kernel - exact| for FA4's forward.
+
+    out                 (batch, seqlen_q, heads, head_dim) float64: worst-case bound per output element
+    lse                 (batch, heads, seqlen_q) float64: worst-case bound on the natural-log LSE per row
+    out_probabilistic   as ``out``, holding with probability >= 1 - delta per element (Higham-Mary model)
+    out_exact           the real-arithmetic attention (float64, its evaluation error is inside the bound)
+    lse_exact           its LSE
+    terms               per source, the largest contribution over the elements (absolute units of out):
+                        s_gemm, scale_exponent, exp2_mufu, exp2_software, rescale, p_cast, row_sum, pv_gemm,
+                        rcp, out_cast; lse_terms likewise for the LSE
+    a_priori            closed-form normwise bound on max |out - exact| (see ``a_priori_bound``)
+    """
+    out: np.ndarray
+    lse: np.ndarray
+    out_probabilistic: np.ndarray
+    out_exact: np.ndarray
+    lse_exact: np.ndarray
+    terms: dict
+    lse_terms: dict
+    a_priori: dict
+    kernel: str
+    delta: float
+    options: dict = field(repr=False, default_factory=dict)
+
+
+def _as_array(x, name):
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        import torch
+        dt = _TORCH.get(str(x.dtype))
+        if dt is None:
+            raise ValueError(f"{name} dtype must be one of {tuple(_TORCH)}, got {x.dtype}")
+        t = x.detach().contiguous().cpu()
+        raw = t.view(torch.int16 if _NP[dt].itemsize == 2 else torch.uint8).numpy()
+        return raw.view(_NP[dt])
+    a = np.asarray(x)
+    if a.dtype.name not in _NP:
+        raise ValueError(f"{name} dtype must be one of {tuple(_NP)}, got {a.dtype}")
+    return a
+
+
+def _options(kernel, dt, d, causal, sq, h_per_kv, batch, heads, options):
+    """The kernel's knobs exactly as fa4num.attention.forward resolves them (public config tables)."""
+    options = dict(options)
+    mode = options.pop("mode", "bitexact")
+    if mode not in ("bitexact", "statistical"):
+        raise ValueError(f"mode must be 'bitexact' or 'statistical', got {mode!r}")
+    if mode == "statistical":
+        options = {"gemm": "blas", "mufu_arch": "libm", **options}
+    if kernel == "fa4-sm90":
+        tm, tn = config.sm90_tile(d, causal)
+        opts = config.Sm90Options(tile_m=tm, tile_n=tn)
+    else:
+        opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv,
+                                     batch=batch, heads=heads, use_2cta_instrs=options.pop("use_2cta_instrs", None),
+                                     is_sm103=options.pop("is_sm103", False))
+    opts = config.apply_overrides(opts, options)
+    if kernel == "fa4-sm100" and opts.max_offset + opts.rescale_threshold >= config.LOG2_DTYPE_MAX[dt]:
+        raise ValueError(f"max_offset + rescale_threshold must stay below log2(max {dt}) = "
+                         f"{config.LOG2_DTYPE_MAX[dt]:.3f}, got {opts.max_offset} + {opts.rescale_threshold}")
+    return opts
+
+
+@functools.lru_cache(maxsize=64)
+def _sw_bound(deg, coeffs, hi):
+    return exp2_error_bound(deg, coeffs=coeffs, variant="packed", domain=(-math.inf, hi))
+
+
+def _gamma(n, u):
+    """(1 + u)^n - 1, rounded up (n roundings of relative size u in a chain)."""
+    return math.expm1(n * math.log1p(u)) * _F64_SAFETY
+
+
+def _gamma_prob(n, u, lam):
+    """Higham-Mary probabilistic counterpart: exp(lam sqrt(n) u + n u^2 / (1 - u)) - 1."""
+    return math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u)) * _F64_SAFETY
+
+
+@dataclass(frozen=True)
+class _Gemm:
+    """Error model of one accumulation chain: per chunk |err| <= gamma (|C| + sum |terms|) + eta."""
+    gamma: float
+    eta: float
+    chunk: int
+
+    def chain(self, nchunks, absum, u_extra=0.0, nextra=0):
+        """Bound of the accumulated error of ``nchunks`` chained steps (plus ``nextra`` RN multiplications of
+        the accumulator, each relative ``u_extra``) over terms with absolute sum ``absum``."""
+        nchunks = np.asarray(nchunks, np.float64)
+        nextra = np.asarray(nextra, np.float64)
+        growth = np.exp(nchunks * math.log1p(self.gamma) + nextra * math.log1p(u_extra))
+        return np.expm1(np.log(growth)) * absum * _F64_SAFETY + nchunks * self.eta * growth
+
+
+def _gemm_model(gemm: str, arch: str, dtype: str, k_total: int) -> _Gemm:
+    """fa4num.hw.mma models. "wgmma": every term and C truncated to F bits below the largest exponent, then RZ to
+    fp32: per chunk |err| < (L+1) 2^-F max|term| + 2^-23 |sum| (+ the floor of pinned exponents); "exact": one RN
+    per chunk; "blas": fp32 BLAS in any order, gamma_{K} over the whole sum."""
+    minexp = {"bfloat16": -126, "float16": -14, "float8_e4m3fn": -6, "float8_e5m2": -14}[dtype]
+    if gemm == "wgmma":
+        acc = ACCUMULATORS[arch]
+        L = chunk_elements(_NP[dtype], arch)
+        F = acc.fraction_bits
+        trunc = (L + 1) * 2.0 ** -F
+        g = trunc + 2.0 ** -23 * (1 + trunc)
+        # terms whose exponent is pinned (subnormal inputs, zeros at e_zero, fp32 subnormal accumulators)
+        eta = (L + 1) * 2.0 ** (max(2 * minexp + 2, acc.e_zero, -126) - F) + 2.0 ** -149
+        return _Gemm(g * _F64_SAFETY, eta, L)
+    if gemm == "exact":
+        L = chunk_elements(_NP[dtype], arch)
+        return _Gemm(U32 * _F64_SAFETY, 2.0 ** -150, L)
+    # BLAS: treat the whole product as one chunk with gamma_{K+1}
+    return _Gemm(_gamma(k_total + 1, U32), (k_total + 1) * 2.0 ** -150, max(k_total, 1))
+
+
+def _delta_lambda(softmax_scale: float) -> tuple[float, float, float]:
+    """(sl2 as the kernel has it, exact lambda = softmax_scale log2 e rounded to float64, |sl2 - lambda| up)."""
+    import mpmath
+    sl2 = float(scale_log2_of(softmax_scale))
+    with mpmath.workprec(200):
+        lam = mpmath.mpf(softmax_scale) * mpmath.log(2) ** -1
+        dl = abs(mpmath.mpf(sl2) - lam)
+        ln2err = abs(mpmath.mpf(float(LN2_F32)) - mpmath.log(2))
+        return sl2, float(lam), float(dl) * (1 + 2.0 ** -50), float(ln2err) * (1 + 2.0 ** -50)
+
+
+def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", delta=1e-6,
+                          **options) -> AttentionBound:
+    """Rigorous per-element bound on |out_kernel - out_exact| and |lse_kernel - lse_exact| for FA4's forward.
+
+    Parameters
+    ----------
+    q, k, v : arrays or torch tensors
+        FA4's layout (batch, seqlen, heads, head_dim), as fa4num.attention.forward takes them.
+    softmax_scale : float, optional
+        Default 1/sqrt(head_dim). out_exact uses this real number; the kernel its fp32 scale_log2.
+    causal : bool
+        Bottom-right aligned causal mask.
+    kernel : {"fa4-sm90", "fa4-sm100"}
+    delta : float
+        Failure probability per element of ``out_probabilistic`` (0 < delta < 1).
+    **options
+        fa4num.attention.forward's options (rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...).
+
+    Returns
+    -------
+    AttentionBound
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes
+    >>> from fa4num.attention import forward
+    >>> from fa4num.bounds import attention_error_bound
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((1, 64, 1, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    >>> b = attention_error_bound(q, k, v)
+    >>> out = forward(q, k, v).out.astype(np.float64)
+    >>> bool((np.abs(out - b.out_exact) <= b.out).all())
+    True
+    """
+    if kernel not in config.KERNELS:
+        raise ValueError(f"kernel must be one of {config.KERNELS}, got {kernel!r}")
+    if not (isinstance(delta, float) and 0.0 < delta < 1.0):
+        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
+    qa, ka, va = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
+    for name, a in (("q", qa), ("k", ka), ("v", va)):
+        if a.ndim != 4:
+            raise ValueError(f"{name} must be 4-D (batch, seqlen, heads, head_dim), got shape {a.shape}")
+    if not (qa.dtype == ka.dtype == va.dtype):
+        raise ValueError(f"q, k, v must share one dtype, got {qa.dtype}, {ka.dtype}, {va.dtype}")
+    dt = qa.dtype.name
+    allowed = config.DTYPES_SM90 if kernel == "fa4-sm90" else config.DTYPES_SM100
+    if dt not in allowed:
+        raise ValueError(f"dtype {dt} is not supported by kernel {kernel!r}; allowed: {allowed}")
+    b, sq, h, d = qa.shape
+    sk, hk = ka.shape[1], ka.shape[2]
+    if ka.shape != va.shape or ka.shape[0] != b or ka.shape[3] != d or hk < 1 or h % hk:
+        raise ValueError(f"k and v must be (batch, seqlen_k, heads_kv, head_dim) with heads % heads_kv == 0 "
+                         f"matching q {qa.shape}; got {ka.shape} and {va.shape}")
+    for name, a in (("q", qa), ("k", ka), ("v", va)):
+        if not np.isfinite(a.astype(np.float32)).all():
+            raise ValueError(f"{name} contains NaN or inf; no finite bound exists")
+    if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(f"softmax_scale must be a finite positive float, got {softmax_scale}")
+    h_per_kv = h // hk
+    opts = _options(kernel, dt, d, causal, sq, h_per_kv, b, h, options)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    sl2, lam, dlam, dln2 = _delta_lambda(scale)
+    arch = "sm90" if kernel == "fa4-sm90" else "sm100"
+
+    # --- per-kernel constants -------------------------------------------------------------------------------
+    thr = float(getattr(opts, "rescale_threshold", 0.0))
+    off = float(getattr(opts, "max_offset", 0.0))
+    tn = opts.tile_n
+    if opts.mufu_arch == "libm":
+        ex2_rel, rcp_rel, lg2_abs = _PTX_EX2_REL, _PTX_RCP_REL, (lambda e: _PTX_LG2_ABS * max(1, abs(e) + 1))
+    else:
+        mb = mufu_error_bounds(opts.mufu_arch)
+        ex2_rel, rcp_rel, lg2_abs = mb.ex2_relative, mb.rcp_relative, mb.lg2_absolute
+    emu_cols = np.zeros(tn, bool)
+    sw = None
+    if kernel == "fa4-sm100":
+        emu_cols = emulated_columns(tn, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
+                                    start_frg=opts.ex2_emu_start_frg)
+        if emu_cols.any():
+            coeffs = opts.coeffs
+            deg = opts.poly_degree
+            if coeffs is not None and not isinstance(coeffs, str):
+                deg = len(coeffs) - 1
+            # softmax arguments reach thr + off (+ rounding): domain up to thr + off + 1
+            sw = _sw_bound(deg, coeffs if coeffs is None or isinstance(coeffs, str) else
+                           tuple(float(c) for c in coeffs), thr + off + 1.0)
+    # absolute error of a P value (normalised by c >= 2^(off - rho sl2)): MUFU flush below 2^-126, the software
+    # exp2's subnormal results, and a rescale factor flushed to 0 (contributions below 2^-126 of 2^(thr+off))
+    eta_exp = max(2.0 ** -126, sw.absolute_subnormal if sw is not None else 0.0) * (1 + 2.0 ** (thr + off + 1))
+    u_p, eta_p, pmax = P_FORMATS[dt]
+    out_dt = "bfloat16" if dt.startswith("float8") else dt
+    u_o = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}[out_dt]
+    gemm_s = _gemm_model(opts.gemm, arch, dt, d)
+    pv_k = tn if opts.gemm != "blas" else -(-sk // tn) * tn
+    gemm_pv = _gemm_model(opts.gemm, arch, dt, pv_k)
+    lam_p = math.sqrt(2.0 * math.log(6.0 / delta))   # Hoeffding, delta/3 for each of three random sums
+
+    out_b = np.zeros((b, sq, h, d))
+    out_p = np.zeros((b, sq, h, d))
+    out_x = np.zeros((b, sq, h, d))
+    lse_b = np.zeros((b, h, sq))
+    lse_x = np.full((b, h, sq), -np.inf)
+    names = ("s_gemm", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast", "row_sum", "pv_gemm",
+             "rcp", "out_cast")
+    terms = {n: 0.0 for n in names}
+    lse_names = ("weights", "row_sum", "lg2", "scale", "roundings")
+    lterms = {n: 0.0 for n in lse_names}
+    vmax_all = 0.0
+    col = np.arange(sk)
+    emu_key = emu_cols[col % tn]
+    rows = np.arange(sq)
+    last = sk - 1 if not causal else np.minimum(rows + sk - sq, sk - 1)
+    last = np.broadcast_to(last, (sq,)).astype(np.int64)
+    nvis = np.maximum(last + 1, 0)                       # keys 0..last are visible
+    nblk = -(-nvis // tn)                                # KV blocks processed per row
+    vis = col[None, :] <= last[:, None]
+    first_lo = (np.maximum(nblk - 1, 0) * tn)            # keys of the first processed block: [first_lo, last]
+    in_first = vis & (col[None, :] >= first_lo[:, None])
+    for bb in range(b):
+        for hh in range(h):
+            kv = hh // h_per_kv
+            Q = qa[bb, :, hh].astype(np.float64)
+            K = ka[bb, :, kv].astype(np.float64)
+            V = va[bb, :, kv].astype(np.float64)
+            aV = np.abs(V)
+            vmax_all = max(vmax_all, float(aV.max(initial=0.0)))
+            S = Q @ K.T
+            A = np.abs(Q) @ np.abs(K).T
+            # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma), plus float64's own error (d 2^-52 A)
+            rho = _s_error(Q, K, S, A, gemm_s, opts.gemm) + d * 2.0 ** -52 * A
+            Sm = np.where(vis, S, -np.inf)
+            M = Sm.max(axis=1)
+            Mf = np.where(np.isfinite(M), M, 0.0)
+            rho_m = np.where(vis, rho, 0.0).max(axis=1, initial=0.0)
+            absS = np.where(vis, np.abs(S), 0.0).max(axis=1, initial=0.0)
+            F = np.where(in_first, S, -np.inf).max(axis=1)
+            F = np.where(np.isfinite(F), F, Mf)
+            gap = np.where(vis, Mf[:, None] - S, 0.0)          # >= 0
+            # --- exponent error per element (log2 units), softmax.py scale_subtract_rowmax / online_softmax ---
+            e_s = sl2 * rho + lam * d * 2.0 ** -52 * A
+            e_scale = dlam * gap
+            xmag = (gap + 2 * rho_m[:, None]) * sl2 + thr + off
+            bias_mag = (absS + rho_m) * sl2 + off
+            nround_bias = 1 if (kernel == "fa4-sm90" or getattr(opts, "fused_bias", True)) else 2
+            e_round = U32 * xmag + nround_bias * U32 * bias_mag[:, None]
+            if kernel == "fa4-sm90" and not getattr(opts, "ffma_exponent", True):
+                e_round = e_round + U32 * (np.abs(S) + rho) * sl2
+            # rescale factors (update_row_max / online_softmax row_scale): argument FADD + FMUL roundings summed
+            # over the telescoping rises of the stored max, and one MUFU ex2 per visited block after the first
+            rise = np.maximum(Mf - F, 0.0) + 2 * rho_m
+            e_resc_arg = 2.0000001 * U32 * sl2 * rise
+            nresc = np.maximum(nblk - 1, 0)
+            log_resc = e_resc_arg * math.log(2) + nresc * math.log1p(ex2_rel)
+            log_ex2 = np.where(emu_key[None, :], math.log1p(sw.relative) if sw is not None else 0.0,
+                               math.log1p(ex2_rel))
+            log_theta = (e_s + e_scale + e_round) * math.log(2) + log_ex2 + log_resc[:, None]
+            theta = np.where(vis, np.expm1(log_theta), 0.0) * _F64_SAFETY
+            # exact weights relative to the row max (S is float64 of exact products; its error is in theta)
+            with np.errstate(under="ignore"):
+                w = np.where(vis, np.exp2(-lam * gap), 0.0)
+            W = w.sum(axis=1)
+            has = nvis > 0
+            Wd = np.where(has, W, 1.0)
+            ostar = (w @ V) / Wd[:, None]
+            G = w @ aV
+            H = (w * theta) @ aV
+            wth = (w * theta).sum(axis=1)
+            Vabs = vis.astype(np.float64) @ aV
+            # normalisation constant c of the kernel's weights: c >= 2^(off - rho sl2); A_j <= (1+ex2)^blocks
+            cinv = 2.0 ** (-off) * np.exp2(rho_m * sl2)
+            a_up = np.exp(nresc * math.log1p(ex2_rel))
+            eta_w = eta_exp * cinv * a_up                       # absolute error of a normalised weight
+            tau = (wth + nvis * eta_w) / Wd
+            if np.any(tau[has] >= 0.5):
+                raise ValueError("the weights' error bound exceeds 1/2 of the row sum: inputs too large for a "
+                                 "first-order bound (|S| error times scale_log2 must stay well below 1)")
+            # fp8/fp16 P must stay finite (cvt.rn.satfinite): P <= 2^(thr + off) (1 + theta) < max
+            pmax_est = 2.0 ** (thr + off) * (1 + float(theta.max(initial=0.0))) * np.exp2(2 * rho_m.max(initial=0) * sl2)
+            if pmax_est >= pmax:
+                raise ValueError(f"P can reach {pmax_est:.4g} >= the largest {dt} ({pmax}); saturation is not "
+                                 "bounded here (lower rescale_threshold/max_offset)")
+            denom = Wd * (1 - tau)
+            # ô - o*: consistent weight errors (the same w_j (1 + theta_j) in numerator and row sum)
+            t_w = (H + np.abs(ostar) * wth[:, None] + eta_w[:, None] * (Vabs + nvis[:, None] * np.abs(ostar))) \
+                / denom[:, None]
+            Gp = G + H + eta_w[:, None] * Vabs
+            # P cast (apply_exp2_convert / cvt.rn.bf16x2.f32): numerator only, the row sum adds fp32 P
+            eta_pn = eta_p * cinv * a_up
+            t_p = (u_p * Gp + eta_pn[:, None] * Vabs) / denom[:, None]
+            # PV GEMM chain (tiled_mma_pv) with the O rescales RN(O * acc_scale) in between (correction_rescale)
+            nch = nblk * -(-tn // gemm_pv.chunk) if opts.gemm != "blas" else np.minimum(nblk, 1)
+            T_abs = (1 + u_p) * Gp + eta_pn[:, None] * Vabs
+            nch = np.broadcast_to(nch, (sq,)).astype(np.float64)
+            t_pv = gemm_pv.chain(nch[:, None], T_abs, U32, nresc[:, None]) / denom[:, None]
+            # row sum: each P passes through at most D roundings (sm90: lane folds of tile_n/4 per block + FFMA
+            # init + 2 butterfly adds; sm100: 8 accumulators of tile_n/8 per block + RN(row_sum*acc_scale) + 3)
+            if kernel == "fa4-sm90":
+                D = nblk * (tn // 4) + 2
+            else:
+                D = nblk * (tn // 8 + 1) + 3
+            if opts.gemm == "blas":
+                D = D + nblk
+            g_D = np.expm1(D * math.log1p(U32)) * _F64_SAFETY
+            # final scale (correction epilogue / finalize): rcp.approx then FMUL RN
+            eps = (1 + rcp_rel) * (1 + U32) / (1 - g_D) - 1
+            R = t_p + t_pv
+            err_o = t_w + R + eps[:, None] * (np.abs(ostar) + t_w + R)
+            # output cast (RN to the output dtype), through the monotonicity of RN: o lies in [o* - B, o* + B]
+            cast = _cast_bound(ostar, err_o, out_dt)
+            bound = cast * _F64_SAFETY
+            # probabilistic: P-cast, row-sum and PV rounding errors random (Hoeffding / Higham-Mary gamma~)
+            w2v2 = np.sqrt((w * w * (1 + theta) ** 2) @ (V * V))
+            t_p_prob = (lam_p * u_p * w2v2 + eta_pn[:, None] * Vabs) / denom[:, None]
+            Dv = np.broadcast_to(D, (sq,)).astype(np.float64)
+            g_D_prob = np.expm1(lam_p * np.sqrt(Dv) * U32 + Dv * U32 * U32 / (1 - U32)) * _F64_SAFETY
+            eps_p = (1 + rcp_rel) * (1 + U32) / (1 - np.minimum(g_D, g_D_prob)) - 1
+            gp = _Gemm(gemm_pv.gamma, gemm_pv.eta, gemm_pv.chunk)
+            t_pv_prob = _prob_chain(gp, nch[:, None], T_abs, nresc[:, None], lam_p) / denom[:, None]
+            Rp = np.minimum(t_p_prob, t_p) + np.minimum(t_pv_prob, t_pv)
+            err_p = t_w + Rp + eps_p[:, None] * (np.abs(ostar) + t_w + Rp)
+            bound_p = _cast_bound(ostar, err_p, out_dt) * _F64_SAFETY
+            hm = has[:, None]
+            out_b[bb, :, hh] = np.where(hm, bound, 0.0)
+            out_p[bb, :, hh] = np.where(hm, np.minimum(bound_p, bound), 0.0)
+            out_x[bb, :, hh] = np.where(hm, ostar, 0.0)
+            # terms (largest over elements), in units of out
+            share = np.where(hm, 1.0, 0.0) / denom[:, None]
+            e_s_only = np.where(vis, np.expm1((e_s) * math.log(2)), 0.0)
+            _upd(terms, "s_gemm", (((w * e_s_only) @ aV) * share))
+            _upd(terms, "scale_exponent", (((w * np.where(vis, np.expm1((e_scale + e_round) * math.log(2)), 0))
+                                            @ aV) * share))
+            emu_w = w * emu_key[None, :]
+            _upd(terms, "exp2_software", ((emu_w @ aV) * share * (sw.relative if sw is not None else 0.0)))
+            _upd(terms, "exp2_mufu", (((w - emu_w) @ aV) * share * ex2_rel))
+            _upd(terms, "rescale", ((G * np.expm1(log_resc)[:, None]) * share))
+            _upd(terms, "p_cast", t_p * hm)
+            _upd(terms, "pv_gemm", t_pv * hm)
+            _upd(terms, "row_sum", (g_D[:, None] * np.abs(ostar)) * hm)
+            _upd(terms, "rcp", (rcp_rel * np.abs(ostar)) * hm)
+            _upd(terms, "out_cast", (bound - err_o) * hm)
+            # --- LSE (finalize / correction_loop): (m sl2 + lg2(row_sum) - off) ln2, roundings in fp32 -----
+            with np.errstate(divide="ignore"):
+                lse_star = np.where(has, (lam * Mf + np.log2(Wd)) * math.log(2), -np.inf)
+            lw = -np.log2(1 - tau)
+            lr = -np.log2(1 - g_D)
+            # exponents of the row sum: c W (1 +- ...) with W in [1, n], c in [2^(off - rho sl2), 2^(off+thr+..)]
+            emax = np.ceil(np.log2(np.maximum(nvis, 1)) + off + thr + 2 * rho_m * sl2 + 1)
+            emin = np.floor(off - rho_m * sl2 - 1)
+            lg2e = np.array([lg2_abs(int(max(abs(a), abs(c)))) for a, c in zip(emax, emin)]) if sq else np.zeros(0)
+            lscale = np.abs(Mf) * dlam
+            core = lw + lr + lg2e + lscale
+            t1 = (np.abs(lse_star) / math.log(2) + core) * (1 + 2.0 ** -22)   # |m sl2 + lg2 - off| upper
+            lg_mag = np.log2(np.maximum(nvis, 1)) + off + thr + 2 + core
+            nround = 2 if kernel == "fa4-sm90" else 3
+            rnd = U32 * t1 * math.log(2) * (nround - 1) + dln2 * t1 + U32 * (np.abs(lse_star) + core) \
+                + (U32 * lg_mag * math.log(2) if kernel == "fa4-sm100" else 0.0)
+            lb = (core * math.log(2) + rnd) * _F64_SAFETY
+            lse_b[bb, hh] = np.where(has, lb, 0.0)
+            lse_x[bb, hh] = lse_star
+            for n, val in (("weights", lw * math.log(2)), ("row_sum", lr * math.log(2)),
+                           ("lg2", lg2e * math.log(2)), ("scale", lscale * math.log(2)), ("roundings", rnd)):
+                lterms[n] = max(lterms[n], float(np.max(np.where(has, val, 0.0), initial=0.0)))
+    ap = a_priori_bound(head_dim=d, seqlen_k=sk, threshold=thr, max_offset=off, dtype=dt, kernel=kernel,
+                        exp2_relative=max(ex2_rel, sw.relative if sw is not None else 0.0),
+                        qk_abs_max=float(np.abs(qa.astype(np.float64)).max(initial=0) *
+                                         np.abs(ka.astype(np.float64)).max(initial=0)),
+                        v_abs_max=vmax_all, scale_log2=sl2, tile_n=tn)
+    return AttentionBound(out=out_b, lse=lse_b, out_probabilistic=out_p, out_exact=out_x, lse_exact=lse_x,
+                          terms=terms, lse_terms=lterms, a_priori=ap, kernel=kernel, delta=delta,
+                          options={k2: getattr(opts, k2) for k2 in vars(opts)})
+
+
+def _s_error(Q, K, S, A, g: _Gemm, gemm: str):
+    """Running bound of |S_kernel - S| through the chunk chain, from the computed partial sums S_k: chunk k
+    adds at most trunc * max(|C_k|, |terms|) (alignment truncation) + 2^-23 |C_{k+1}| (RZ to fp32) for the
+    wgmma model (one RN, 2^-24 |C_{k+1}|, for "exact"); |C_k| <= |S_k| + rho_k. BLAS: gamma_d A."""
+    if gemm == "blas":
+        return g.chain(1, A)
+    trunc = g.gamma - 2.0 ** -23 if gemm == "wgmma" else 0.0
+    rz = 2.0 ** -23 if gemm == "wgmma" else 2.0 ** -24
+    rho = np.empty_like(S)
+    _s_error_kernel(np.ascontiguousarray(Q), np.ascontiguousarray(K), g.chunk, trunc, rz, g.eta, rho)
+    return rho * _F64_SAFETY
+
+
+@njit(parallel=True, cache=True)
+def _s_error_kernel(Q, K, L, trunc, rz, eta, rho):
+    """rho[i, j] of _s_error: partial sums over chunks of L products, fused (no temporaries)."""
+    m, d = Q.shape
+    n = K.shape[0]
+    for i in prange(m):
+        for j in range(n):
+            part = 0.0
+            r = 0.0
+            for k0 in range(0, d, L):
+                nxt = part
+                cab = 0.0
+                for kk in range(k0, min(k0 + L, d)):
+                    t = Q[i, kk] * K[j, kk]
+                    nxt += t
+                    cab += abs(t)
+                tr = trunc * (abs(part) + r + cab)
+                r += (tr + rz * (abs(nxt) + r + tr)) / (1 - rz) + eta
+                part = nxt
+            rho[i, j] = r
+
+
+def _upd(terms, name, arr):
+    terms[name] = max(terms[name], float(np.max(arr, initial=0.0)))
+
+
+def _prob_chain(g: _Gemm, nchunks, absum, nresc, lam):
+    """Higham-Mary: the chunk and rescale rounding errors as independent mean-zero variables."""
+    growth = np.exp(lam * np.sqrt(nchunks) * g.gamma + nchunks * g.gamma ** 2 / (1 - g.gamma)
+                    + lam * np.sqrt(nresc) * U32 + nresc * U32 * U32)
+    return np.expm1(np.log(growth)) * absum * _F64_SAFETY + nchunks * g.eta * growth
+
+
+def _round_dir(x: np.ndarray, up: bool) -> np.ndarray:
+    """float64 -> the fp32 value just below (up=False) or above x (directed, exact for finite x)."""
+    r = x.astype(np.float32)
+    r64 = r.astype(np.float64)
+    if up:
+        return np.where(r64 < x, np.nextafter(r, np.float32(np.inf)), r)
+    return np.where(r64 > x, np.nextafter(r, np.float32(-np.inf)), r)
+
+
+def _cast_bound(ostar, err, out_dt):
+    """max |RN(o) - o*| over o in [o* - err, o* + err]: RN is monotone, so the extremes are the roundings of
+    the interval's ends (taken to fp32 outward first, then RN to the output dtype once, as the kernel's cvt)."""
+    lo = _round_dir(ostar - err, False).astype(_NP[out_dt]).astype(np.float64)
+    hi = _round_dir(ostar + err, True).astype(_NP[out_dt]).astype(np.float64)
+    return np.maximum(np.abs(ostar - lo), np.abs(hi - ostar))
+
+
+def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="bfloat16", kernel="fa4-sm90",
+                   exp2_relative=2.4e-7, qk_abs_max=1.0, v_abs_max=1.0, scale_log2=None, tile_n=128,
+                   gemm="wgmma") -> dict:
+    """Closed-form normwise bound on max |out - out_exact| from the problem's sizes alone.
+
+    With n = seqlen_k, blocks B = ceil(n / tile_n), u_p the unit roundoff of P's format, u_o the output's,
+    gamma_m the per-chunk tensor-core error (fa4num.hw.mma), theta = 2^(e_x) (1 + e_exp2)(1 + e_ex2)^(B-1) - 1 with
+    e_x = sl2 * ceil(d/L) gamma_m * d * qk_max (S error) + 2^-24 (|x| + |bias|) terms bounded by 2 * 2 sl2 d qk_max:
+        |out - out*| <= 2 theta v_max / (1 - theta) + u_p (1 + theta) v_max / (1 - theta)
+                        + (ceil(n/L) gamma_m + B u) (1 + u_p) v_max + (gamma_D + 2^-22) v_max + u_o v_max.
+    Returns {"bound": float, "terms": {...}, "formula": str}."""
+    arch = "sm90" if kernel == "fa4-sm90" else "sm100"
+    sl2 = float(scale_log2_of(1.0 / math.sqrt(head_dim))) if scale_log2 is None else float(scale_log2)
+    g = _gemm_model(gemm, arch, dtype, head_dim)
+    L = g.chunk
+    smax = head_dim * qk_abs_max
+    e_s = sl2 * (math.expm1(-(-head_dim // L) * math.log1p(g.gamma))) * smax
+    e_x = e_s + U32 * (2 * smax * sl2 + threshold + max_offset) * 3 + 2 * U32 * sl2 * 2 * smax
+    B = -(-seqlen_k // tile_n)
+    theta = math.exp(e_x * math.log(2) + math.log1p(exp2_relative) + (B - 1) * math.log1p(exp2_relative)) - 1
+    u_p = P_FORMATS[dtype][0]
+    u_o = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}["bfloat16" if dtype.startswith("float8") else dtype]
+    D = B * (tile_n // 4 + 1) + 3
+    g_D = math.expm1(D * math.log1p(U32))
+    t = {"weights": 2 * theta / (1 - theta) * v_abs_max,
+         "p_cast": u_p * (1 + theta) / (1 - theta) * v_abs_max,
+         "pv_gemm": (math.expm1(-(-seqlen_k // L) * math.log1p(g.gamma) + B * math.log1p(U32))) * (1 + u_p)
+         * v_abs_max / (1 - theta),
+         "row_sum_rcp": (g_D + 2.0 ** -22) * v_abs_max,
+         "out_cast": u_o * v_abs_max}
+    return {"bound": sum(t.values()) * (1 + 2.0 ** -20), "terms": t,
+            "formula": "2θ/(1-θ)·vmax + u_p(1+θ)/(1-θ)·vmax + γ_PV(1+u_p)·vmax + (γ_D + 2^-22)·vmax + u_o·vmax"}
+

@@ -1,0 +1,139 @@
+"""The attention bound against observed errors: real FA4 kernel bits captured on an H200 (tests/golden/attention/)
+and the emulator (fa4num.attention.forward) on any inputs.
+
+``check(q, k, v, out, lse, ...)`` counts violations (|observed - exact| > bound) and reports the tightness
+(largest bound / largest observed error, and the median over elements of bound / observed).
+``golden_checks()`` runs it on every H200 golden case the bound models (plain attention; the feature files'
+cases without softcap, windows, sinks, varlen or non-finite inputs, which the emulator does not run yet).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .attention import attention_error_bound
+
+__all__ = ["BoundCheck", "check", "golden_checks", "GOLDEN_DIR"]
+
+GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[2] / "tests" / "golden" / "attention"
+_UNMODELLED = ("softcap", "window_size", "sink_mult", "varlen", "nonfinite", "backward")
+
+
+@dataclass(frozen=True)
+class BoundCheck:
+    """One case: violations and tightness of the worst-case and probabilistic bounds."""
+    name: str
+    kernel: str
+    source: str                 # "h200" (GPU bits) or "emulator"
+    elements: int               # output elements compared
+    out_violations: int
+    lse_violations: int
+    prob_violations: int        # elements above out_probabilistic (allowed with probability delta each)
+    max_observed: float
+    max_bound: float
+    ratio_max: float            # max bound / max observed over the case (inf when nothing was observed)
+    ratio_median: float         # median over elements with an error of bound / observed
+    lse_max_observed: float
+    lse_max_bound: float
+    prob_ratio_max: float
+    bound_seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _ratio(a, b):
+    return float(a / b) if b > 0 else float("inf")
+
+
+def check(q, k, v, out, lse, *, name="case", source="emulator", idx=None, softmax_scale=None, causal=False,
+          kernel="fa4-sm90", bound=None, **options) -> BoundCheck:
+    """Compare observed ``out`` (kernel dtype, out's shape, or the flat values at ``idx``) and ``lse`` with the
+    bound of ``attention_error_bound`` (computed here unless ``bound`` is given)."""
+    import time
+    t0 = time.perf_counter()
+    if bound is None:
+        bound = attention_error_bound(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel,
+                                      **options)
+    secs = time.perf_counter() - t0
+    ob = np.asarray(out).astype(np.float64)
+    if idx is None:
+        ex, bd, bp = bound.out_exact, bound.out, bound.out_probabilistic
+    else:
+        ex, bd, bp = (a.reshape(-1)[idx] for a in (bound.out_exact, bound.out, bound.out_probabilistic))
+        ob = ob.reshape(-1)
+    err = np.abs(ob - ex)
+    nz = err > 0
+    lse = np.asarray(lse, np.float64)
+    fin = np.isfinite(bound.lse_exact)
+    lerr = np.where(fin, np.abs(lse - bound.lse_exact), 0.0)
+    lviol = int((lerr > bound.lse).sum() + (np.isfinite(lse) != fin).sum())
+    return BoundCheck(name=name, kernel=kernel, source=source, elements=int(err.size),
+                      out_violations=int((err > bd).sum() + (~np.isfinite(err)).sum()),
+                      lse_violations=lviol, prob_violations=int((err > bp).sum()),
+                      max_observed=float(err.max(initial=0.0)), max_bound=float(bd.max(initial=0.0)),
+                      ratio_max=_ratio(bd.max(initial=0.0), err.max(initial=0.0)),
+                      ratio_median=float(np.median(bd[nz] / err[nz])) if nz.any() else float("inf"),
+                      lse_max_observed=float(lerr.max(initial=0.0)), lse_max_bound=float(bound.lse.max(initial=0)),
+                      prob_ratio_max=_ratio(bp.max(initial=0.0), err.max(initial=0.0)), bound_seconds=secs)
+
+
+def _bits_to(dtype_name, bits):
+    import ml_dtypes
+    dt = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype_name]
+    return np.asarray(bits).view(dt)
+
+
+def golden_cases(directory=None):
+    """(name, file, spec dict, q, k, v, observed out values, flat index or None, observed lse) for every H200
+    golden case the bound models. Only stored GPU values are returned (partial captures: their rows/samples)."""
+    from fa4num.attention import inputs
+    d = pathlib.Path(directory) if directory is not None else GOLDEN_DIR
+    out = []
+    main = d / "fa4_sm90_h200.npz"
+    if main.exists():
+        z = np.load(main)
+        meta = json.loads(str(z["meta"]))
+        for c in meta["cases"]:
+            spec = inputs.CaseSpec(**c["spec"])
+            q, k, v = inputs.make_inputs(spec)
+            gold = z[f"{spec.name}.out_bits"]
+            rows = gold.shape[1]
+            vals = _bits_to(spec.dtype, gold)
+            idx = None
+            if rows != spec.seqlen_q:
+                full = np.zeros(q.shape, bool)
+                full[:, :rows] = True
+                idx = np.flatnonzero(full)
+                vals = vals.reshape(-1)
+            out.append((spec.name, main.name, c["spec"], q, k, v, vals, idx, z[f"{spec.name}.lse"]))
+    for f in sorted(d.glob("fa4_sm90_features_*_h200.npz")) + sorted(d.glob("fa4_sm90_features_h200.npz")):
+        z = np.load(f)
+        meta = json.loads(str(z["meta"]))
+        for c in meta["cases"]:
+            case = c["case"]
+            if any(case.get(key) for key in _UNMODELLED):
+                continue
+            if case.get("softmax_scale") is not None and not (0 < case["softmax_scale"] < 1e3):
+                continue     # negative scales make FA4's max-subtraction overflow; huge ones are out of scope
+            name = case["name"]
+            if f"{name}.out_sample_idx" not in z.files:
+                continue
+            arrays = inputs.make_feature_inputs(case)
+            idx = z[f"{name}.out_sample_idx"].astype(np.int64)
+            vals = _bits_to(case["dtype"], z[f"{name}.out_sample_bits"])
+            spec = {k2: case[k2] for k2 in inputs.CaseSpec.__dataclass_fields__ if k2 in case}
+            out.append((name, f.name, spec, arrays["q"], arrays["k"], arrays["v"], vals, idx, z[f"{name}.lse"]))
+    return out
+
+
+def golden_checks(directory=None) -> list[BoundCheck]:
+    """BoundCheck of ``kernel="fa4-sm90"`` for every modelled H200 golden case (GPU values only)."""
+    res = []
+    for name, _f, spec, q, k, v, vals, idx, lse in golden_cases(directory):
+        res.append(check(q, k, v, vals, lse, name=name, source="h200", idx=idx,
+                         softmax_scale=spec.get("softmax_scale"), causal=spec["causal"], kernel="fa4-sm90"))
+    return res
