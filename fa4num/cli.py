@@ -22,6 +22,7 @@ _COMMANDS = (
     ("polys", "fa4num._polys_cli", "list, show and export coefficient sets of the polys registry"),
     ("mufu", "fa4num.gpu._cli", "MUFU ex2/rcp/lg2 table models: info, or build on a GPU"),
     ("attention", "fa4num.attention._cli", "emulated FA4 forward: accuracy runs and golden checks"),
+    ("bounds", "fa4num.bounds._cli", "rigorous error bounds of the exp2 and the attention forward vs observed"),
     ("study", "fa4num.study._cli", "studies at scale on Dask: run grids, list them, summarise results"),
     ("gpu", "fa4num.gpu._cli", "run the real instructions and kernels on a GPU and compare with the emulators"),
 )

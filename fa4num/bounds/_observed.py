@@ -51,24 +51,28 @@ def _implementations():
 
 
 def build(path=None, *, progress=False) -> Path:
-    """Sweep every implementation over all fp32 x in NORMAL_DOMAIN and write the maxima (run on an idle box)."""
+    """Sweep every implementation over all fp32 x in NORMAL_DOMAIN and write the maxima (run on an idle box).
+    Implementations already in the file are kept (the file is rewritten after each sweep, so a long run can be
+    resumed)."""
     from fa4num.provenance import provenance
     p = Path(path) if path is not None else OBSERVED_PATH
     dom = Domain(kind="bits", lo=NORMAL_DOMAIN[0], hi=NORMAL_DOMAIN[1], nans=False)
-    results = {}
+    rec = json.loads(p.read_text()) if p.exists() else {
+        "what": "largest |ex2(x)/2^x - 1| over every fp32 x in [-126, 0] (results normal), fa4num.ex2.sweep "
+                "(2^x from libm float64)", "domain": list(NORMAL_DOMAIN), "results": {}, "provenance": []}
     for impl in _implementations():
+        if impl.name in rec["results"]:
+            continue
         r = sweep(impl, dom, xbins=0, progress=progress)
-        results[impl.name] = {"max_rel": r.max_rel, "max_rel_x": r.max_rel_x, "max_ulp": r.max_ulp,
-                              "count": r.count, "params": r.params, "seconds": round(r.seconds, 2)}
+        if not math.isfinite(r.max_rel):
+            raise RuntimeError(f"{impl.name}: the sweep gave a non-finite maximum")
+        rec["results"][impl.name] = {"max_rel": r.max_rel, "max_rel_x": r.max_rel_x, "count": r.count,
+                                     "seconds": round(r.seconds, 2)}
+        rec["provenance"].append(provenance(domain=dom.describe(), implementation=impl.name))
         print(f"{impl.name}: max rel {r.max_rel:.6g} at x={r.max_rel_x!r} ({r.count} inputs, {r.seconds:.1f} s)",
               flush=True)
-    rec = {"what": "largest |ex2(x)/2^x - 1| over every fp32 x in [-126, 0] (results normal), fa4num.ex2.sweep "
-                   "(2^x from libm float64)", "domain": list(NORMAL_DOMAIN), "results": results,
-           "provenance": provenance(domain=dom.describe())}
-    if not all(math.isfinite(v["max_rel"]) for v in results.values()):
-        raise RuntimeError("a sweep gave a non-finite maximum")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(rec, indent=1) + "\n")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(rec, indent=1) + "\n")
     return p
 
 

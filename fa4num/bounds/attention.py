@@ -260,7 +260,10 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
         if emu_cols.any():
             coeffs = opts.coeffs
             deg = opts.poly_degree
-            if coeffs is not None and not isinstance(coeffs, str):
+            if isinstance(coeffs, str):
+                from fa4num.fit import load_poly
+                deg = len(load_poly(coeffs)) - 1
+            elif coeffs is not None:
                 deg = len(coeffs) - 1
             # softmax arguments reach thr + off (+ rounding): domain up to thr + off + 1
             sw = _sw_bound(deg, coeffs if coeffs is None or isinstance(coeffs, str) else

@@ -1,0 +1,170 @@
+"""fa4num.bounds: the exp2 bound against exhaustive sweeps (cached, with a live recheck of slices), the MUFU
+bounds against their models, and the attention bound against the H200 golden cases and the emulator."""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fa4num.attention import forward
+from fa4num.bounds import attention_error_bound, exp2_error_bound, mufu_error_bounds
+from fa4num.bounds._observed import observed_exp2
+from fa4num.bounds.validate import check, golden_cases
+from fa4num.ex2 import Domain, fa4_implementation, sweep
+from fa4num.fit.registry import read
+
+_REG = {n: int(e["degree"]) for n, e in read()["entries"].items() if 1 <= int(e["degree"]) <= 5}
+_CASES = [(d, None, "packed") for d in range(1, 6)] + [(3, None, "scalar"), (3, None, "asm")] + \
+    [(deg, name, "packed") for name, deg in sorted(_REG.items())]
+
+
+def _key(deg, coeffs, variant):
+    return f"fa4-{variant}-deg{deg}" if coeffs is None else f"{coeffs}-{variant}"
+
+
+@pytest.mark.parametrize("deg,coeffs,variant", _CASES, ids=lambda c: str(c))
+def test_exp2_bound_holds_and_is_within_10_percent_of_the_exhaustive_max(deg, coeffs, variant):
+    obs = observed_exp2(_key(deg, coeffs, variant))
+    if obs is None:
+        pytest.skip("no cached exhaustive sweep yet (python3 -m fa4num.bounds._observed)")
+    b = exp2_error_bound(deg, coeffs=coeffs, variant=variant)
+    assert obs["max_rel"] <= b.relative <= 1.1 * obs["max_rel"], (b.relative, obs["max_rel"])
+    assert b.ratio_to_observed == pytest.approx(b.relative / obs["max_rel"])
+
+
+def test_exp2_cached_maximum_is_what_a_live_sweep_finds_at_its_argmax():
+    obs = observed_exp2("fa4-packed-deg3")
+    if obs is None:
+        pytest.skip("no cached sweep")
+    x = obs["max_rel_x"]
+    r = sweep(fa4_implementation(3), Domain(kind="bits", lo=x - 2.0 ** -12, hi=x + 2.0 ** -12, nans=False),
+              xbins=0, progress=False)
+    assert r.max_rel == pytest.approx(obs["max_rel"], rel=1e-9)
+    assert r.max_rel_x == x
+
+
+def test_exp2_bound_holds_on_a_slice_of_every_binade_of_the_fraction_rounding_range():
+    # x in (-1/2, 0): f = RN(1 + x) rounds; the bound's Cody-Waite term covers it (every 97th bit pattern)
+    b = exp2_error_bound(5)
+    r = sweep(fa4_implementation(5), Domain(kind="bits", lo=-0.5, hi=-2.0 ** -30, nans=False, stride=97),
+              xbins=0, progress=False)
+    assert 0 < r.max_rel <= b.relative
+
+
+def test_exp2_subnormal_absolute_bound():
+    from fa4num.ex2 import fa4_emulated
+    x = np.arange(-127.0, -126.0, 2.0 ** -17, dtype=np.float64).astype(np.float32)   # every fp32 there
+    y = fa4_emulated(x).astype(np.float64)
+    err = np.abs(y - np.exp2(x.astype(np.float64)))
+    b = exp2_error_bound(3)
+    assert err.max() <= b.absolute_subnormal <= 1.01 * err.max()
+
+
+def test_exp2_bound_terms_and_errors():
+    b = exp2_error_bound(3)
+    t = b.terms
+    assert t["polynomial"] >= t["polynomial_reached"] * 0.999 and t["exponent_insertion"] == 0
+    assert 2.0 ** -26 < t["cody_waite"] < 2.0 ** -24 * math.log(2) * 2
+    assert t["q0_range"][0] >= 1.0 and t["q0_range"][1] < 2.0
+    with pytest.raises(ValueError, match="domain"):
+        exp2_error_bound(3, domain=(0.0, 200.0))
+    with pytest.raises(ValueError, match="variant"):
+        exp2_error_bound(3, variant="fast")
+    with pytest.raises(ValueError, match="subintervals"):
+        exp2_error_bound(3, subintervals=3)
+
+
+def test_mufu_bounds_hold_on_random_inputs_and_are_attained_by_the_tables():
+    from fa4num.hw import mufu_ex2, mufu_rcp
+    mb = mufu_error_bounds("sm90")
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-126, 16, 2_000_000).astype(np.float32)
+    rel = np.abs(mufu_ex2(x).astype(np.float64) / np.exp2(x.astype(np.float64)) - 1)
+    assert rel.max() <= mb.ex2_relative
+    g = (np.arange(1 << 23) * 2.0 ** -23).astype(np.float32)
+    rel_t = np.abs(mufu_ex2(-g).astype(np.float64) / np.exp2(-g.astype(np.float64)) - 1)
+    assert rel_t.max() >= 0.5 * mb.ex2_relative
+    m = rng.uniform(1e-30, 1e30, 1_000_000).astype(np.float32)
+    assert (np.abs(mufu_rcp(m).astype(np.float64) * m - 1) <= mb.rcp_relative).all()
+
+
+_GOLD = golden_cases()
+
+
+@pytest.mark.parametrize("case", _GOLD, ids=lambda c: f"{c[1].split('_h200')[0]}:{c[0]}")
+def test_attention_bound_holds_on_every_h200_golden_case(case):
+    name, _f, spec, q, k, v, vals, idx, lse = case
+    c = check(q, k, v, vals, lse, name=name, source="h200", idx=idx, softmax_scale=spec.get("softmax_scale"),
+              causal=spec["causal"])
+    assert (c.out_violations, c.lse_violations) == (0, 0), c
+    if c.max_observed > 0:
+        assert c.ratio_max <= 10, c
+
+
+def _inputs(seed, sq, sk, d, *, dtype=ml_dtypes.bfloat16, qmult=1.0, outlier=False, heads=1):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((1, sq, heads, d), dtype=np.float32) * np.float32(qmult)
+    k = rng.standard_normal((1, sk, heads, d), dtype=np.float32)
+    v = rng.standard_normal((1, sk, heads, d), dtype=np.float32)
+    if outlier:
+        q[..., 3] *= 20
+        k[..., 3] *= 5
+        k[:, 0] *= 4    # an attention sink
+    return q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+
+@pytest.mark.parametrize("kernel,dtype,opts,qmult,outlier,causal", [
+    ("fa4-sm90", ml_dtypes.bfloat16, {}, 3.0, True, True),
+    ("fa4-sm100", ml_dtypes.bfloat16, {"ex2_emu_freq": 2, "ex2_emu_res": 2, "ex2_emu_start_frg": 0}, 2.0, False,
+     False),
+    ("fa4-sm100", ml_dtypes.bfloat16, {"rescale_threshold": 16.0, "ex2_emu_freq": 4, "ex2_emu_start_frg": 0}, 4.0,
+     True, True),
+    ("fa4-sm100", np.float16, {"rescale_threshold": 0.0}, 1.0, False, False),
+    ("fa4-sm100", ml_dtypes.float8_e4m3fn, {}, 1.0, True, False),
+    ("fa4-sm100", ml_dtypes.float8_e5m2, {"coeffs": "fa4num-minimax-deg4", "ex2_emu_freq": 2,
+                                          "ex2_emu_start_frg": 0}, 1.0, False, True),
+])
+def test_attention_bound_holds_on_the_emulator(kernel, dtype, opts, qmult, outlier, causal):
+    q, k, v = _inputs(7, 96, 160, 64, dtype=dtype, qmult=qmult, outlier=outlier)
+    r = forward(q, k, v, kernel=kernel, causal=causal, **opts)
+    c = check(q, k, v, r.out, r.lse, kernel=kernel, causal=causal, **opts)
+    assert (c.out_violations, c.lse_violations) == (0, 0), c
+    assert c.max_bound >= c.max_observed > 0
+
+
+def test_attention_bound_result_fields_and_probabilistic_variant():
+    q, k, v = _inputs(3, 40, 70, 32, heads=2)
+    b = attention_error_bound(q, k, v, kernel="fa4-sm100", delta=1e-3)
+    assert b.out.shape == q.shape and b.lse.shape == (1, 2, 40)
+    assert (b.out_probabilistic <= b.out).all() and (b.out > 0).all()
+    assert set(b.terms) >= {"s_gemm", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast",
+                            "row_sum", "pv_gemm", "rcp", "out_cast"}
+    assert b.a_priori["bound"] >= b.out.max()
+    exact = np.einsum("bhij,bjhd->bihd", _softmax(q, k), v.astype(np.float64))
+    np.testing.assert_allclose(b.out_exact, exact, rtol=1e-12, atol=1e-14)
+
+
+def _softmax(q, k):
+    s = np.einsum("bihd,bjhd->bhij", q.astype(np.float64), k.astype(np.float64)) / math.sqrt(q.shape[-1])
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_attention_bound_rejects_bad_arguments():
+    q, k, v = _inputs(0, 8, 8, 16)
+    with pytest.raises(ValueError, match="kernel"):
+        attention_error_bound(q, k, v, kernel="fa3")
+    with pytest.raises(ValueError, match="delta"):
+        attention_error_bound(q, k, v, delta=2.0)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        attention_error_bound(q, k, v, softmax_scale=-1.0)
+    with pytest.raises(ValueError, match="unknown option"):
+        attention_error_bound(q, k, v, bogus=1)
+
+
+def test_cli_bounds(capsys):
+    from fa4num.cli import main
+    assert main(["bounds", "exp2", "--degree", "2"]) == 0
+    assert "relative bound" in capsys.readouterr().out
+    assert main(["bounds", "attention", "--shape", "1,32,1,32"]) == 0
+    assert "ratio" in capsys.readouterr().out
