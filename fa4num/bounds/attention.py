@@ -23,8 +23,7 @@ from numba import njit, prange
 
 from fa4num.attention import config
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
-from fa4num.softmax import emulated_columns
-from fa4num.softmax._ops import LN2_F32, scale_log2_of
+from fa4num.softmax import LN2_F32, emulated_columns, scale_log2_of
 
 from .exp2 import exp2_error_bound, mufu_error_bounds
 
