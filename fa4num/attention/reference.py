@@ -29,28 +29,81 @@ def _expand_kv(x: np.ndarray, heads: int) -> np.ndarray:
     return np.repeat(x, heads // x.shape[2], axis=2)
 
 
-def attention_fp64(q, k, v, *, softmax_scale=None, causal=False) -> tuple[np.ndarray, np.ndarray]:
-    """(out float64 (batch, seqlen_q, heads, head_dim), lse float64 (batch, heads, seqlen_q)).
-    Rows with no visible key give out 0 and lse -inf, as FA4 does."""
-    qa, _ = _to_numpy(q, "q")
-    ka, _ = _to_numpy(k, "k")
-    va, _ = _to_numpy(v, "v")
-    h = qa.shape[2]
-    qf = qa.astype(np.float64)
-    kf = _expand_kv(ka.astype(np.float64), h)
-    vf = _expand_kv(va.astype(np.float64), h)
-    scale = 1.0 / math.sqrt(qa.shape[3]) if softmax_scale is None else float(softmax_scale)
-    s = np.einsum("bihd,bjhd->bhij", qf, kf) * scale
-    if causal:
-        s = np.where(_causal_mask(qa.shape[1], ka.shape[1]), -np.inf, s)
+def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink):
+    """One sequence in float64: qf (sq, h, d), kf/vf (sk, h, d|dv) with KV heads already expanded."""
+    from .masking import visible
+    sq, h = qf.shape[:2]
+    sk = kf.shape[0]
+    s = np.einsum("ihd,jhd->hij", qf, kf) * scale
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    vis = visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk, window=window)
+    s = np.where(vis[None], s, -np.inf)
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)   # seqlen_k = 0: no key at all, -inf like a masked row
+    if sink is not None:
+        m = np.maximum(m, sink[:, None, None])
     m_safe = np.where(np.isfinite(m), m, 0.0)
-    e = np.exp(s - m_safe)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(s - m_safe)
     z = e.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        z = z + np.exp(sink[:, None, None] - m_safe)      # the sink column: in the normaliser, no value row
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.where(z > 0, e / z, 0.0)
         lse = np.where(z[..., 0] > 0, m_safe[..., 0] + np.log(z[..., 0]), -np.inf)
-    out = np.einsum("bhij,bjhd->bihd", p, vf)
+    return np.einsum("hij,jhd->ihd", p, vf), lse
+
+
+def attention_fp64(q, k, v, *, softmax_scale=None, causal=False, softcap=0.0, window_size=(None, None),
+                   learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None, q_descale=None,
+                   k_descale=None, v_descale=None, **_ignored) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(scale Q K^T) V in float64 from the exact input values, with FA4's options and layouts.
+
+    Returns (out float64 in q's layout with head_dim_v, lse float64 (batch, heads, seqlen_q) or (heads,
+    total_q) with ``cu_seqlens_q``). Options as :func:`fa4num.attention.forward` (softcap with the exact tanh,
+    bottom-right aligned causal/window masks, learnable_sink as an extra logit with no value row, varlen,
+    paged KV, fp8 descales: S scaled by q_descale * k_descale, O by v_descale, per (batch, kv head)). Kernel
+    knobs passed along (``num_splits``, ``pack_gqa``, ``max_seqlen_*``, ...) change nothing exact and are
+    ignored. Rows with no visible key give out 0 and lse -inf (the sink's logit with a sink), as FA4 does.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> x = np.ones((1, 3, 1, 8), ml_dtypes.bfloat16)
+    >>> out, lse = attention_fp64(x, x, x, learnable_sink=np.zeros(1, np.float32), softmax_scale=0.0)
+    >>> float(out[0, 0, 0, 0]), round(float(lse[0, 0, 0]), 6)
+    (0.75, 1.386294)
+    """
+    from .forward import _build_sequences, _plain
+    from .masking import resolve_window
+    qa, _ = _to_numpy(q, "q")
+    ka, _ = _to_numpy(k, "k")
+    va, _ = _to_numpy(v, "v")
+    seqs, batch, _ = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
+                                      _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
+                                      None, None)
+    h, d = qa.shape[-2:]
+    hk, dv = va.shape[-2:]
+    window = resolve_window(bool(causal), window_size)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    sink = _plain(learnable_sink, "learnable_sink")
+    sink = None if sink is None else sink.astype(np.float64).reshape(h)
+    descales = [np.ones((batch, hk)) if x is None else _plain(x, n).astype(np.float64).reshape(batch, hk)
+                for x, n in ((q_descale, "q_descale"), (k_descale, "k_descale"), (v_descale, "v_descale"))]
+    varlen = cu_seqlens_q is not None
+    out = np.zeros((*qa.shape[:-2], h, dv))
+    lse = np.full((h, qa.shape[0]) if varlen else (qa.shape[0], h, qa.shape[1]), -np.inf)
+    for seq in seqs:
+        rep = h // hk
+        qk = np.repeat(descales[0][seq.batch] * descales[1][seq.batch], rep)       # per q head
+        vsc = np.repeat(descales[2][seq.batch], rep)
+        qf = seq.q.astype(np.float64) * qk[None, :, None]
+        kf = np.repeat(seq.k.astype(np.float64), rep, axis=1)
+        vf = np.repeat(seq.v.astype(np.float64), rep, axis=1) * vsc[None, :, None]
+        o, l = _fp64_core(qf, kf, vf, scale=scale, softcap=float(softcap or 0.0), window=window, sink=sink)
+        out[seq.out_index] = o
+        for hh in range(h):
+            lse[seq.lse_index(hh)] = l[hh]
     return out, lse
 
 
