@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fa4num.argtypes import finite_float
 
 from . import registry as reg
 
@@ -50,10 +49,13 @@ def _number(text: str) -> float:
     import argparse
 
     from ._target import make_target
+    from fa4num.argtypes import finite_float
     try:
-        return float(text)
+        float(text)
     except ValueError:
         pass
+    else:
+        return finite_float(text)
     try:
         import mpmath
         with mpmath.workprec(128):
