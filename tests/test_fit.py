@@ -51,7 +51,7 @@ def test_defaults_fp32_c0_one_certified(default_fits):
         assert all(_is_fp32(c) for c in r.coeffs)
         assert r.certified_lower <= r.max_error <= r.certified_bound <= 1.01 * r.max_error
         assert r.max_error >= r.optimum.max_error
-        assert r.path == "remez+lattice+search" and r.provenance["code_revision"]
+        assert r.path == "exact" and r.proven_optimal and r.provenance["code_revision"]
 
 
 @needs_sollya

@@ -1,10 +1,12 @@
 """fit() and fit_exp2(): minimax polynomials with coefficients in a machine format, certified.
 
-Pipeline (method="remez", the default):
+Pipeline:
 1. real-coefficient optimum: Remez exchange with the fixed coefficients in the basis (_remez);
 2. rounding to the format: round-to-nearest and the Brisebarre–Chevillard lattice point (_lattice), then a
-   search of the +-r-ulp neighbourhood of both, ranked on the objective;
-3. the winner's sup norm in mpmath and a rigorous bound in ball arithmetic (_certify).
+   search of the +-r-ulp neighbourhood of both, ranked on the objective (method="remez");
+3. method="exact" (the default, through "auto", up to 5 free coefficients): a complete branch-and-bound over
+   the format's coefficient lattice that proves the winner optimal (_exact);
+4. the winner's sup norm in mpmath and a rigorous bound in ball arithmetic (_certify).
 method="fpminimax" stops after the lattice step (Sollya's fpminimax with a constrained part, which Sollya
 itself cannot run on this problem); method="fa4" regenerates FA4's POLY_EX2 recipe (see fit_exp2).
 """
@@ -20,14 +22,16 @@ import numpy as np
 
 from . import _sollya
 from ._certify import certify
+from ._exact import ExactCertificate, TooManySets, exact_search
 from ._formats import FORMATS, Format, get_format
 from ._lattice import GridScorer, lattice_round, neighbourhood
 from ._remez import PREC, Problem, remez, sup_error
-from ._target import EXP2, check_target, make_target, takes_balls
+from ._target import EXP2, check_target, make_target, takes_balls, zero_order
 
 ERRORS = ("relative", "absolute")
 OBJECTIVES = ("minimax", "evaluated", "bf16")
-METHODS = ("remez", "fpminimax", "fa4")
+METHODS = ("auto", "exact", "remez", "fpminimax", "fa4")
+EXACT_AUTO_MAX_FREE = 5   # method="auto" runs the exact search up to this many free coefficients (seconds)
 MAX_DEGREE = 8
 # search radius in units of each coefficient's spacing, by degree: the neighbourhood has (2r+1)^n points
 SEARCH_RADIUS = {1: 8, 2: 6, 3: 4, 4: 3, 5: 2, 6: 2, 7: 1, 8: 1}
@@ -57,8 +61,12 @@ class FitResult:
     certified_lower  rigorous lower bound found on the way
     optimum          the real-coefficient optimum with the same fixed coefficients
     objective_value  the objective's own score of ``coeffs`` (max_error for "minimax")
-    path             what produced the coefficients: "remez+lattice+search", "remez+lattice" (fpminimax),
-                     "sollya" or "own-fpminimax" (method "fa4")
+    path             what produced the coefficients: "exact" (proven optimal, see ``exact``),
+                     "remez+lattice+search", "remez+lattice" (fpminimax), "sollya" or "own-fpminimax" (method "fa4")
+    monomials        the powers that were fitted (free), as Sollya's [|...|]
+    weight           the weight's name, if any
+    exact            method "exact": the ExactCertificate (region searched, candidates, each rival's certified
+                     error); None otherwise
     regeneration     method "fa4" only: {"sollya": coeffs or None, "own": coeffs, "bit_identical": bool|None}
     """
     coeffs: tuple
@@ -81,9 +89,20 @@ class FitResult:
     regeneration: dict | None = None
     timings: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
+    monomials: tuple = ()
+    weight: str | None = None
+    exact: ExactCertificate | None = None
+
+    @property
+    def proven_optimal(self) -> bool:
+        """Whether the exact search proved that no other set in the format has a smaller max_error."""
+        return self.exact is not None and self.exact.proven
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        if self.exact is not None:
+            d["exact"]["region_grid"] = len(self.exact.region_grid)   # the count; the points are in .exact
+            d["exact"]["box"] = {str(k): v for k, v in self.exact.box.items()}
         d["coeffs_hex"] = [c.hex() for c in self.coeffs]
         d["fixed"] = {str(k): v for k, v in self.fixed.items()}
         return d
@@ -91,7 +110,8 @@ class FitResult:
 
 def _check_args(degree, interval, error, coeff_format, objective, method):
     if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or not 1 <= degree <= MAX_DEGREE:
-        raise ValueError(f"degree: must be an integer in 1-{MAX_DEGREE}, got {degree!r}")
+        raise ValueError(f"degree: must be an integer in 1-{MAX_DEGREE} or a list of monomial powers, "
+                         f"got {degree!r}")
     try:
         a, b = (float(v) for v in interval)
     except (TypeError, ValueError):
@@ -109,55 +129,152 @@ def _check_args(degree, interval, error, coeff_format, objective, method):
     return a, b
 
 
-def _check_fixed(fixed, degree, fmt: Format) -> dict:
+def _monomials(degree):
+    """degree as an int n (powers 0..n) or a Sollya-style monomial list [|1, 3, 5|]: (n, powers)."""
+    if isinstance(degree, (list, tuple, range, np.ndarray)):
+        powers = [int(k) if isinstance(k, (int, np.integer)) and not isinstance(k, bool) else None for k in degree]
+        if not powers or None in powers or len(set(powers)) != len(powers) or min(powers) < 0 \
+                or max(powers) > MAX_DEGREE:
+            raise ValueError(f"degree: a monomial list needs distinct integer powers in 0-{MAX_DEGREE}, "
+                             f"got {list(degree)!r}")
+        return max(powers), sorted(powers)
+    return degree, None
+
+
+def _check_fixed(fixed, degree, fmt: Format, powers=None) -> dict:
     fixed = dict(fixed or {})
     for k, v in fixed.items():
         if not isinstance(k, (int, np.integer)) or not 0 <= k <= degree:
             raise ValueError(f"fixed: power {k!r} outside 0-{degree}")
+        if powers is not None and k in powers:
+            raise ValueError(f"fixed: power {k} is also in the monomial list {powers}")
         fixed[k] = fmt.check(v, f"fixed[{k}]")
+    if powers is not None:   # the powers left out of the list are 0, as in Sollya
+        fixed.update({k: 0.0 for k in range(degree + 1) if k not in powers and k not in fixed})
     if len(fixed) > degree:
         raise ValueError(f"fixed: {len(fixed)} fixed coefficients leave nothing to fit at degree {degree}")
     return {int(k): v for k, v in sorted(fixed.items())}
 
 
-def fit(f, degree: int, interval=(0.0, 1.0), *, error: str = "relative", coeff_format: str = "fp32",
-        fixed: dict | None = None, objective: str = "minimax", method: str = "remez",
-        certify_bound: bool = True, radius: int | None = None) -> FitResult:
-    """Minimax polynomial of ``degree`` for ``f`` on ``interval`` with coefficients in ``coeff_format``.
+def _shift(target, a, b, fixed, degree, relative) -> int:
+    """How many powers of x to divide out of p and f (relative error of an f with a zero at x = 0)."""
+    if not relative or not a <= 0 <= b:
+        return 0
+    z = zero_order(target)
+    if z == 0:
+        return 0
+    s0 = next((k for k in range(degree + 1) if fixed.get(k, None) != 0.0), degree + 1)
+    if s0 < z:
+        low = ", ".join(f"{k}: 0.0" for k in range(z))
+        raise ValueError(f"f: {target.name} has a zero of order {z} at x=0, so the relative error p/f - 1 is "
+                         f"undefined there unless p vanishes as fast: fix the low coefficients "
+                         f"(fixed={{{low}}}) or leave those powers out of the monomial list")
+    return z
 
-    f            expression string in x (``"2^x"``, ``"exp(x)"``, ``"log1p(x)"``; finite at every point of the
-                 interval, so no removable singularities like log1p(x)/x at 0) or a callable taking
-                 mpmath numbers (and flint ball series, for the certificate)
-    error        "relative" (p/f - 1) or "absolute" (p - f)
-    coeff_format "fp32", "bf16" or "fp16"
-    fixed        {power: value} held fixed (exact in the format); default none
-    objective    "minimax" (sup norm in real arithmetic); "evaluated" and "bf16" are for 2^x on [0, 1]
-                 (see fit_exp2)
-    method       "remez" (optimum, lattice rounding, neighbourhood search), "fpminimax" (optimum and
-                 lattice rounding only), "fa4" (FA4's fpminimax call: c0 in a 1-bit format; Sollya if installed)
-    radius       neighbourhood search radius in coefficient spacings (default by degree, SEARCH_RADIUS)
+
+def _remez_checked(prob):
+    """remez(), with the cause named when a double-precision callable stops it from levelling."""
+    with mpmath.workprec(PREC):
+        y = prob.target.mp(mpmath.mpf(prob.a) + (mpmath.mpf(prob.b) - prob.a) / 3)
+    noisy = isinstance(y, (float, np.floating))
+    try:
+        # a levelling Remez converges in under 10 exchanges; a noisy f never does, so fail early
+        return remez(prob, maxiter=20) if noisy else remez(prob)
+    except RuntimeError as exc:
+        if noisy:
+            raise ValueError(f"f: {prob.target.name} returns float64 values (53 bits): their rounding noise "
+                             f"(~1e-16 relative) is above what the Remez exchange must resolve here ({exc}); "
+                             f"pass an mpmath callable (e.g. mpmath.sin) or an expression string "
+                             f"(e.g. 'sin(x)'), which are evaluated at 128 bits") from None
+        raise
+
+
+def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format: str = "fp32",
+        fixed: dict | None = None, weight=None, objective: str = "minimax", method: str = "auto",
+        certify_bound: bool = True, radius: int | None = None) -> FitResult:
+    """Minimax polynomial for ``f`` on ``interval`` with coefficients in ``coeff_format``.
+
+    Parameters
+    ----------
+    f : str or callable
+        Expression in x (``"2^x"``, ``"exp(x)"``, ``"log2(1+x)"``, ``"sin(x)"``) or a callable taking mpmath
+        numbers (and flint ball series, for the certificate). Expressions are evaluated at 128 bits and in
+        ball arithmetic, so the bounds are rigorous; a float64 callable (``math.sin``) works only where
+        its rounding noise is far below the error sought.
+    degree : int or list of int
+        n (all powers 0..n) or a monomial list as Sollya's ``[|1,3,5|]``; powers left out are 0.
+    interval : (a, b)
+    error : {"relative", "absolute"}
+        p/f - 1 or p - f. Relative error of an f with a zero at x = 0 divides the zero out (p/f = P/g with
+        p = x^s P, f = x^s g), as Sollya does, provided p vanishes there too (``fixed={0: 0.0}`` or a
+        monomial list without 0).
+    coeff_format : {"fp32", "bf16", "fp16"}
+    fixed : dict, optional
+        {power: value} held fixed (exact in the format).
+    weight : str or callable, optional
+        w(x) multiplying the error (as Sollya's remez weight).
+    objective : {"minimax", "evaluated", "bf16"}
+        "evaluated" and "bf16" are for 2^x on [0, 1] (see fit_exp2).
+    method : {"auto", "exact", "remez", "fpminimax", "fa4"}
+        "exact": complete branch-and-bound over the format's lattice, returning the proven best set and its
+        certificate (``.exact``); "remez": optimum, lattice rounding, neighbourhood search; "fpminimax":
+        optimum and lattice rounding only; "fa4": FA4's fpminimax call (c0 in a 1-bit format; Sollya if
+        installed). "auto" is "exact" for the minimax objective with at most 5 free coefficients and a
+        certifiable f, "remez" otherwise.
+    certify_bound : bool
+        Compute the rigorous bound (needed by "exact").
+    radius : int, optional
+        Neighbourhood search radius in coefficient spacings (default by degree, SEARCH_RADIUS).
+
+    Returns
+    -------
+    FitResult
+
+    Examples
+    --------
+    >>> from fa4num.fit import fit
+    >>> r = fit("sin(x)", [1, 3, 5], (0, 0.785398), error="relative")
+    >>> r.monomials, r.proven_optimal, r.max_error < 3e-7
+    ((1, 3, 5), True, True)
     """
-    a, b = _check_args(degree, interval, error, coeff_format, objective, method)
+    n, powers = _monomials(degree)
+    a, b = _check_args(n, interval, error, coeff_format, objective, method)
     target = make_target(f)
+    weight_t = make_target(weight) if weight is not None else None
     fmt = get_format(coeff_format)
-    fixed = _check_fixed(fixed, degree, fmt)
+    fixed = _check_fixed(fixed, n, fmt, powers)
+    degree = n
     exp2_unit = target.name == EXP2.name and (a, b) == (0.0, 1.0)
     if objective != "minimax":
-        if not exp2_unit or error != "relative":
+        if not exp2_unit or error != "relative" or weight is not None:
             raise ValueError(f"objective: {objective!r} measures FA4's exp2 kernel, so it needs f='2^x', "
-                             f"interval (0, 1) and error='relative'")
-        if method != "remez":
-            raise ValueError(f"method: objective {objective!r} needs method='remez' (a search)")
+                             f"interval (0, 1), error='relative' and no weight")
+        if method not in ("remez", "auto"):
+            raise ValueError(f"objective: {objective!r} needs method='remez' (a search)")
     if radius is not None and (not isinstance(radius, int) or not 0 <= radius <= 64):
         raise ValueError(f"radius: must be an integer in 0-64, got {radius!r}")
+    if method == "fa4" and (powers is not None or weight is not None):
+        raise ValueError("method: 'fa4' is FA4's own call (every power, no weight)")
     t_start = time.perf_counter()
     timings = {}
     relative = error == "relative"
-    check_target(target, a, b, relative=relative)
-    prob = Problem(target, a, b, degree, fixed, relative)
+    shift = _shift(target, a, b, fixed, degree, relative)
+    check_target(target, a, b, relative=relative, zero_at_origin=shift)
+    if weight_t is not None:
+        check_target(weight_t, a, b, relative=False)
+    prob = Problem(target, a, b, degree, fixed, relative, weight_t, shift)
+    certifiable = takes_balls(target) and (weight_t is None or takes_balls(weight_t))
+    auto = method == "auto"
+    if auto:
+        method = "exact" if (objective == "minimax" and len(prob.free) <= EXACT_AUTO_MAX_FREE
+                             and certifiable and certify_bound) else "remez"
+    if method == "exact" and not (certifiable and certify_bound):
+        raise ValueError("method: 'exact' proves optimality in ball arithmetic, which needs certify_bound=True "
+                         "and an f (and weight) that take flint balls: pass an expression string, or use "
+                         "method='remez'")
     t0 = time.perf_counter()
     try:
-        opt = remez(prob)
+        opt = _remez_checked(prob)
     except ZeroDivisionError:   # mpmath's solver: the alternation system is singular at working precision
         raise ValueError(f"interval: the Remez system for {target.name} of degree {degree} on ({a:g}, {b:g}) is "
                          "numerically singular (f varies too much over it); fit a shorter interval and use "
@@ -165,7 +282,7 @@ def fit(f, degree: int, interval=(0.0, 1.0), *, error: str = "relative", coeff_f
     timings["remez"] = time.perf_counter() - t0
     optimum = Optimum(tuple(mpmath.nstr(c, 30) for c in opt.coeffs), float(opt.max_error), opt.iterations)
 
-    regeneration = None
+    regeneration = exact = None
     t0 = time.perf_counter()
     if method == "fa4":
         coeffs, path, regeneration = _fa4_recipe(target, degree, (a, b), error, fmt, timings)
@@ -177,23 +294,38 @@ def fit(f, degree: int, interval=(0.0, 1.0), *, error: str = "relative", coeff_f
             coeffs, path = lat, "remez+lattice"
         else:
             rn = prob.full([fmt.round(opt.coeffs[k]) for k in prob.free])
+            # the exact search only needs a good incumbent: a small neighbourhood is enough
+            default_radius = SEARCH_RADIUS[degree] if method == "remez" else 1
             coeffs = _search(prob, fmt, opt, [lat, [float(c) for c in rn]],
-                             SEARCH_RADIUS[degree] if radius is None else radius, objective)
+                             default_radius if radius is None else radius, objective)
             path = "remez+lattice+search"
+            if method == "exact":
+                timings["search"] = time.perf_counter() - t0
+                try:
+                    coeffs, exact = exact_search(prob, fmt, opt, [float(c) for c in coeffs])
+                    timings["exact"] = exact.seconds
+                    path = "exact"
+                except TooManySets as exc:
+                    if not auto:
+                        raise
+                    # ties (a flat error) make the proof too long: keep the search's set, say so
+                    method, path = "remez", f"remez+lattice+search (exact search skipped: {exc})"
     timings["rounding"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     max_error, argmax = sup_error(prob, coeffs, extra=opt.extrema)
     timings["sup_norm"] = time.perf_counter() - t0
     cert_up = cert_lo = None
-    if certify_bound and takes_balls(target):
+    if exact is not None:
+        cert_up, cert_lo = exact.winner_upper, exact.winner_lower
+    elif certify_bound and certifiable:
         t0 = time.perf_counter()
         cert = certify(prob, coeffs, extrema=[argmax])
         timings["certify"] = time.perf_counter() - t0
         cert_up, cert_lo = cert.upper, cert.lower
         max_error, argmax = _consistent(prob, coeffs, max_error, argmax, cert)
-        if cert_up < float(max_error) * (1 - 1e-12):
-            raise RuntimeError(f"certified bound {cert_up!r} below the observed max {float(max_error)!r}")
+    if cert_up is not None and cert_up < float(max_error) * (1 - 1e-12):
+        raise RuntimeError(f"certified bound {cert_up!r} below the observed max {float(max_error)!r}")
     metrics = {}
     objective_value = float(max_error)
     if objective != "minimax":
@@ -205,7 +337,8 @@ def fit(f, degree: int, interval=(0.0, 1.0), *, error: str = "relative", coeff_f
     return FitResult(tuple(float(c) for c in coeffs), degree, target.name, (a, b), error, fmt.name,
                      fixed if method != "fa4" else {}, objective, method, path, float(max_error),
                      float(argmax), cert_up, cert_lo, optimum, objective_value, metrics, regeneration,
-                     timings, provenance())
+                     timings, provenance(), tuple(prob.free), None if weight_t is None else weight_t.name,
+                     exact)
 
 
 def _search(prob: Problem, fmt: Format, opt, bases, radius: int, objective: str) -> list:
@@ -263,7 +396,7 @@ def _fa4_recipe(target, degree, interval, error, fmt: Format, timings):
 
 
 def fit_exp2(degree: int = 3, *, interval=(0.0, 1.0), error: str = "relative", coeff_format: str = "fp32",
-             objective: str = "minimax", method: str = "remez", fixed: dict | None = None,
+             objective: str = "minimax", method: str = "auto", fixed: dict | None = None,
              certify_bound: bool = True, radius: int | None = None) -> FitResult:
     """Coefficients for FA4's software exp2: p(frac) ~ 2^frac on [0, 1] with p(0) = 1 (``fixed={0: 1.0}``).
 
@@ -304,9 +437,12 @@ def sup_norm(f, coeffs, interval=(0.0, 1.0), *, error: str = "relative", rel_tol
             raise ValueError(f"coeffs: c{k} = {c!r} is not a finite number")
     a, b = _check_args(max(degree, 1), interval, error, "fp32", "minimax", "remez")
     target = make_target(f)
-    check_target(target, a, b, relative=error == "relative")
-    prob = Problem(target, a, b, degree, {}, error == "relative")
     coeffs = [float(c) if isinstance(c, (int, float, np.floating)) else c for c in coeffs]
+    # an f with a zero at 0 (relative error): the polynomial's zero low coefficients divide it out
+    zeros = {k: 0.0 for k in range(degree + 1) if coeffs[k] == 0}
+    shift = _shift(target, a, b, zeros, degree, error == "relative")
+    check_target(target, a, b, relative=error == "relative", zero_at_origin=shift)
+    prob = Problem(target, a, b, degree, {}, error == "relative", None, shift)
     max_error, argmax = sup_error(prob, coeffs)
     up = lo = None
     if takes_balls(target):

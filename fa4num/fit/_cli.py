@@ -5,24 +5,33 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fa4num.argtypes import finite_float
 
 from . import registry as reg
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "fit", help="fit 2^x coefficients, compare with FA4's set, optionally register them",
-        description="Fit p(f) ~ 2^f on an interval (FA4's software exp2 polynomial), certify it and print a "
+        "fit", help="fit polynomial coefficients (2^x by default), optionally register them",
+        description="Fit p ~ f on an interval with coefficients in a machine format (by default the proven "
+                    "optimum) and certify it; for 2^x on [0, 1] (FA4's software exp2 polynomial) print a "
                     "comparison with FA4's POLY_EX2 set of the same degree. Nothing is written unless asked: "
                     "--write adds the set to the registry shipped with fa4num, --registry FILE to your own file.")
-    p.add_argument("--degree", type=int, default=3, help="polynomial degree, 1-8 (default 3)")
-    p.add_argument("--interval", type=finite_float, nargs=2, default=(0.0, 1.0), metavar=("A", "B"))
+    p.add_argument("--function", default="2^x",
+                   help="f(x) as an expression: 2^x (default), exp(x), sin(x), log2(1+x), 1/(1+x), ...")
+    p.add_argument("--degree", type=int, default=None, help="polynomial degree, 1-8 (default 3)")
+    p.add_argument("--monomials", type=_powers, default=None, metavar="K,K,...",
+                   help="powers to fit, as Sollya's [|1,3,5|] (others are 0); replaces --degree")
+    p.add_argument("--interval", type=_number, nargs=2, default=(0.0, 1.0), metavar=("A", "B"),
+                   help="numbers or expressions such as pi/4 (default 0 1)")
     p.add_argument("--error", default="relative", choices=("relative", "absolute"))
+    p.add_argument("--weight", default=None, help="w(x) multiplying the error (an expression)")
+    p.add_argument("--fixed", action="append", default=[], metavar="K=V",
+                   help="hold c_K at V (repeatable); for 2^x, p(0) = 1 unless --free-c0")
     p.add_argument("--format", dest="coeff_format", default="fp32", choices=("fp32", "bf16", "fp16"))
     p.add_argument("--objective", default="minimax", choices=("minimax", "evaluated", "bf16"))
-    p.add_argument("--method", default="remez", choices=("remez", "fpminimax", "fa4"))
-    p.add_argument("--free-c0", action="store_true", help="let c0 vary (default: p(0) = 1 as in FA4)")
+    p.add_argument("--method", default="auto", choices=("auto", "exact", "remez", "fpminimax", "fa4"),
+                   help="auto (default): exact (proven optimal) up to 5 free coefficients, else remez")
+    p.add_argument("--free-c0", action="store_true", help="2^x: let c0 vary (default: p(0) = 1 as in FA4)")
     p.add_argument("--name", help="registry entry name (default fa4num-<objective>-deg<n>)")
     p.add_argument("--write", action="store_true",
                    help=f"add the set to the shipped registry ({reg.DEFAULT_REGISTRY})")
@@ -35,6 +44,49 @@ def register(subparsers) -> None:
 
 
 
+def _number(text: str) -> float:
+    """A number or a constant expression ("pi/4", "2^-20")."""
+    import argparse
+
+    from ._target import make_target
+    from fa4num.argtypes import finite_float
+    try:
+        float(text)
+    except ValueError:
+        pass
+    else:
+        return finite_float(text)
+    try:
+        import mpmath
+        with mpmath.workprec(128):
+            return float(make_target(text).mp(mpmath.mpf(0)))
+    except (ValueError, TypeError, ZeroDivisionError) as exc:
+        raise argparse.ArgumentTypeError(f"not a number or constant expression: {text!r} ({exc})") from None
+
+
+def _powers(text: str) -> list:
+    import argparse
+    try:
+        return [int(k) for k in text.replace("[|", "").replace("|]", "").split(",") if k.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated powers such as 1,3,5, got {text!r}") from None
+
+
+def _fixed(items) -> dict:
+    """["0=1", "2=0.5"] -> {0: 1.0, 2: 0.5}."""
+    import argparse
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip().isdigit():
+            raise ValueError(f"fixed: expected K=V (a power and a value), got {item!r}")
+        try:
+            out[int(k)] = _number(v)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"fixed: {exc}") from None
+    return out
+
+
 def _fmt(v) -> str:
     if v is None:
         return "-"
@@ -45,7 +97,16 @@ def _fmt(v) -> str:
 
 def _cmd_fit(args) -> int:
     from .. import provenance as _prov
-    from ._api import fit_exp2
+    from ._api import fit
+    from ._target import EXP2, make_target
+    if args.monomials is not None and args.degree is not None:
+        raise ValueError("degree: give --degree or --monomials, not both")
+    degree = args.monomials if args.monomials is not None else (args.degree or 3)
+    args.degree = max(degree) if isinstance(degree, list) else degree
+    exp2 = make_target(args.function).name.replace(" ", "") in (EXP2.name, "2**x")
+    fixed = _fixed(args.fixed)
+    if exp2 and not args.free_c0 and 0 not in fixed and (args.monomials is None or 0 not in args.monomials):
+        fixed[0] = 1.0    # FA4's p(0) = 1
     target = None
     if args.json and (args.write or args.registry is not None):
         raise ValueError("--json: prints the fit only; it does not register it (drop --write/--registry, or --json)")
@@ -54,13 +115,13 @@ def _cmd_fit(args) -> int:
     name = args.name or _default_name(args)
     if not all(ch.isalnum() or ch in "-_." for ch in name):
         raise ValueError(f"--name: {name!r} must be letters, digits, '-', '_' or '.'")
-    result = fit_exp2(args.degree, interval=tuple(args.interval), error=args.error,
-                      coeff_format=args.coeff_format, objective=args.objective, method=args.method,
-                      fixed={} if args.free_c0 else None)
+    result = fit(EXP2 if exp2 else args.function, degree, tuple(args.interval), error=args.error,
+                 coeff_format=args.coeff_format, fixed=fixed, weight=args.weight, objective=args.objective,
+                 method=args.method)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
         return 0
-    unit = tuple(args.interval) == (0.0, 1.0) and args.error == "relative"
+    unit = exp2 and tuple(args.interval) == (0.0, 1.0) and args.error == "relative" and args.weight is None
     ours = reg.describe(result.coeffs, emulation=not args.quick) if unit else {}
     fa4 = reg.fa4_sets().get(args.degree) if unit else None
     theirs = reg.describe(fa4, emulation=not args.quick) if fa4 else {}
@@ -69,8 +130,13 @@ def _cmd_fit(args) -> int:
     elif target is not None:
         fit_info = {k: v for k, v in result.to_dict().items()
                     if k in ("method", "path", "objective", "fixed", "error", "timings", "regeneration",
-                             "optimum", "max_error", "certified_bound")}
-        path = reg.write_entry(name, result.coeffs, source=f"fa4num.fit.fit_exp2 ({result.path})",
+                             "optimum", "max_error", "certified_bound", "monomials", "weight")}
+        if result.exact is not None:
+            fit_info["exact"] = {"proven": result.exact.proven, "candidates": result.exact.candidates,
+                                 "rivals": len(result.exact.rivals), "bound": result.exact.bound,
+                                 "box": {str(k): v for k, v in result.exact.box.items()}}
+        path = reg.write_entry(name, result.coeffs, source=f"fa4num.fit.fit ({result.path})",
+                               function=result.function,
                                metrics=ours or {"max_error": result.max_error,
                                                 "certified_bound": result.certified_bound},
                                provenance=_prov.provenance(), interval=tuple(args.interval),
@@ -80,10 +146,13 @@ def _cmd_fit(args) -> int:
         where = f"not written (pass --write to add {name} to {reg.default_registry()}, or --registry FILE)"
     rows = [(f"c{k} (fp32 bits)", f"0x{reg.fp32_bits(result.coeffs[k]):08X}",
              f"0x{reg.fp32_bits(fa4[k]):08X}" if fa4 else None) for k in range(args.degree + 1)]
+    if result.exact is not None:
+        rows.append(("proven optimal (exact)", f"{result.exact.proven} ({result.exact.candidates} in region)",
+                     None))
     if result.regeneration is not None:
         rows.append(("own fpminimax == Sollya", str(result.regeneration["bit_identical"]), None))
     rows += [("path", result.path, "sollya fpminimax" if fa4 else None),
-             ("max rel error (real)", result.max_error, theirs.get("max_rel_error")),
+             (f"max {args.error[:3]} error (real)", result.max_error, theirs.get("max_rel_error")),
              ("certified bound", result.certified_bound, theirs.get("certified_rel_bound")),
              ("ratio to optimum", ours.get("ratio_to_optimum"), theirs.get("ratio_to_optimum")),
              ("max abs error", ours.get("max_abs_error"), theirs.get("max_abs_error"))]
@@ -116,7 +185,12 @@ def _same_coeffs(coeffs, registry: Path, name: str):
 
 def _default_name(args) -> str:
     """fa4num-<objective or method>-deg<n>[-<format>][-freec0][-<a>_<b>]: distinct settings, distinct names."""
-    name = f"fa4num-{args.objective if args.method == 'remez' else args.method}-deg{args.degree}"
+    name = f"fa4num-{args.objective if args.method in ('remez', 'auto') else args.method}-deg{args.degree}"
+    if args.function.replace(" ", "") not in ("2^x", "2**x"):
+        name = "fit-" + "".join(ch if ch.isalnum() else "_" for ch in args.function).strip("_") + \
+            f"-deg{args.degree}"
+    if args.monomials is not None:
+        name += "-m" + "_".join(str(k) for k in args.monomials)
     if args.coeff_format != "fp32":
         name += f"-{args.coeff_format}"
     if args.free_c0:

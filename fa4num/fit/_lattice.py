@@ -48,13 +48,13 @@ def _lattice_step(prob: Problem, values, points, formats):
         q = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
         rows = [[None] * m for _ in range(m)]
         target = []
+        s = prob.shift
         for j, x in enumerate(points):
             x = mpmath.mpf(x)
-            fx = prob.target.mp(x)
-            w = 1 / fx if prob.relative else mpmath.mpf(1)
-            target.append((fx - mpmath.polyval(q[::-1], x)) * w)
+            gx, w = prob.gw(x)
+            target.append((gx - mpmath.polyval(q[s:][::-1], x)) * w)
             for i, k in enumerate(free):
-                rows[i][j] = quanta[i] * x ** k * w
+                rows[i][j] = quanta[i] * x ** (k - s) * w
         smallest = min(abs(v) for row in rows for v in row if v != 0)
         scale = mpmath.mpf(2) ** (60 - int(mpmath.floor(mpmath.log(smallest, 2))))
         basis = flint.fmpz_mat([[int(mpmath.nint(v * scale)) for v in row] for row in rows])
@@ -97,10 +97,13 @@ class GridScorer:
             xs.append(np.clip(float(x) + width * np.linspace(-2, 2, 41), a, b))
         self.x = np.unique(np.concatenate(xs))
         with mpmath.workprec(PREC):
-            fx = [prob.target.mp(mpmath.mpf(float(x))) for x in self.x]
-        self.f = np.array([float(v) for v in fx])
-        self.w = 1.0 / self.f if prob.relative else np.ones_like(self.f)
-        self.powers = np.vander(self.x, prob.degree + 1, increasing=True)  # x^k, k = 0..n
+            gw = [prob.gw(mpmath.mpf(float(x))) for x in self.x]
+        self.f = np.array([float(g) for g, _ in gw])
+        self.w = np.array([float(w) for _, w in gw])
+        # x^(k - shift) for k >= shift; the powers below the shift are fixed at 0 and contribute nothing
+        s = prob.shift
+        self.powers = np.concatenate([np.zeros((self.x.size, s)),
+                                      np.vander(self.x, prob.degree + 1 - s, increasing=True)], axis=1)
 
     def errors(self, coeffs: np.ndarray) -> np.ndarray:
         """coeffs (..., n+1) -> max |e| over the grid for each set."""

@@ -22,13 +22,21 @@ PREC = 128  # bits of working precision: 38 digits, far below any error a degree
 @dataclass(frozen=True)
 class Problem:
     """What to approximate: ``target`` on [a, b] by a degree-``degree`` polynomial, coefficients in
-    ``fixed`` ({power: value}) held, ``relative`` or absolute error."""
+    ``fixed`` ({power: value}) held, ``relative`` or absolute error, times an optional ``weight`` target.
+
+    ``shift`` = s > 0 (relative error only) divides a zero of f at x = 0 out, as Sollya does with the fixed
+    low monomials: the powers below s are fixed at 0, so p = x^s P(x) and f = x^s g(x) and the error
+    p/f - 1 = P/g - 1 is finite at 0. Every evaluator below works on this reduced form: basis x^(k-s),
+    target g, weight w/g (relative) or w (absolute); with s = 0 it is p/f - 1 and p - f as usual.
+    """
     target: Target
     a: object
     b: object
     degree: int
     fixed: dict
     relative: bool
+    weight: Target | None = None
+    shift: int = 0
 
     @property
     def free(self) -> list[int]:
@@ -40,16 +48,36 @@ class Problem:
         return [mpmath.mpf(self.fixed[k]) if k in self.fixed else mpmath.mpf(next(it))
                 for k in range(self.degree + 1)]
 
-    def error(self, coeffs, x):
+    def g(self, x):
+        """f(x) / x^shift, its limit f^(s)(0)/s! at x = 0."""
+        if not self.shift:
+            return self.target.mp(x)
+        if x == 0:
+            return mpmath.taylor(self.target.mp, mpmath.mpf(0), self.shift)[self.shift]
+        return self.target.mp(x) / x ** self.shift
+
+    def gw(self, x):
+        """(g(x), w(x)) such that the error is w(x) * (P(x) - g(x)), P(x) = p(x) / x^shift."""
+        gx = self.g(x)
+        w = 1 / gx if self.relative else mpmath.mpf(1)
+        if self.weight is not None:
+            w = w * self.weight.mp(x)
+        return gx, w
+
+    def reduced(self, coeffs, x):
+        """P(x) = sum c_k x^(k - shift) (the powers below shift are 0)."""
         p = mpmath.mpf(0)
-        for c in reversed(coeffs):
+        for c in reversed(coeffs[self.shift:]):
             p = p * x + c
-        fx = self.target.mp(x)
-        return p / fx - 1 if self.relative else p - fx
+        return p
+
+    def error(self, coeffs, x):
+        gx, w = self.gw(x)
+        return w * (self.reduced(coeffs, x) - gx)
 
     def degenerate_at(self, x) -> bool:
         """All free monomials vanish at x: the error there does not depend on the free coefficients."""
-        return x == 0 and 0 not in self.free
+        return x == 0 and self.shift not in self.free
 
 
 @dataclass(frozen=True)
@@ -83,14 +111,14 @@ def _solve(prob: Problem, ref: list):
     A = mpmath.matrix(m + 1, m + 1)
     rhs = mpmath.matrix(m + 1, 1)
     q = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
+    s = prob.shift
     for i, x in enumerate(ref):
-        fx = prob.target.mp(x)
-        w = 1 / fx if prob.relative else mpmath.mpf(1)
+        gx, w = prob.gw(x)
         for j, k in enumerate(free):
-            A[i, j] = x ** k * w
+            A[i, j] = x ** (k - s) * w
         A[i, m] = (-1) ** i
-        qx = mpmath.polyval(q[::-1], x)
-        rhs[i] = (fx - qx) * w
+        qx = mpmath.polyval(q[s:][::-1], x)
+        rhs[i] = (gx - qx) * w
     sol = mpmath.lu_solve(A, rhs)
     return prob.full([sol[j] for j in range(m)]), sol[m]
 

@@ -18,7 +18,8 @@ from typing import Callable
 import flint
 import mpmath
 
-_UNARY = ("exp", "log", "sqrt", "sin", "cos", "tan", "atan", "asin", "acos", "erf", "log1p", "expm1")
+_UNARY = ("exp", "log", "sqrt", "sin", "cos", "tan", "atan", "asin", "acos", "erf", "erfc", "log1p", "expm1",
+          "tanh", "sinh", "cosh")
 
 
 def _ball_fn(name):
@@ -28,6 +29,13 @@ def _ball_fn(name):
                 return (v + 1).log()
             if name == "expm1":
                 return v.exp() - 1
+            # ball series have no hyperbolic functions: through exp (exact identities)
+            if name == "tanh":
+                return 1 - 2 / ((2 * v).exp() + 1)
+            if name == "sinh":
+                return (v.exp() - (-v).exp()) / 2
+            if name == "cosh":
+                return (v.exp() + (-v).exp()) / 2
             return getattr(v, name)()
         return getattr(flint.arb(v), name)()
     return fn
@@ -97,17 +105,50 @@ def make_target(f) -> Target:
 EXP2 = make_target("2^x")
 
 
-def check_target(target: Target, a, b, *, relative: bool, samples: int = 257) -> None:
+def zero_order(target: Target, *, max_order: int = 8) -> int:
+    """Order of the zero of f at x = 0 (0 when f(0) != 0): the number of leading Taylor coefficients at 0
+    that are exactly zero in ball arithmetic (for a callable without balls: below 2^-100 in mpmath)."""
+    if takes_balls(target):
+        old = flint.ctx.prec
+        flint.ctx.prec = 128
+        try:
+            ser = target.ball(flint.arb_series([flint.arb(0), 1], prec=max_order + 1))
+            coeffs = [ser[j] for j in range(max_order + 1)]
+        except (ZeroDivisionError, ValueError):
+            return 0
+        finally:
+            flint.ctx.prec = old
+        z = 0
+        while z <= max_order and coeffs[z].is_exact() and coeffs[z] == 0:
+            z += 1
+        return z
+    with mpmath.workprec(160):
+        try:
+            coeffs = mpmath.taylor(target.mp, mpmath.mpf(0), max_order)
+        except (ZeroDivisionError, ValueError):
+            return 0
+    z = 0
+    while z <= max_order and abs(coeffs[z]) < mpmath.mpf(2) ** -100:
+        z += 1
+    return z
+
+
+def check_target(target: Target, a, b, *, relative: bool, samples: int = 257, zero_at_origin: int = 0) -> None:
     """Raise ValueError when f is not finite on [a, b] (a pole, a NaN) or, for relative error, has a zero.
 
     Rigorous where the target takes balls: [a, b] is cut into pieces and a piece whose enclosure is not
     finite (or contains 0 for relative error) is bisected; one that stays bad down to a width of 2^-40 of
     the interval holds a pole or zero. Otherwise the check samples ``samples`` points with mpmath.
+    ``zero_at_origin`` > 0: the zero of f at x = 0 is divided out (see Problem.shift), so it is allowed; the
+    certificate then checks the quotient there.
+    A function finite at a point where its derivatives are not (sqrt at 0) is named as such.
     """
     what = "a zero (relative error is undefined there)" if relative else "a pole or non-finite value"
     with mpmath.workprec(80):
         for i in range(samples):
             x = mpmath.mpf(a) + (mpmath.mpf(b) - a) * i / (samples - 1)
+            if zero_at_origin and x == 0:
+                continue
             try:
                 y = target.mp(x)
             except (ZeroDivisionError, ValueError, OverflowError):
@@ -134,14 +175,31 @@ def check_target(target: Target, a, b, *, relative: bool, samples: int = 257) ->
                 except (ZeroDivisionError, ValueError):
                     y = flint.arb(0, math.inf)
                 finite = y.is_finite()
+                if zero_at_origin and lo <= 0 <= hi and finite:
+                    continue   # the divided-out zero; the certificate bounds f / x^s there
                 if not finite or (relative and y.contains(0)):
                     if hi - lo < width * 2.0 ** -40:
                         kind = "a pole or non-finite value" if not finite else what
+                        if not finite and _finite_mp(target, mid, lo, hi):
+                            raise ValueError(
+                                f"f: {target.name} is finite but not differentiable near x={float(mid)!r} in "
+                                f"interval [{a}, {b}] (a sqrt-type branch point: infinite derivative), so no "
+                                f"polynomial converges fast there and the certificate's Taylor models do not "
+                                f"apply; move that endpoint inside (e.g. [1e-6, 1]) or substitute x = t^2")
                         raise ValueError(f"f: {target.name} has {kind} near x={float(mid)!r} "
                                          f"in interval [{a}, {b}]")
                     stack += [(lo, mid), (mid, hi)]
     finally:
         flint.ctx.prec = old
+
+
+def _finite_mp(target: Target, *points) -> bool:
+    """f is finite and real at every one of ``points`` (in mpmath)."""
+    try:
+        ys = [target.mp(mpmath.mpf(p)) for p in points]
+    except (ZeroDivisionError, ValueError, OverflowError):
+        return False
+    return all(mpmath.isfinite(y) and not isinstance(y, mpmath.mpc) for y in ys)
 
 
 def to_arb(x) -> flint.arb:

@@ -1,0 +1,358 @@
+"""method="exact": the best coefficient set in a format, with a proof that no other set in the format beats it.
+
+Problem: minimise E(c) = sup_[a,b] |e_c(x)| over every c whose free coefficients are numbers of the format.
+For any finite grid X, E_X(c) = max_X |e_c(x_i)| <= E(c), and E_X is convex and piecewise linear in c. So
+once an incumbent c* has a certified upper bound U >= E(c*), every set that could beat it lies in the polytope
+    R(X, U) = { c real : |w(x_i) (P_c(x_i) - g(x_i))| <= U  for every x_i in X },
+and the proof is: enumerate the format's points inside R (branch and bound on LP relaxations), then show that
+each of them other than c* has a rigorous lower bound above U.
+
+Enumeration (a depth-first branch and bound, one coordinate per level): at a node the first j coordinates
+are fixed to format numbers; two LPs (scipy's HiGHS) give the least and greatest value of coordinate j+1
+over R with those fixed, and every format number in that range becomes a child (none: the node is pruned).
+The last coordinate's range is the intersection of one interval per grid point, so leaves need no LP.
+Coordinates are scaled to units of their format spacing at the incumbent, so the LPs are well conditioned.
+The LP is solved in floating point; every range is widened by 1e-6 spacing and R by a relative 1e-7, far
+more than the solver's tolerances (1e-10) and the float64 rounding of the constraint data (1e-16 relative
+to f), so the enumeration cannot drop a point of R -- the tests re-check this independently (brute force
+over a box at low degree, a MILP on a different grid at degree 5).
+
+Cutting planes: a coarse grid makes R large (many candidates whose error between grid points is large).
+Each round adds the points where the candidates reach their maximum error to the grid and enumerates again
+with the best certified bound so far, until the candidate list stops shrinking.
+
+Rivals' lower bounds are |e_c(x)| at one exact point x in python-flint ball arithmetic (rigorous), the
+winner's upper bound comes from fa4num.fit's certified sup norm (_certify) with a tolerance of 1e-9.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import mpmath
+import numpy as np
+
+from ._certify import certify, point_error_lower
+from ._formats import Format
+from ._remez import PREC, Problem, sup_error
+
+LP_SLACK = 1e-7        # R is enlarged by this relative amount ...
+RANGE_SLACK = 1e-6     # ... and every coordinate range by this many format spacings
+CERT_TOL = 1e-9        # relative gap allowed between the winner's certified upper and lower bounds
+
+
+@dataclass(frozen=True)
+class Rival:
+    """A format point of the searched region other than the winner, and why it loses."""
+    coeffs: tuple            # c0..cn
+    certified_lower: float   # rigorous lower bound of its sup error (ball arithmetic at ``at``)
+    at: float                # the exact point where that bound was evaluated
+
+
+@dataclass(frozen=True)
+class ExactCertificate:
+    """What method="exact" proved: every set in the format with error <= ``bound`` lies in the region, the
+    region's format points are the winner and ``rivals``, and each rival's certified lower bound exceeds
+    the winner's certified upper bound (``unresolved`` lists the rivals for which that failed: ties).
+
+    region_grid   the grid X (exact floats) defining the region R(X, bound) (see the module docstring)
+    bound         U: the certified upper bound the region was cut with (>= winner_upper)
+    box           {power: (least, greatest)} format numbers of R's projection on each free coefficient
+    candidates    number of format points found in the region (the winner included)
+    winner_upper  certified upper bound of the winner's sup error; winner_lower its certified lower bound
+    nodes, lps    branch-and-bound nodes visited and LPs solved (all rounds); rounds: cutting-plane rounds
+    """
+    region_grid: tuple
+    bound: float
+    box: dict
+    candidates: int
+    winner_upper: float
+    winner_lower: float
+    rivals: tuple
+    unresolved: tuple
+    nodes: int
+    lps: int
+    rounds: int
+    seconds: float
+    slack: dict = field(default_factory=lambda: {"lp_relative": LP_SLACK, "range_spacings": RANGE_SLACK,
+                                                 "certify_rel_tol": CERT_TOL})
+
+    @property
+    def proven(self) -> bool:
+        return not self.unresolved
+
+
+class _Region:
+    """The scaled constraints |r_i + A_i u| <= 1 of R(X, U), with c_k = base_k + scale_k u_k."""
+
+    def __init__(self, prob: Problem, grid, base: dict, scale: dict):
+        self.prob, self.free = prob, prob.free
+        self.grid = [float(x) for x in grid]
+        self.base = dict(base)
+        self.scale = dict(scale)
+        s = prob.shift
+        q_fixed = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
+        r, A = [], []
+        with mpmath.workprec(PREC):
+            for x in grid:
+                x = mpmath.mpf(x)
+                g, w = prob.gw(x)
+                p = sum((q_fixed[k] if k in prob.fixed else mpmath.mpf(base[k])) * x ** (k - s)
+                        for k in range(s, prob.degree + 1))
+                r.append(float(w * (p - g)))
+                A.append([float(mpmath.mpf(scale[k]) * x ** (k - s) * w) for k in self.free])
+        self.r0 = np.array(r)
+        self.A0 = np.array(A)
+
+    def rescale(self, scales: dict):
+        for k, q in scales.items():
+            j = self.free.index(k)
+            self.A0[:, j] *= q / self.scale[k]
+            self.scale[k] = q
+
+    def cut(self, bound: float):
+        self.bound = float(bound)
+        U = bound * (1 + LP_SLACK)
+        self.r = self.r0 / U
+        self.A = self.A0 / U
+
+
+def _lp_range(region: _Region, j: int, fixed_u: np.ndarray):
+    """(least, greatest) u_j over R with u_0..u_(j-1) = fixed_u; None when infeasible.
+
+    The monomial columns are nearly parallel (a thin polytope), so the LP is posed in the variables
+    y = R v of a QR factorisation A_rest = Q R: its constraint matrix has orthonormal columns, and u_j is the
+    linear form (R^-T e_0) . y."""
+    from scipy.linalg import qr, solve_triangular
+    from scipy.optimize import linprog
+    A_fix, A_rest = region.A[:, :j], region.A[:, j:]
+    shift = region.r + A_fix @ fixed_u
+    Q, R = qr(A_rest, mode="economic")
+    e0 = np.zeros(R.shape[0])
+    e0[0] = 1.0
+    z = solve_triangular(R, e0, trans="T")
+    norm = np.linalg.norm(z)
+    A_ub = np.vstack([Q, -Q])
+    b_ub = np.concatenate([1 - shift, 1 + shift])
+    out = []
+    for sign in (1.0, -1.0):
+        res = linprog(sign * z / norm, A_ub=A_ub, b_ub=b_ub, bounds=(None, None), method="highs",
+                      options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
+        if res.status == 2:
+            return None
+        if res.status != 0:
+            raise RuntimeError(f"exact search: LP failed (status {res.status}: {res.message})")
+        out.append(sign * res.fun * norm)
+    return out[0], out[1]
+
+
+def _last_range(region: _Region, fixed_u: np.ndarray):
+    """The last coordinate's range: one interval per grid point, intersected (no LP needed)."""
+    m = region.A.shape[1]
+    shift = region.r + region.A[:, :m - 1] @ fixed_u
+    a = region.A[:, m - 1]
+    lo, hi = -np.inf, np.inf
+    nz = a != 0
+    if np.any(np.abs(shift[~nz]) > 1):
+        return None
+    t1, t2 = (-1 - shift[nz]) / a[nz], (1 - shift[nz]) / a[nz]
+    lo, hi = max(lo, np.max(np.minimum(t1, t2))), min(hi, np.min(np.maximum(t1, t2)))
+    return (lo, hi) if lo <= hi else None
+
+
+def _reduce(A: np.ndarray) -> np.ndarray:
+    """A unimodular T (integer, det +-1) whose columns are an LLL-reduced basis of Z^m in the metric
+    |A u|: in the coordinates y = T^-1 u the thin polytope R becomes round, so that branching one
+    coordinate at a time meets few integers per level (Lenstra's idea)."""
+    import flint
+    _, R = np.linalg.qr(A)
+    rows = R.T                                   # row i: the image of the unit vector e_i
+    big = np.max(np.abs(rows))
+    scale = 2.0 ** (60 - int(np.floor(np.log2(big))))
+    basis = flint.fmpz_mat([[int(round(v * scale)) for v in row] for row in rows])
+    _, U = basis.lll(transform=True)
+    m = A.shape[1]
+    return np.array([[int(U[i, j]) for j in range(m)] for i in range(m)], dtype=np.int64).T
+
+
+class TooManySets(ValueError):
+    """The region holds more sets than the search is allowed to list."""
+
+
+def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: int, max_sets: int = 20_000):
+    """Every format point in R(X, bound): (list of free-coefficient tuples, box, nodes, lps).
+
+    Points are integer vectors u (c_k = base_k + scale_k u_k, scale_k the finest spacing of the format over
+    the coefficient's range) in the reduced coordinates u = T y; those that are numbers of the format are
+    kept."""
+    region.cut(bound)
+    free = region.free
+    m = len(free)
+    stats = {"nodes": 0, "lps": 0}
+
+    def ranges(B):
+        out = []
+        for j in range(m):
+            perm = [j] + [i for i in range(m) if i != j]
+            sub = _Region.__new__(_Region)
+            sub.r, sub.A = region.r, B[:, perm]
+            out.append(_last_range(sub, np.zeros(0)) if m == 1 else _lp_range(sub, 0, np.zeros(0)))
+            stats["lps"] += 0 if m == 1 else 2
+        return out
+
+    box = {}
+    for k, rng in zip(free, ranges(region.A)):
+        if rng is None:
+            return [], {}, stats["nodes"], stats["lps"]
+        b, q = mpmath.mpf(region.base[k]), mpmath.mpf(region.scale[k])
+        box[k] = (float(b + q * rng[0]), float(b + q * rng[1]))
+    # a range that reaches into a smaller binade holds numbers of a finer spacing: refine that scale
+    finer = {}
+    for k, (lo, hi) in box.items():
+        if lo <= 0 <= hi:
+            raise TooManySets(f"method: the exact search region lets c{k} be 0 (its sign is not determined); "
+                             f"leave x^{k} out of the monomials or use method='remez'")
+        q = float(fmt.quantum(min(abs(lo), abs(hi))))
+        if q < region.scale[k]:
+            finer[k] = q
+    if finer:
+        region.rescale(finer)
+        region.cut(bound)
+    T = _reduce(region.A)
+    B = region.A @ T
+    widths = [hi - lo for lo, hi in ranges(B)]
+    order = np.argsort(widths)
+    T, B = T[:, order], B[:, order]
+    sub = _Region.__new__(_Region)
+    sub.r, sub.A = region.r, B
+    found = []
+    base = np.array([region.base[k] for k in free])
+    scale = np.array([region.scale[k] for k in free])
+
+    def visit(j, fixed_y):
+        stats["nodes"] += 1
+        if stats["nodes"] > max_nodes:
+            raise TooManySets(f"method: the exact search visited more than {max_nodes} nodes; use method='remez'")
+        if j == m - 1:
+            rng = _last_range(sub, np.array(fixed_y, dtype=float))
+        else:
+            rng = _lp_range(sub, j, np.array(fixed_y, dtype=float))
+            stats["lps"] += 2
+        if rng is None:
+            return
+        ys = np.arange(int(np.ceil(rng[0] - RANGE_SLACK)), int(np.floor(rng[1] + RANGE_SLACK)) + 1)
+        if j < m - 1:
+            for y in ys.tolist():
+                visit(j + 1, fixed_y + [y])
+            return
+        if len(found) + len(ys) > max_sets:
+            raise TooManySets(f"method: the exact search region holds more than {max_sets} coefficient sets "
+                              f"within the incumbent's error: the error is flat in some direction (typically "
+                              f"set at one point by one coefficient, so many sets tie); use method='remez'")
+        Y = np.column_stack([np.repeat(np.array(fixed_y, dtype=np.int64)[None, :], len(ys), axis=0), ys])
+        C = base + (Y @ T.T) * scale      # exact: integers times powers of two, well inside float64
+        ok = np.all(fmt.round_array(C) == C, axis=1)
+        found.extend(tuple(row) for row in C[ok].tolist())
+
+    visit(0, [])
+    return found, box, stats["nodes"], stats["lps"]
+
+
+def _fine_errors(prob: Problem, cands: np.ndarray, grid: np.ndarray, g: np.ndarray, w: np.ndarray):
+    """float64 |e| of every candidate on ``grid``: (max, argmax point) per candidate."""
+    s = prob.shift
+    powers = np.vander(grid, prob.degree + 1 - s, increasing=True).T
+    best, where = np.empty(len(cands)), np.empty(len(cands))
+    for lo in range(0, len(cands), 1024):
+        e = np.abs((cands[lo:lo + 1024, s:] @ powers - g) * w)
+        i = np.argmax(e, axis=1)
+        best[lo:lo + 1024], where[lo:lo + 1024] = e[np.arange(len(i)), i], grid[i]
+    return best, where
+
+
+def _fine_grid(prob: Problem, extrema, points: int = 1024):
+    """Where candidates are ranked: equispaced plus a dense cluster at each extremum of the optimum (the
+    candidates' peaks sit next to them). 64-bit arithmetic is enough to rank errors of 1e-10 and more."""
+    a, b = float(prob.a), float(prob.b)
+    xs = [np.linspace(a, b, points + 1)]
+    for x in extrema:
+        xs.append(np.clip(float(x) + (b - a) * np.linspace(-2, 2, 129) / points, a, b))
+    grid = np.unique(np.concatenate(xs))
+    with mpmath.workprec(64):
+        gw = [prob.gw(mpmath.mpf(float(x))) for x in grid]
+    return grid, np.array([float(v) for v, _ in gw]), np.array([float(v) for _, v in gw])
+
+
+def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int = 20_000,
+                 max_rounds: int = 6):
+    """The proven best set in ``fmt`` (full list c0..cn) and its :class:`ExactCertificate`.
+
+    ``opt``: the real-coefficient optimum (its extrema seed the grids); ``incumbent``: any set in the
+    format (its certified error is the first cut)."""
+    t0 = time.perf_counter()
+    free = prob.free
+    a, b = float(prob.a), float(prob.b)
+    ext = [float(x) for x in opt.extrema]
+    fine, fine_g, fine_w = _fine_grid(prob, ext)
+    with mpmath.workprec(PREC):
+        scale = {}
+        for k in free:
+            ref = incumbent[k] if incumbent[k] != 0 else opt.coeffs[k]
+            scale[k] = float(fmt.quantum(ref if ref != 0 else 1.0))
+    base = {k: float(incumbent[k]) for k in free}
+
+    def full(vals):
+        c = [float(prob.fixed.get(k, 0.0)) for k in range(prob.degree + 1)]
+        for k, v in zip(free, vals):
+            c[k] = v
+        return c
+
+    def upper_of(c):
+        e, x = sup_error(prob, c, extra=ext)
+        cert = certify(prob, c, extrema=[x], rel_tol=CERT_TOL)
+        return cert.upper, cert.lower, x
+
+    best = list(map(float, incumbent))
+    best_up, best_lo, _ = upper_of(best)
+    n0 = 16 * (len(free) + 1)
+    grid = set(np.linspace(a, b, n0 + 1).tolist()) | set(ext)
+    for x in ext:
+        grid |= {min(max(x + d * (b - a) * 2.0 ** -k, a), b) for k in (8, 12) for d in (-1, 1)}
+    nodes = lps = 0
+    prev = None
+    for rnd in range(1, max_rounds + 1):
+        region = _Region(prob, sorted(grid), base, scale)
+        found, box, nn, nl = enumerate_region(region, fmt, best_up, max_nodes=max_nodes)
+        nodes, lps = nodes + nn, lps + nl
+        cands = np.array([full(v) for v in found]) if found else np.zeros((0, prob.degree + 1))
+        if best not in cands.tolist():
+            raise RuntimeError("exact search: the incumbent is not in its own region (LP tolerance?)")
+        approx, where = _fine_errors(prob, cands, fine, fine_g, fine_w)
+        order = np.argsort(approx)
+        # the winner: the best of the few closest contenders by mpmath sup norm, then certified
+        top = [cands[i].tolist() for i in order if approx[i] <= approx[order[0]] * (1 + 1e-6)][:4]
+        contender = top[0] if len(top) == 1 else min(top, key=lambda c: sup_error(prob, c, extra=ext)[0])
+        if contender != best:
+            up, lo, _ = upper_of(contender)
+            if up < best_up:
+                best, best_up, best_lo = contender, up, lo
+        if prev is not None and len(found) >= prev:
+            break
+        prev = len(found)
+        # cutting planes: the points where the candidates peak
+        grid |= set(where.tolist())
+    rivals, unresolved = [], []
+    for c, x in zip(cands.tolist(), where.tolist()):
+        if c == best:
+            continue
+        lo = point_error_lower(prob, c, x)
+        if lo <= best_up:
+            _, x = sup_error(prob, c, extra=ext + [x])
+            lo = point_error_lower(prob, c, float(x))
+            x = float(x)
+        rival = Rival(tuple(c), lo, x)
+        (rivals if lo > best_up else unresolved).append(rival)
+    rivals.sort(key=lambda r: r.certified_lower)
+    cert = ExactCertificate(tuple(region.grid), region.bound, box, len(found), best_up, best_lo, tuple(rivals),
+                            tuple(unresolved), nodes, lps, rnd, time.perf_counter() - t0)
+    return best, cert
