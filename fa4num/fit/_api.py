@@ -234,7 +234,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     --------
     >>> from fa4num.fit import fit
     >>> r = fit("sin(x)", [1, 3, 5], (0, 0.785398), error="relative")
-    >>> r.monomials, r.proven_optimal, r.max_error < 3e-7
+    >>> r.monomials, r.proven_optimal, r.max_error < 2e-6    # odd monomials only: 1.51e-6
     ((1, 3, 5), True, True)
     """
     n, powers = _monomials(degree)
