@@ -469,6 +469,10 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     _validate(qa, ka, va, oa, doa, lsea, varlen)
     d = qa.shape[-1]
     if kernel == "fa4-sm90":
+        # flash_bwd_sm90.py FlashAttentionBackwardSm90.__init__ asserts same_hdim_kv when qhead_per_kvhead > 1
+        if qa.shape[-2] != ka.shape[-2] and d != va.shape[-1]:
+            raise ValueError(f"GQA/MQA (q heads {qa.shape[-2]}, k/v heads {ka.shape[-2]}) needs head_dim == "
+                             f"head_dim_v for the fa4-sm90 backward, as FA4 b36 asserts; got ({d}, {va.shape[-1]})")
         tile = sm90_bwd_tile(d, causal=window.causal, local=window.local)
     else:
         dv = va.shape[-1]
