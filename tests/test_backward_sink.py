@@ -59,12 +59,11 @@ def test_dsink_rows_without_keys_count_fully():
         dsink_sm90(0.0, [], [], num_threads=48)
 
 
-# d96: dq differs from the H200 in a few elements because D's summation order for head dim 96 is not modelled yet
-# (see test_backward_preprocess.py); the other cases are bit-exact. hdv_d128_v64_c_gqa is in the capture as the error
-# FA4 b36 raised ("GQA backward requires head_dim == head_dim_v"); test_gqa_hdv_refused_like_fa4 checks that.
+# Every case is bit-exact, d96 included (its dq depends on D's last bits, which the preprocess's element-outer fold
+# order settles). hdv_d128_v64_c_gqa is in the capture as the error FA4 b36 raised ("GQA backward requires
+# head_dim == head_dim_v"); test_gqa_hdv_refused_like_fa4 checks that.
 _SINK_CASES = ["sinkbwd_d128_nc", "sinkbwd_gqa_d64_c", "sinkbwd_fp16_varlen_d64", "hdv_d192_v128_nc",
-               pytest.param("sinkbwd_d96_big", marks=pytest.mark.xfail(
-                   strict=True, reason="D summation order for head dim 96 not modelled yet"))]
+               "sinkbwd_d96_big"]
 
 
 def _sink_record(name):

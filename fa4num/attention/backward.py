@@ -182,10 +182,19 @@ def _ffma(a, b, c):
 def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None) -> np.ndarray:
     """D = rowsum(dO * O) as ``flash_bwd_preprocess.py`` computes it: (rows,) float32 from (rows, d) arrays.
 
-    Thread t of a row holds columns 8t .. 8t+7 of every ``gmem_k_block_size``-wide slice; it folds them into
-    0.0 in column order (each product of two 16-bit values is exact in fp32; one RN add per term), then the
-    ``threads_per_row`` partials are added by a butterfly (``utils.warp_reduce``). ``head_dim_v_padded`` is
-    head_dim_v rounded up to the accumulator multiple (32, or 64 for hd > 128), zero columns beyond it.
+    ``_setup_attributes`` copies with ``copy_utils.tiled_copy_2d``: 128-bit vectors of 8 elements,
+    ``threads_per_row = gmem_k_block_size // 8`` with ``gmem_k_block_size`` the largest of 128, 64, 32, 16
+    dividing ``head_dim_v_padded``, so thread t of a row holds columns ``k * gmem_k_block_size + 8t + e``
+    (e < 8, k < head_dim_v_padded / gmem_k_block_size) as a register tensor ((8), CPY_M, CPY_K). ``kernel``
+    reduces it with ``TensorSSA.reduce(ADD, init_val=0.0, reduction_profile=(0, None, 1))``, which folds the
+    products into 0.0 one RN add at a time with the vector element e outer and the copy repeat k inner
+    (columns 8t, 8t + kblk, 8t + 2 kblk, ..., then 8t + 1, ...; each product of two 16-bit values is exact in
+    fp32, so FMA contraction changes nothing). The ``threads_per_row`` partials are then added by a butterfly
+    (``utils.warp_reduce``). ``head_dim_v_padded`` is head_dim_v rounded up to the accumulator multiple (32,
+    or 64 for hd > 128), zero columns beyond it (``check_hdim_v_oob``: the registers are zero-filled).
+    The order is pinned by the H200 capture of the preprocess alone for head dims 64, 72, 96, 128, 192, 256
+    (tests/test_backward_preprocess.py): with one repeat (64, 128) any fold order of the 8 elements agrees,
+    with 2 or 3 repeats only element-outer matches every row.
 
     Examples
     --------
@@ -206,8 +215,8 @@ def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None) -> np.ndarray:
     kblk = 128 if dp % 128 == 0 else 64 if dp % 64 == 0 else 32 if dp % 32 == 0 else 16
     tpr = kblk // 8
     parts = np.zeros((rows, tpr), np.float32)
-    for r in range(dp // kblk):
-        for e in range(8):
+    for e in range(8):                      # vector element outer ...
+        for r in range(dp // kblk):         # ... copy repeat (CPY_K) inner
             cols = r * kblk + np.arange(tpr) * 8 + e
             parts = parts + o[:, cols] * g[:, cols]
     return _butterfly_lane0(parts)     # shfl.bfly offset 1, 2, 4, ...: lane 0 ends with the pairwise tree
