@@ -90,20 +90,13 @@ class AttentionResult:
 
 def _to_numpy(x, name: str) -> tuple[np.ndarray, object]:
     """(numpy array in an ml_dtypes/numpy dtype, torch device or None)."""
-    mod = type(x).__module__
-    if mod.startswith("torch"):
+    dt = _dtype_name(x, name)
+    if type(x).__module__.startswith("torch"):
         import torch
-        dt = _TORCH_NAMES.get(str(x.dtype))
-        if dt is None:
-            raise ValueError(f"{name} dtype must be one of {tuple(_TORCH_NAMES)}, got {x.dtype}")
         t = x.detach().contiguous().cpu()
         raw = t.view(torch.int16 if _NP_DTYPES[dt].itemsize == 2 else torch.uint8).numpy()
         return raw.view(_NP_DTYPES[dt]), x.device
-    a = np.asarray(x)
-    if a.dtype.name not in _NP_DTYPES:
-        raise ValueError(f"{name} dtype must be one of {tuple(_NP_DTYPES)} (ml_dtypes for bf16/fp8), "
-                         f"got {a.dtype}")
-    return a, None
+    return np.asarray(x), None
 
 
 def _plain(x, name):
@@ -130,12 +123,35 @@ class _Seq:
     batch: int
 
 
-def _validate_dtypes(qa, ka, va, kernel):
-    if not (qa.dtype == ka.dtype == va.dtype):
-        raise ValueError(f"q, k, v must share one dtype, got {qa.dtype}, {ka.dtype}, {va.dtype}")
+def _dtype_name(x, name: str) -> str:
+    """FA4's name of the dtype of a numpy array (ml_dtypes) or torch tensor; ValueError if FA4 takes no such
+    input."""
+    if type(x).__module__.startswith("torch"):
+        dt = _TORCH_NAMES.get(str(x.dtype))
+        if dt is None:
+            raise ValueError(f"{name} dtype must be one of {tuple(_TORCH_NAMES)}, got {x.dtype}")
+        return dt
+    if x.dtype.name not in _NP_DTYPES:
+        raise ValueError(f"{name} dtype must be one of {tuple(_NP_DTYPES)} (ml_dtypes for bf16/fp8), "
+                         f"got {x.dtype}")
+    return x.dtype.name
+
+
+def _all_finite(a) -> bool:
+    if type(a).__module__.startswith("torch"):
+        import torch
+        return bool(torch.isfinite(a).all())
+    return bool(np.isfinite(a.astype(np.float32)).all())
+
+
+def _validate_dtypes(qa, ka, va, kernel) -> str:
+    names = [_dtype_name(x, n) for x, n in ((qa, "q"), (ka, "k"), (va, "v"))]
+    if len(set(names)) != 1:
+        raise ValueError(f"q, k, v must share one dtype, got {names[0]}, {names[1]}, {names[2]}")
     allowed = config.DTYPES_SM90 if kernel == "fa4-sm90" else config.DTYPES_SM100
-    if qa.dtype.name not in allowed:
-        raise ValueError(f"dtype {qa.dtype.name} is not supported by kernel {kernel!r}; allowed: {allowed}")
+    if names[0] not in allowed:
+        raise ValueError(f"dtype {names[0]} is not supported by kernel {kernel!r}; allowed: {allowed}")
+    return names[0]
 
 
 def _check_head_dims(d, dv, kernel, dt):
@@ -462,6 +478,122 @@ def _num_splits_auto(*, batch, hk, h_per_kv, pack_gqa, sq, sk, tile_m, tile_n, w
     return max(1, min(config.NUM_SMS_SM100 // total, 128, n_blocks))
 
 
+# ---------------------------------------------------------------------------------------------- argument checks
+@dataclass
+class ForwardSetup:
+    """What :func:`prepare_forward` makes of ``forward``'s arguments: the sequences, the resolved options."""
+    seqs: list               # _Seq per batch entry or varlen segment (slices of the caller's arrays/tensors)
+    batch: int
+    max_seqlen_q: int
+    max_seqlen_k: int
+    heads: int
+    heads_kv: int
+    head_dim: int
+    head_dim_v: int
+    dtype: str               # FA4's input dtype name ("bfloat16", ...)
+    window: _masking.Window
+    softcap: float
+    sink: object             # float32 (heads,) or None
+    q_descale: np.ndarray    # float32 (batch, heads_kv), ones unless fp8 descales are given
+    k_descale: np.ndarray
+    v_descale: np.ndarray
+    num_splits: int
+    varlen_q: bool
+    opts: object             # config.Sm90Options / Sm100Options after overrides
+    softmax_scale: float
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype.startswith("float8")
+
+
+def prepare_forward(qa, ka, va, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
+                    window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None,
+                    cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, num_splits=1, q_descale=None,
+                    k_descale=None, v_descale=None, page_table=None, nonfinite="propagate",
+                    options=None) -> ForwardSetup:
+    """Check :func:`forward`'s arguments and resolve FA4's options (the one copy of these checks, shared by
+    ``forward`` and ``forward_torch``). ``qa``, ``ka``, ``va``: numpy arrays (ml_dtypes) or torch tensors in
+    FA4's layouts; only their shapes and dtypes are read (and their values for ``nonfinite="raise"``);
+    the sequences are slices of them. ``options``: the ``**options`` dict. Raises ValueError naming the bad
+    argument."""
+    options = {} if options is None else options
+    if kernel not in config.KERNELS:
+        raise ValueError(f"kernel must be one of {config.KERNELS}, got {kernel!r}")
+    if nonfinite not in NONFINITE:
+        raise ValueError(f"nonfinite must be one of {NONFINITE}, got {nonfinite!r}")
+    dt = _validate_dtypes(qa, ka, va, kernel)
+    if softmax_scale is not None:
+        try:
+            softmax_scale = float(softmax_scale)
+        except (TypeError, ValueError):
+            raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}") from None
+        if math.isnan(softmax_scale):
+            raise ValueError("softmax_scale must not be NaN")
+    softcap = 0.0 if softcap is None else float(softcap)
+    if not (softcap >= 0 and math.isfinite(softcap)):
+        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
+    window = _masking.resolve_window(bool(causal), window_size)
+    seqs, batch, msq = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
+                                        _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
+                                        max_seqlen_q, max_seqlen_k)
+    h, d = qa.shape[-2:]
+    hk, dv = va.shape[-2], va.shape[-1]
+    _check_head_dims(d, dv, kernel, dt)
+    h_per_kv = h // hk
+    if nonfinite == "raise":
+        for name, a in (("q", qa), ("k", ka), ("v", va)):
+            if not _all_finite(a):
+                raise ValueError(f"{name} contains NaN or inf (nonfinite='raise'; the default 'propagate' gives "
+                                 "the kernel's NaN/inf bits)")
+    sink = _plain(learnable_sink, "learnable_sink")
+    if sink is not None:
+        if sink.shape != (h,) or not np.issubdtype(sink.dtype, np.floating):
+            raise ValueError(f"learnable_sink must be a float array of shape (heads,) = ({h},), got shape "
+                             f"{sink.shape} dtype {sink.dtype}")
+        sink = sink.astype(np.float32)
+    fp8 = dt.startswith("float8")
+    if not fp8 and any(x is not None for x in (q_descale, k_descale, v_descale)):
+        raise ValueError("q_descale/k_descale/v_descale are only supported for fp8 inputs (FA4 asserts this)")
+    qd, kd, vd = (_descale(x, n, batch, hk) for x, n in ((q_descale, "q_descale"), (k_descale, "k_descale"),
+                                                         (v_descale, "v_descale")))
+    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)):
+        raise ValueError(f"num_splits must be an int, got {num_splits!r}")
+    num_splits = int(num_splits)
+    if kernel == "fa4-sm90" and num_splits != 1:
+        raise ValueError(f"num_splits must be 1 for fa4-sm90 (FA4: 'SplitKV not supported on SM 9.0'), "
+                         f"got {num_splits}")
+    if num_splits > MAX_SPLITS:
+        raise ValueError(f"num_splits must be <= {MAX_SPLITS} (the combine kernel's limit), got {num_splits}")
+    varlen_q = cu_seqlens_q is not None
+    msk = max((s.k.shape[0] for s in seqs), default=0) if max_seqlen_k is None else int(max_seqlen_k)
+    page_size = ka.shape[1] if page_table is not None else None
+    if pack_gqa is not None and not isinstance(pack_gqa, (bool, np.bool_)):
+        raise ValueError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
+    opts = _resolve_options(kernel, dt, d, window.causal, msq, h_per_kv, options, batch=batch, heads=h,
+                            local=window.local, dv=dv, pack_gqa=pack_gqa, varlen_q=varlen_q,
+                            num_splits=num_splits if num_splits >= 1 else 1, page_size=page_size)
+    if kernel == "fa4-sm100":
+        if num_splits < 1:
+            num_splits = _num_splits_auto(batch=batch, hk=hk, h_per_kv=h_per_kv, pack_gqa=opts.pack_gqa, sq=msq,
+                                          sk=msk, tile_m=128, tile_n=opts.tile_n, window=window)
+        if num_splits > 1 and d != dv:
+            # _get_fwd_config: split-KV with head_dim != head_dim_v needs tile_n 64 and >= 64 KV blocks
+            n_blocks64 = -(-msk // 64)
+            if n_blocks64 >= 64:
+                opts = config.replace(opts, tile_n=64)
+            else:
+                num_splits = 1
+        if num_splits > 1 and opts.use_2cta_instrs and "use_2cta_instrs" not in options:
+            opts = config.replace(opts, use_2cta_instrs=False)
+        opts = config.replace(opts, num_splits=num_splits)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
+    return ForwardSetup(seqs=seqs, batch=batch, max_seqlen_q=msq, max_seqlen_k=msk, heads=h, heads_kv=hk,
+                        head_dim=d, head_dim_v=dv, dtype=dt, window=window, softcap=softcap, sink=sink,
+                        q_descale=qd, k_descale=kd, v_descale=vd, num_splits=num_splits, varlen_q=varlen_q,
+                        opts=opts, softmax_scale=scale)
+
+
 # ---------------------------------------------------------------------------------------------- entry point
 def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
             window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -530,80 +662,21 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
     >>> res.out.shape, res.lse.shape, int(res.stats.masked_by_window[0, 0, -1])
     ((1, 40, 2, 64), (1, 2, 40), 31)
     """
-    if kernel not in config.KERNELS:
-        raise ValueError(f"kernel must be one of {config.KERNELS}, got {kernel!r}")
-    if nonfinite not in NONFINITE:
-        raise ValueError(f"nonfinite must be one of {NONFINITE}, got {nonfinite!r}")
     qa, device = _to_numpy(q, "q")
     ka, _ = _to_numpy(k, "k")
     va, _ = _to_numpy(v, "v")
-    _validate_dtypes(qa, ka, va, kernel)
-    dt = qa.dtype.name
-    if softmax_scale is not None:
-        try:
-            softmax_scale = float(softmax_scale)
-        except (TypeError, ValueError):
-            raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}") from None
-        if math.isnan(softmax_scale):
-            raise ValueError("softmax_scale must not be NaN")
-    softcap = 0.0 if softcap is None else float(softcap)
-    if not (softcap >= 0 and math.isfinite(softcap)):
-        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
-    window = _masking.resolve_window(bool(causal), window_size)
-    seqs, batch, msq = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
-                                        _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
-                                        max_seqlen_q, max_seqlen_k)
-    h, d = qa.shape[-2:]
-    hk, dv = va.shape[-2], va.shape[-1]
-    _check_head_dims(d, dv, kernel, dt)
-    h_per_kv = h // hk
-    if nonfinite == "raise":
-        for name, a in (("q", qa), ("k", ka), ("v", va)):
-            if not np.isfinite(a.astype(np.float32)).all():
-                raise ValueError(f"{name} contains NaN or inf (nonfinite='raise'; the default 'propagate' gives "
-                                 "the kernel's NaN/inf bits)")
-    sink = _plain(learnable_sink, "learnable_sink")
-    if sink is not None:
-        if sink.shape != (h,) or not np.issubdtype(sink.dtype, np.floating):
-            raise ValueError(f"learnable_sink must be a float array of shape (heads,) = ({h},), got shape "
-                             f"{sink.shape} dtype {sink.dtype}")
-        sink = sink.astype(np.float32)
-    fp8 = dt.startswith("float8")
-    if not fp8 and any(x is not None for x in (q_descale, k_descale, v_descale)):
-        raise ValueError("q_descale/k_descale/v_descale are only supported for fp8 inputs (FA4 asserts this)")
-    qd, kd, vd = (_descale(x, n, batch, hk) for x, n in ((q_descale, "q_descale"), (k_descale, "k_descale"),
-                                                         (v_descale, "v_descale")))
-    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)):
-        raise ValueError(f"num_splits must be an int, got {num_splits!r}")
-    num_splits = int(num_splits)
-    if kernel == "fa4-sm90" and num_splits != 1:
-        raise ValueError(f"num_splits must be 1 for fa4-sm90 (FA4: 'SplitKV not supported on SM 9.0'), "
-                         f"got {num_splits}")
-    if num_splits > MAX_SPLITS:
-        raise ValueError(f"num_splits must be <= {MAX_SPLITS} (the combine kernel's limit), got {num_splits}")
-    varlen_q = cu_seqlens_q is not None
-    msk = max((s.k.shape[0] for s in seqs), default=0) if max_seqlen_k is None else int(max_seqlen_k)
-    page_size = ka.shape[1] if page_table is not None else None
-    if pack_gqa is not None and not isinstance(pack_gqa, (bool, np.bool_)):
-        raise ValueError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
-    opts = _resolve_options(kernel, dt, d, window.causal, msq, h_per_kv, options, batch=batch, heads=h,
-                            local=window.local, dv=dv, pack_gqa=pack_gqa, varlen_q=varlen_q,
-                            num_splits=num_splits if num_splits >= 1 else 1, page_size=page_size)
-    if kernel == "fa4-sm100":
-        if num_splits < 1:
-            num_splits = _num_splits_auto(batch=batch, hk=hk, h_per_kv=h_per_kv, pack_gqa=opts.pack_gqa, sq=msq,
-                                          sk=msk, tile_m=128, tile_n=opts.tile_n, window=window)
-        if num_splits > 1 and d != dv:
-            # _get_fwd_config: split-KV with head_dim != head_dim_v needs tile_n 64 and >= 64 KV blocks
-            n_blocks64 = -(-msk // 64)
-            if n_blocks64 >= 64:
-                opts = config.replace(opts, tile_n=64)
-            else:
-                num_splits = 1
-        if num_splits > 1 and opts.use_2cta_instrs and "use_2cta_instrs" not in options:
-            opts = config.replace(opts, use_2cta_instrs=False)
-        opts = config.replace(opts, num_splits=num_splits)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
+    setup = prepare_forward(qa, ka, va, softmax_scale=softmax_scale, causal=causal, kernel=kernel, softcap=softcap,
+                            window_size=window_size, learnable_sink=learnable_sink, pack_gqa=pack_gqa,
+                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                            max_seqlen_k=max_seqlen_k, num_splits=num_splits, q_descale=q_descale,
+                            k_descale=k_descale, v_descale=v_descale, page_table=page_table, nonfinite=nonfinite,
+                            options=options)
+    seqs, batch, h, d, hk, dv, dt = setup.seqs, setup.batch, setup.heads, setup.head_dim, setup.heads_kv, \
+        setup.head_dim_v, setup.dtype
+    h_per_kv, window, softcap, sink, fp8 = h // hk, setup.window, setup.softcap, setup.sink, setup.fp8
+    qd, kd, vd, num_splits, varlen_q, opts = setup.q_descale, setup.k_descale, setup.v_descale, \
+        setup.num_splits, setup.varlen_q, setup.opts
+    scale = setup.softmax_scale
     model, accum = config.GEMM_IMPL[opts.gemm]
     tanh_arch = opts.mufu_arch
     emu = None

@@ -12,13 +12,12 @@ import math
 
 import numpy as np
 
-from . import config
 from . import masking
-from .forward import AttentionResult, AttentionStats, _resolve_options
+from .forward import AttentionResult, AttentionStats, prepare_forward
 from ..constants import FP8_MAX as _FP8_MAX
-from ..softmax import scale_log2_of
+from ..softmax import LOG2_E_F32, scale_log2_of
+from ..softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
-_TORCH_DTYPES = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 _BELOW_MIN_NORMAL = float(np.nextafter(np.float32(2.0 ** -126), np.float32(0)))   # threshold_ keeps p > this
 
 
@@ -35,9 +34,8 @@ def _ex2_emulation(x, coeffs):
     return torch.ldexp(p.float(), n.to(torch.int32))
 
 
-def _kv_blocks(b, h, sq, sk, rep, opts, causal):
-    """KV blocks each row's M block visits (masking.n_block_range), (b, h, sq) int32."""
-    w = masking.resolve_window(causal)
+def _kv_blocks(b, h, sq, sk, rep, opts, w):
+    """KV blocks each row's M block visits (masking.n_block_range, window ``w``), (b, h, sq) int32."""
     g = rep if opts.pack_gqa else 1
     out = np.zeros((h, sq), np.int32)
     rows = np.arange(sq * g)
@@ -129,54 +127,33 @@ def _stale_max(cur, blk, sl2, threshold):
         start = torch.where(moved, first + 1, torch.full_like(start, nb))
 
 
-def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", device=None,
-                  max_tile_elems: int = 1 << 28, **options) -> AttentionResult:
-    """Statistical FA4 forward on torch tensors (layout (batch, seqlen, heads, head_dim)); runs on ``device``
-    (default: q's device). Options as :func:`fa4num.attention.forward` (``gemm`` and ``mufu_arch`` are
-    fixed to "blas" and "libm" here). Returns torch tensors (out in q's dtype, bf16 for fp8; lse float32).
+def _visible_range(w, sq, sk):
+    """(first, last) key each query row may see under window ``w`` (bottom-right aligned, within
+    [0, seqlen_k)); as numpy int64 (sq,). A row with no visible key has first > last."""
+    diag = np.arange(sq, dtype=np.int64) + (sk - sq)
+    first = np.zeros(sq, np.int64)
+    last = np.full(sq, sk - 1, np.int64)
+    if w.causal:
+        last = np.minimum(last, diag)
+    elif w.local:
+        if w.right is not None:
+            last = np.minimum(last, diag + w.right)
+        if w.left is not None:
+            first = np.maximum(first, diag - w.left)
+    return first, last
 
-    The work is tiled: a tile is R query positions (all heads) times C keys (a whole number of KV blocks of
-    ``tile_n``), at most ``max_tile_elems`` scores, so memory stays bounded for any sequence length (about
-    16 bytes per score of one tile). Tiles of keys are visited right to left like the kernel's KV blocks;
-    inside a tile the online max, FA4's lazy rescale decision and the rescale factors of every block are
-    computed for all rows at once (``_stale_max``), and the tile's P V enters O weighted by the product of
-    the rescale factors of the later blocks, as row_sum does. Q K^T runs on the tensor cores with fp32
-    accumulation where torch offers it (bf16/fp16 on CUDA), and so does each block's P V (P cast to the input
-    dtype as the kernel casts it), whose fp32 results are then weighted and summed.
 
-    Examples
-    --------
-    >>> import torch
-    >>> q = torch.randn(1, 64, 2, 64).to(torch.bfloat16)
-    >>> r = forward_torch(q, q, q, causal=True)
-    >>> tuple(r.out.shape), r.out.dtype, tuple(r.lse.shape)
-    ((1, 64, 2, 64), torch.bfloat16, (1, 2, 64))
-    """
+def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems):
+    """One batch of equal-length sequences, q (b, sq, h, d), k/v (b, sk, hk, d[_v]) torch tensors on ``dev``.
+    Returns (out (b, sq, h, dv), lse (b, h, sq) float32, dict of per-row counters (b, h, sq) numpy)."""
     import torch
-    q, k, v = (x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in (q, k, v))
-    dev = torch.device(device) if device is not None else q.device
-    dt = str(q.dtype).replace("torch.", "")
-    if dt not in _TORCH_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"q, k, v must share one dtype among {_TORCH_DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
-        raise ValueError(f"q, k, v must be (batch, seqlen, heads, head_dim) with matching batch/head_dim and "
-                         f"k.shape == v.shape; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if not isinstance(max_tile_elems, int) or max_tile_elems < 1 << 16:
-        raise ValueError(f"max_tile_elems must be an int >= 65536, got {max_tile_elems!r}")
+    opts, w, dt = setup.opts, setup.window, setup.dtype
     b, sq, h, d = q.shape
-    sk, hk = k.shape[1], k.shape[2]
-    if hk < 1 or h % hk:
-        raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
-    allowed = config.DTYPES_SM90 if kernel == "fa4-sm90" else config.DTYPES_SM100
-    if dt not in allowed:
-        raise ValueError(f"dtype {dt} is not supported by kernel {kernel!r}; allowed: {allowed}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not bool(torch.isfinite(x.float()).all()):
-            raise ValueError(f"{name} contains NaN or inf")
-    opts = _resolve_options(kernel, dt, d, causal, sq, h // hk, {"mode": "statistical", **options}, batch=b,
-                            heads=h)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    sl2 = float(scale_log2_of(scale))
+    sk, hk, dv = k.shape[1], k.shape[2], v.shape[3]
+    scale = setup.softmax_scale
+    softcap = setup.softcap
+    # with a score mod the softmax runs on scale * S pre-scaled (utils.compute_softmax_scale_log2)
+    sl2 = float(SCALE_LOG2_WITH_SCOREMOD) if softcap else float(scale_log2_of(scale))
     tn = opts.tile_n
     nblk = -(-sk // tn)
     rep = h // hk
@@ -189,9 +166,9 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     qg = q.to(dev).transpose(1, 2).reshape(b, hk, rep, sq, d).reshape(g, rep, sq, d).to(mm_dtype)
     kp = torch.zeros((g, nblk * tn, d), dtype=mm_dtype, device=dev)
     kp[:, :sk] = k.to(dev).transpose(1, 2).reshape(g, sk, d).to(mm_dtype)
-    vb = torch.zeros((g, nblk * tn, d), dtype=mm_dtype, device=dev)
-    vb[:, :sk] = v.to(dev).transpose(1, 2).reshape(g, sk, d).to(mm_dtype)
-    vb = vb.view(g, nblk, tn, d)
+    vb = torch.zeros((g, nblk * tn, dv), dtype=mm_dtype, device=dev)
+    vb[:, :sk] = v.to(dev).transpose(1, 2).reshape(g, sk, dv).to(mm_dtype)
+    vb = vb.view(g, nblk, tn, dv)
     emu_cols = None
     coeffs = None
     if sm100:
@@ -201,9 +178,14 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
         if emu.any():
             emu_cols = torch.from_numpy(np.flatnonzero(emu)).to(dev)
         coeffs = [float(c) for c in (opts.coeffs or poly_coeffs(opts.poly_degree))]
+    sink = None
+    if setup.sink is not None:
+        # per (g, rep) row group: head = kv head * rep + r
+        sink = torch.from_numpy(np.asarray(setup.sink, np.float32)).to(dev).view(1, hk, rep).expand(b, hk, rep)
+        sink = sink.reshape(g, rep, 1)
     p_dtype = getattr(torch, dt)
     out_dtype = torch.bfloat16 if dt.startswith("float8") else p_dtype
-    out = torch.empty((b, sq, h, d), dtype=out_dtype, device=dev)
+    out = torch.empty((b, sq, h, dv), dtype=out_dtype, device=dev)
     lse_all = torch.empty((g, rep, sq), dtype=torch.float32, device=dev)
     n_done = torch.zeros((g, rep, sq), dtype=torch.int32, device=dev)
     n_events = torch.zeros_like(n_done)
@@ -211,6 +193,7 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     lag_all = torch.zeros((g, rep, sq), device=dev)
     r_pos, c_keys = _tile_sizes(g * rep, sq, sk, tn, max_tile_elems)
     diag = sk - sq
+    first, last_vis = _visible_range(w, sq, sk)
     for r0 in range(0, sq, r_pos):
         r1 = min(r0 + r_pos, sq)
         nr = r1 - r0
@@ -219,26 +202,27 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
         m = torch.full((g, rep * nr), -math.inf, device=dev)
         true_m = m.clone()
         row_sum = torch.zeros_like(m)
-        o = torch.zeros((g, rep * nr, d), device=dev)
+        o = torch.zeros((g, rep * nr, dv), device=dev)
         started = torch.zeros(m.shape, dtype=torch.bool, device=dev)
         done, events, sat = (torch.zeros(m.shape, dtype=torch.int32, device=dev) for _ in range(3))
         lag = torch.zeros_like(m)
-        last = nblk * tn
+        # keys any row of this tile may see; tiles outside them change nothing and are skipped
+        lo_all, hi_all = int(first[r0:r1].min()), int(last_vis[r0:r1].max())
+        lo_row, hi_row = torch.from_numpy(first[r0:r1]).to(dev).repeat(rep), \
+            torch.from_numpy(last_vis[r0:r1]).to(dev).repeat(rep)
+        need_lo, need_hi = int(first[r0:r1].max()), int(last_vis[r0:r1].min())
         for c0 in range((nblk - 1) // (c_keys // tn) * c_keys, -1, -c_keys):
-            c1 = min(c0 + c_keys, last)
-            if causal and c0 > r1 - 1 + diag:
-                continue                      # no key of this tile is visible from any row: changes nothing
+            c1 = min(c0 + c_keys, nblk * tn)
+            if c0 > hi_all or c1 - 1 < lo_all:
+                continue
             nb = (c1 - c0) // tn
             s = _bmm_f32(qt, kp[:, c0:c1].transpose(1, 2))                           # (g, rows, C)
-            col = torch.arange(c0, c1, device=dev)
-            hide = None
-            if c1 > sk:
-                hide = (col >= sk)[None, :]
-            if causal and c1 - 1 > r0 + diag:
-                cm = col[None, :] > (pos + diag)[:, None]
-                hide = cm if hide is None else hide | cm
-            if hide is not None:
-                s.masked_fill_(hide, -math.inf)
+            if softcap:
+                # utils.create_softcap_scoremod: softcap * tanh(S * softmax_scale / softcap), before the mask
+                s = torch.tanh_(s.mul_(scale).div_(softcap)).mul_(softcap)
+            if c0 < need_lo or c1 - 1 > need_hi:
+                col = torch.arange(c0, c1, device=dev)
+                s.masked_fill_((col[None, :] < lo_row[:, None]) | (col[None, :] > hi_row[:, None]), -math.inf)
             sb = s.view(g, rep * nr, nb, tn)
             blk = sb.amax(-1).flip(-1)                                               # visiting order
             m_used = _stale_max(m, blk, sl2, threshold)
@@ -273,31 +257,129 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
             total = acc64.prod(-1)
             row_sum = (row_sum.double() * total + (bsum.double() * later).sum(-1)).float()
             # P_blk V_blk per block with exact products (16-bit P and V, fp32 accumulation), then weighted
-            pv = _bmm_f32(p.view(g * nb, rep * nr, tn), vb[:, c0 // tn:c0 // tn + nb].reshape(g * nb, tn, d))
-            pv = pv.view(g, nb, rep * nr, d).mul_(later.flip(-1).float().transpose(1, 2)[..., None]).sum(1)
+            pv = _bmm_f32(p.view(g * nb, rep * nr, tn), vb[:, c0 // tn:c0 // tn + nb].reshape(g * nb, tn, dv))
+            pv = pv.view(g, nb, rep * nr, dv).mul_(later.flip(-1).float().transpose(1, 2)[..., None]).sum(1)
             o = o * total.float()[..., None] + pv
             m = m_used[..., -1]
+        m_scaled = m * sl2
+        if sink is not None:
+            # softmax.py apply_learnable_sink (SM100) / Softmax.finalize (SM90): the sink joins the row sum;
+            # a row that saw no key takes the sink as its max
+            sk_l2 = (sink.expand(g, rep, nr).reshape(g, rep * nr) * float(LOG2_E_F32))
+            m_scaled = torch.where(m == -math.inf, sk_l2, m_scaled)
+            row_sum = row_sum + torch.exp2(sk_l2 - m_scaled + offset)
         zero_or_nan = (row_sum == 0) | torch.isnan(row_sum)
         safe = torch.where(zero_or_nan, torch.ones_like(row_sum), row_sum)
-        lse = (m * sl2 + (torch.log2(safe) - offset)) * math.log(2.0)
+        lse = (m_scaled + (torch.log2(safe) - offset)) * math.log(2.0)
         lse = torch.where(zero_or_nan, torch.full_like(lse, -math.inf), lse)
-        ot = (o * safe.reciprocal()[..., None]).view(b, hk, rep, nr, d).reshape(b, h, nr, d)
+        ot = (o * safe.reciprocal()[..., None]).view(b, hk, rep, nr, dv).reshape(b, h, nr, dv)
         out[:, r0:r1] = ot.transpose(1, 2).to(out_dtype)
         lse_all[:, :, r0:r1] = lse.view(g, rep, nr)
         n_done[:, :, r0:r1] = done.view(g, rep, nr)
         n_events[:, :, r0:r1] = events.view(g, rep, nr)
         n_sat[:, :, r0:r1] = sat.view(g, rep, nr)
         lag_all[:, :, r0:r1] = lag.view(g, rep, nr)
-    kvb = _kv_blocks(b, h, sq, sk, rep, opts, causal)
-    n_emu = int(emu_cols.numel()) if emu_cols is not None else 0
-    # keys each row cannot see (no window here: causal bottom-right, or none)
-    seen = np.clip(np.arange(sq) + sk - sq + 1, 0, sk) if causal else np.full(sq, sk)
-    hidden = np.broadcast_to((sk - seen).astype(np.int32), (b, h, sq)).copy()
 
     def per_head(t):
         return t.view(b, h, sq).cpu().numpy()
-    stats = AttentionStats(kv_blocks=kvb, rescale_events=per_head(n_events), rescales_done=per_head(n_done),
-                           max_lag=per_head(lag_all).astype(np.float32), exp2_emulated=kvb * n_emu,
-                           exp2_mufu=kvb * (tn - n_emu), p_saturated=per_head(n_sat), masked_by_window=hidden,
-                           sink_share=np.zeros((b, h, sq), np.float32), gemm="blas")
-    return AttentionResult(out, lse_all.view(b, h, sq), stats, kernel, opts, scale)
+    counters = {"rescale_events": per_head(n_events), "rescales_done": per_head(n_done),
+                "max_lag": per_head(lag_all).astype(np.float32), "p_saturated": per_head(n_sat)}
+    return out, lse_all.view(b, h, sq), counters
+
+
+def _row_stats(setup, kernel, b, sq, sk, counters):
+    """The counters that follow from the block ranges alone, joined to the measured ones (b, h, sq)."""
+    opts, h, w = setup.opts, setup.heads, setup.window
+    kvb = _kv_blocks(b, h, sq, sk, h // setup.heads_kv, opts, w) if sk else np.zeros((b, h, sq), np.int32)
+    n_emu = 0
+    if kernel == "fa4-sm100":
+        from ..softmax.sm100 import emulated_columns
+        n_emu = int(emulated_columns(opts.tile_n, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
+                                     start_frg=opts.ex2_emu_start_frg).sum())
+    first, last = _visible_range(w, sq, sk)
+    hidden = (sk - np.maximum(last - first + 1, 0)).astype(np.int32)          # keys the window hides
+    return {"kv_blocks": kvb, "exp2_emulated": kvb * n_emu, "exp2_mufu": kvb * (opts.tile_n - n_emu),
+            "masked_by_window": np.broadcast_to(hidden, (b, h, sq)).copy(), **counters}
+
+
+def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
+                  window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None,
+                  cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, page_table=None, nonfinite="raise",
+                  device=None, max_tile_elems: int = 1 << 28, **options) -> AttentionResult:
+    """Statistical FA4 forward on torch tensors; runs on ``device`` (default: q's device). Arguments, layouts
+    and their checks are :func:`fa4num.attention.forward`'s (:func:`~fa4num.attention.forward.prepare_forward`):
+    softcap, sliding windows, learnable sinks, varlen (``cu_seqlens_q/k``), paged KV, pack-GQA (which changes
+    only the KV blocks each row's tile visits, ``stats.kv_blocks``: per row the arithmetic is the same) and
+    head_dim_v != head_dim. Not here: split-KV (``num_splits``) and fp8 descales, which ``forward`` runs.
+    ``gemm`` and ``mufu_arch`` are fixed to "blas" and "libm". ``nonfinite`` defaults to "raise" (NaN/inf in
+    q, k, v raise ValueError); "propagate" lets torch's arithmetic carry them (not the kernel's bits).
+    Returns torch tensors (out in q's dtype, bf16 for fp8; lse float32) and numpy stats, shaped as
+    ``forward``'s.
+
+    The work is tiled: a tile is R query positions (all heads) times C keys (a whole number of KV blocks of
+    ``tile_n``), at most ``max_tile_elems`` scores, so memory stays bounded for any sequence length (about
+    16 bytes per score of one tile). Tiles of keys are visited right to left like the kernel's KV blocks;
+    inside a tile the online max, FA4's lazy rescale decision and the rescale factors of every block are
+    computed for all rows at once (``_stale_max``), and the tile's P V enters O weighted by the product of
+    the rescale factors of the later blocks, as row_sum does. Q K^T runs on the tensor cores with fp32
+    accumulation where torch offers it (bf16/fp16 on CUDA), and so does each block's P V (P cast to the input
+    dtype as the kernel casts it), whose fp32 results are then weighted and summed. Varlen and paged inputs
+    run one sequence at a time.
+
+    Examples
+    --------
+    >>> import torch
+    >>> q = torch.randn(1, 64, 2, 64).to(torch.bfloat16)
+    >>> r = forward_torch(q, q, q, causal=True, softcap=30.0, window_size=(16, None))
+    >>> tuple(r.out.shape), r.out.dtype, tuple(r.lse.shape), int(r.stats.masked_by_window[0, 0, -1])
+    ((1, 64, 2, 64), torch.bfloat16, (1, 2, 64), 47)
+    """
+    import torch
+    q, k, v = (x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in (q, k, v))
+    if not isinstance(max_tile_elems, int) or max_tile_elems < 1 << 16:
+        raise ValueError(f"max_tile_elems must be an int >= 65536, got {max_tile_elems!r}")
+    for name in ("num_splits", "q_descale", "k_descale", "v_descale"):
+        if name in options:
+            raise ValueError(f"{name} is not supported by forward_torch (split-KV and fp8 descales run in "
+                             "fa4num.attention.forward)")
+    setup = prepare_forward(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel, softcap=softcap,
+                            window_size=window_size, learnable_sink=learnable_sink, pack_gqa=pack_gqa,
+                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                            max_seqlen_k=max_seqlen_k, page_table=page_table, nonfinite=nonfinite,
+                            options={"mode": "statistical", **options})
+    dev = torch.device(device) if device is not None else q.device
+    h, dv = setup.heads, setup.head_dim_v
+    if cu_seqlens_q is None and cu_seqlens_k is None and page_table is None:
+        b, sq = q.shape[:2]
+        out, lse, counters = _dense(q, k, v, setup=setup, kernel=kernel, dev=dev, max_tile_elems=max_tile_elems)
+        st = _row_stats(setup, kernel, b, sq, k.shape[1], counters)
+    else:
+        out_dtype = torch.bfloat16 if setup.fp8 else q.dtype
+        out = torch.zeros((*q.shape[:-2], h, dv), dtype=out_dtype, device=dev)
+        lse_shape = (h, q.shape[0]) if setup.varlen_q else (q.shape[0], h, q.shape[1])
+        lse = torch.full(lse_shape, -math.inf, dtype=torch.float32, device=dev)
+        st = {n: np.zeros(lse_shape, np.int32) for n in ("kv_blocks", "rescale_events", "rescales_done",
+                                                         "exp2_emulated", "exp2_mufu", "p_saturated",
+                                                         "masked_by_window")}
+        st["max_lag"] = np.zeros(lse_shape, np.float32)
+        for seq in setup.seqs:
+            sq, sk = seq.q.shape[0], seq.k.shape[0]
+            if sq == 0:
+                continue
+            o1, l1, c1 = _dense(seq.q[None], seq.k[None], seq.v[None], setup=setup, kernel=kernel, dev=dev,
+                                max_tile_elems=max_tile_elems)
+            out[seq.out_index] = o1[0]
+            rows = _row_stats(setup, kernel, 1, sq, sk, c1)
+            for hh in range(h):
+                lse[seq.lse_index(hh)] = l1[0, hh]
+                for n, val in rows.items():
+                    st[n][seq.lse_index(hh)] = val[0, hh]
+    st["sink_share"] = np.zeros(st["max_lag"].shape, np.float32)
+    if setup.sink is not None:
+        sink = np.asarray(setup.sink, np.float64)
+        sink_b = sink[:, None] if setup.varlen_q else sink[None, :, None]
+        with np.errstate(invalid="ignore", over="ignore"):
+            share = np.exp(sink_b - lse.double().cpu().numpy())
+        st["sink_share"] = np.where(np.isfinite(share), share, 0).astype(np.float32)
+    stats = AttentionStats(**st, gemm="blas", tanh_exact=not setup.softcap)
+    return AttentionResult(out, lse, stats, kernel, setup.opts, setup.softmax_scale)

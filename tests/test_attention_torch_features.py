@@ -1,0 +1,94 @@
+"""forward_torch with FA4's feature options (softcap, windows, learnable sinks, varlen, paged KV, pack-GQA,
+head_dim_v != head_dim) against ``forward(mode="statistical")`` and the fp64 reference (issue 10, deliver 2)."""
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from fa4num.attention import forward, forward_torch
+from fa4num.attention.reference import attention_fp64
+
+COUNTERS = ("kv_blocks", "rescale_events", "rescales_done", "exp2_emulated", "exp2_mufu", "masked_by_window")
+
+
+def _arrays(shapes, seed, q_mult=2.0):
+    rng = np.random.default_rng(seed)
+    out = [(rng.standard_normal(s) * (q_mult if i == 0 else 1.0)).astype(ml_dtypes.bfloat16)
+           for i, s in enumerate(shapes)]
+    return out, [torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) for a in out]
+
+
+CASES = {
+    "softcap": dict(kernel="fa4-sm90", causal=True, softcap=5.0),
+    "window-causal-sm100": dict(kernel="fa4-sm100", causal=True, window_size=(70, None)),
+    "window-symmetric": dict(kernel="fa4-sm90", window_size=(50, 50)),
+    "sink-sm90": dict(kernel="fa4-sm90", causal=True, learnable_sink=np.float32([0.5, -1.0, 2.0, 4.0])),
+    "sink-window-sm100": dict(kernel="fa4-sm100", window_size=(10, 0), learnable_sink=np.float32([1, 2, 3, 4])),
+    "pack-gqa-off": dict(kernel="fa4-sm90", causal=True, pack_gqa=False),
+    "softcap-window-sm100": dict(kernel="fa4-sm100", softcap=8.0, window_size=(100, 20)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_torch_features_track_statistical_mode(name):
+    opts = CASES[name]
+    arrays, tensors = _arrays([(2, 190, 4, 64), (2, 260, 2, 64), (2, 260, 2, 64)], seed=len(name))
+    exact = forward(*arrays, mode="statistical", **opts)
+    fast = forward_torch(*tensors, **opts)
+    o, e = fast.out.float().numpy(), exact.out.astype(np.float32)
+    assert np.abs(o - e).max() <= 2.0 ** -6 * np.abs(e).max()
+    assert (o != e).mean() < 0.05
+    fin = np.isfinite(exact.lse)
+    assert np.array_equal(np.isfinite(fast.lse.numpy()), fin)
+    assert np.abs(fast.lse.numpy()[fin] - exact.lse[fin]).max() < 1e-4
+    for c in COUNTERS:
+        assert np.array_equal(getattr(fast.stats, c), getattr(exact.stats, c)), c
+    assert np.allclose(fast.stats.sink_share, exact.stats.sink_share, rtol=1e-4, atol=1e-6)
+    ref_out, ref_lse = attention_fp64(*arrays, **opts)
+    assert np.abs(o - ref_out).max() <= 2.0 ** -7 * np.abs(ref_out).max()
+    assert np.abs(fast.lse.numpy()[fin] - ref_lse[fin]).max() < 1e-4
+
+
+@pytest.mark.parametrize("kernel", ["fa4-sm90", "fa4-sm100"])
+def test_torch_varlen_and_paged(kernel):
+    cu_q = np.array([0, 70, 70, 200], np.int32)          # an empty sequence in the middle
+    cu_k = np.array([0, 90, 150, 310], np.int32)
+    arrays, tensors = _arrays([(200, 4, 64), (310, 2, 64), (310, 2, 128)], seed=3)
+    opts = dict(kernel=kernel, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                learnable_sink=np.float32([0.0, 1.0, -2.0, 3.0]))
+    exact = forward(*arrays, mode="statistical", **opts)
+    fast = forward_torch(*tensors, **opts)
+    assert fast.out.shape == (200, 4, 128) and fast.lse.shape == (4, 200)
+    o, e = fast.out.float().numpy(), exact.out.astype(np.float32)
+    assert np.abs(o - e).max() <= 2.0 ** -6 * np.abs(e).max()
+    assert np.abs(fast.lse.numpy() - exact.lse).max() < 1e-4
+    for c in COUNTERS:
+        assert np.array_equal(getattr(fast.stats, c), getattr(exact.stats, c)), c
+    # paged KV: two sequences of 3 pages of 64 keys; numerically the contiguous keys
+    arrays, tensors = _arrays([(2, 150, 4, 64), (8, 64, 2, 64), (8, 64, 2, 64)], seed=5)
+    pt = np.array([[5, 0, 2], [1, 7, 3]], np.int32)
+    paged = forward_torch(*tensors, kernel=kernel, causal=True, page_table=pt)
+    kc, vc = (t[torch.from_numpy(pt).long()].reshape(2, 192, 2, 64) for t in tensors[1:])
+    dense = forward_torch(tensors[0], kc, vc, kernel=kernel, causal=True)
+    assert torch.equal(paged.out, dense.out) and torch.equal(paged.lse, dense.lse)
+
+
+def test_torch_pack_gqa_changes_only_visited_blocks():
+    arrays, tensors = _arrays([(1, 300, 4, 64), (1, 300, 1, 64), (1, 300, 1, 64)], seed=7)
+    on = forward_torch(*tensors, causal=True, pack_gqa=True)
+    off = forward_torch(*tensors, causal=True, pack_gqa=False)
+    assert torch.equal(on.out, off.out) and torch.equal(on.lse, off.lse)
+    assert not np.array_equal(on.stats.kv_blocks, off.stats.kv_blocks)
+    for pk in (True, False):
+        assert np.array_equal(forward_torch(*tensors, causal=True, pack_gqa=pk).stats.kv_blocks,
+                              forward(*arrays, causal=True, pack_gqa=pk, mode="statistical").stats.kv_blocks)
+
+
+def test_torch_shares_forwards_argument_checks():
+    _, (q, k, v) = _arrays([(1, 32, 2, 64)] * 3, seed=1)
+    for kw, match in ((dict(softcap=-1.0), "softcap"), (dict(window_size=(-1, 5)), "window_size"),
+                      (dict(learnable_sink=np.zeros(3, np.float32)), "learnable_sink"),
+                      (dict(cu_seqlens_q=np.array([0, 40, 32])), "cu_seqlens_q"), (dict(pack_gqa=1), "pack_gqa"),
+                      (dict(kernel="fa4-sm100", num_splits=2), "num_splits"), (dict(tile_n=100), "tile_n")):
+        with pytest.raises(ValueError, match=match):
+            forward_torch(q, k, v, **kw)
