@@ -11,6 +11,7 @@ from fa4num import fp
 from fa4num.ex2 import fa4_emulated
 from fa4num.ex2 import engine as S
 from fa4num.ex2.engine import Domain, Implementation, fa4_implementation, sweep
+from fa4num.fp.reference import exp2_cr_f32_bf16
 
 
 def domain_inputs(domain: Domain) -> np.ndarray:
@@ -103,17 +104,16 @@ def test_special_values_sweep_matches_brute_force():
                      0xFF800000, 0x7F7FFFFF, 0xFF7FFFFF, 0, 0x80000000], dtype=np.uint32)
     x = bits.view(np.float32)
     impl = fa4_implementation(3)
-    acc = S._Accumulators(4, 0)
-    tot = S._Totals(0)
+    tot = S.Stats.zeros()
+    pending = np.zeros((4, 16), np.uint32)
     r32 = np.ascontiguousarray(fp.exp2_cr(x, "float32"))
     rb = (np.asarray(fp.exp2_cr(x, "bfloat16")).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
     y = fa4_emulated(x)
-    for mode, refs in ((int(S.SweepMode.GIVEN), (S._NO_ARRAY, S._NO_ARRAY)),
-                       (int(S.SweepMode.GIVEN_WITH_REFERENCE), (r32, rb))):
-        acc.zero()
-        S._sweep_chunk(mode, 0, 1, 0.0, x.size, x, y, *refs, S._NO_POLY, False, False, False, 0.0, 0.0, 0,
-                       *acc.arrays(), acc.pending)
-        tot.add(acc)
+    for src in (S.Source(S.SweepMode.GIVEN, x.size, xs=x, ys=y),
+                S.Source(S.SweepMode.GIVEN_WITH_REFERENCE, x.size, xs=x, ys=y, r32s=r32, rbs=rb)):
+        blocks = S.Stats.zeros((4,))
+        S._sweep_chunk(src, S._NOT_FUSED, S.XBins(), blocks, pending)
+        tot.merge(blocks)
     res = S._result(impl, Domain(), tot, 0, 0.0, lambda **k: {})
     doubled = np.concatenate([x, x])
     check_against_brute_force(res, doubled, np.concatenate([y, y]))
@@ -135,12 +135,11 @@ def test_unsettled_references_are_resolved_outside_numba():
     """Inputs handed to the gmpy2 path (as when the hard-case table lacks them) are counted like any other."""
     impl = fa4_implementation(3)
     x = np.random.default_rng(5).uniform(-30, 1, 300).astype(np.float32)
-    acc = S._Accumulators(4, 0)
-    tot = S._Totals(0)
-    acc.zero()
-    acc.pending[1, :x.size] = x.view(np.uint32)
-    acc.acc_i[1, S._PENDING] = x.size
-    S._settle_pending(impl, acc, tot, 0.0, 0.0, 0)
+    blocks, tot = S.Stats.zeros((4,)), S.Stats.zeros()
+    pending = np.zeros((4, S._PENDING_CAP), np.uint32)
+    pending[1, :x.size] = x.view(np.uint32)
+    blocks.total["unsettled"][1] = x.size
+    S._settle_pending(impl, blocks, pending, tot, S.XBins())
     res = S._result(impl, Domain(), tot, 0, 0.0, lambda **k: {})
     check_against_brute_force(res, x, fa4_emulated(x))
 
@@ -150,7 +149,7 @@ def test_reference_kernel_equals_fp_exp2_cr():
     x = np.concatenate([rng.integers(0, 2 ** 32, 1 << 16, dtype=np.uint64).astype(np.uint32).view(np.float32),
                         np.arange(-160, 130, 0.25, dtype=np.float32),
                         (rng.choice([-1, 1], 4096) * 2.0 ** rng.uniform(-40, -20, 4096)).astype(np.float32)])
-    got = np.array([S._reference(v)[:2] for v in x], dtype=np.float32)
+    got = np.array([exp2_cr_f32_bf16(v)[:2] for v in x], dtype=np.float32)
     want32 = np.asarray(fp.exp2_cr(x, "float32"))
     wantb = np.asarray(fp.exp2_cr(x, "bfloat16")).view(np.uint16)
     assert np.array_equal(got[:, 0].view(np.uint32), want32.view(np.uint32))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-SCHEMA = "fa4num-sweep-checkpoint/1"
+SCHEMA = "fa4num-sweep-checkpoint/2"   # /2: totals are the arrays of fa4num.ex2.engine.Stats
 
 
 class SweepCheckpoint:
@@ -49,8 +49,9 @@ class SweepCheckpoint:
         return (self.folder / "state.npz").is_file()
 
     def start(self, key: dict, totals) -> set:
-        """Restore ``totals`` (the engine's running totals, modified in place) from a previous run of the same
-        sweep (``key`` equal); return the ids of its finished chunks (empty when there is nothing to resume)."""
+        """Restore ``totals`` (the engine's running :class:`~fa4num.ex2.engine.Stats`, modified in place) from a
+        previous run of the same sweep (``key`` equal); return the ids of its finished chunks (empty when there is
+        nothing to resume)."""
         self._key = json.loads(json.dumps(key, default=_plain))
         path = self.folder / "state.npz"
         if not path.is_file():
@@ -63,10 +64,12 @@ class SweepCheckpoint:
             return set()   # unreadable: start afresh (the chunks are recomputed, nothing wrong is kept)
         if meta.get("schema") != SCHEMA or meta.get("key") != self._key:
             return set()   # another sweep's chunks: not ours to resume
-        for name, value in meta["scalars"].items():
-            setattr(totals, name, value)
+        mine = totals.arrays()
+        if set(arrays) != set(mine) or any(arrays[k].dtype != v.dtype or arrays[k].shape != v.shape
+                                           for k, v in mine.items()):
+            return set()
         for name, value in arrays.items():
-            getattr(totals, name)[...] = value
+            mine[name][...] = value
         self._done = [tuple(c) for c in meta["done"]]
         self.resumed_chunks = len(self._done)
         self.seconds_before = float(meta.get("seconds", 0.0))
@@ -76,11 +79,8 @@ class SweepCheckpoint:
         """Record chunk ``chunk_id`` as finished with the running ``totals`` after it."""
         self._done.append(tuple(chunk_id))
         self.folder.mkdir(parents=True, exist_ok=True)
-        state = vars(totals)
-        arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
-        scalars = {k: _plain(v) for k, v in state.items() if not isinstance(v, np.ndarray)}
-        meta = {"schema": SCHEMA, "key": self._key, "done": self._done, "scalars": scalars,
-                "seconds": self.seconds_before + seconds}
+        arrays = totals.arrays()
+        meta = {"schema": SCHEMA, "key": self._key, "done": self._done, "seconds": self.seconds_before + seconds}
         # the manifest travels inside the totals' file, so one rename publishes both: a crash can never pair a
         # chunk list with totals that include more (or fewer) chunks
         fd, tmp = tempfile.mkstemp(prefix=".state-", suffix=".npz", dir=self.folder)

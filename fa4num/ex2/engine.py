@@ -1,15 +1,23 @@
 """Sweeps of an exp2 implementation against the correctly rounded 2^x: all 2^32 fp32 inputs, a range, or a grid.
 
-One fused numba pass per chunk of inputs makes each input, runs the implementation (FA4's emulation inlined, or
-the outputs of an array function such as fa4num.hw.mufu_ex2), computes the correctly rounded fp32 and bf16
-references and accumulates every statistic, so nothing of the chunk's size is kept. Statistics: ulp-distance
-histogram (exact counts below 4096 ulp, then one bin per power of two), the largest ulp and relative errors and
-where they occur, how many results differ from the correctly rounded bf16 of 2^x after their own RN bf16 cast
-(cvt.rn.bf16.f32, as FA4 converts P), NaN mismatches, and the same per binade of x and per bin of an x grid.
+One fused numba pass per chunk of inputs (``_sweep_chunk``) runs five stages on each input and keeps nothing of
+the chunk's size:
 
-Reference: 2^x from libm's float64 exp2, rounded once to fp32 and to bf16 by fa4num.fp.reference.round_f64_fast
-(the one rounding kernel; a midpoint within K_RUN ulp64 of the float64 value is a hard case); hard cases go to
-fa4num.fp.reference.exp2_cr_f32/_bf16, and whatever those cannot settle in numba to fa4num.fp.exp2_cr (gmpy2).
+1. input: a bit pattern or grid point made from its index (:class:`SweepMode` BITS, GRID), or given (GIVEN);
+2. output: FA4's emulation inlined (:class:`Fused`), or given by an implementation's array function (such as
+   fa4num.hw.mufu_ex2) run on the chunk first;
+3. reference: the correctly rounded fp32 and bf16 2^x, :func:`fa4num.fp.reference.exp2_cr_f32_bf16` (one libm
+   call, the rounding lives there); what it cannot settle in numba goes to fa4num.fp.exp2_cr (gmpy2);
+4. comparison: ulp distance, relative error, the bf16 cast (cvt.rn.bf16.f32, as FA4 converts P), NaN mismatch;
+5. accumulation into one :class:`Stats` row per kernel block: a :data:`TALLY` record for the chunk, for the
+   binade of x and for the x bin (kept in registers while consecutive inputs share the bin) and the histogram
+   (exact counts below 4096 ulp, then one bin per power of two); :meth:`Stats.merge` folds blocks into totals.
+
+Examples
+--------
+>>> r = sweep(fa4_implementation(3), Domain(lo=-1.0, hi=-0.99), progress=False)
+>>> r.count, r.max_ulp, r.bf16_mismatch_far
+(167773, 158, 0)
 """
 from __future__ import annotations
 
@@ -17,81 +25,44 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
 
 from fa4num.fp import scalar
 from fa4num.fp.convert import f32_to_bf16_bits
-from fa4num.fp.reference import K_RUN, TARGETS, exp2_cr, exp2_cr_bf16, exp2_cr_f32, round_f64_fast
+from fa4num.fp.reference import exp2_cr, exp2_cr_f32_bf16
 
 from .emulate import exact_steps, fast_steps, fa4_emulated, horner_tuple, poly_coeffs, resolve_variant
 
-__all__ = ["Domain", "Implementation", "SweepMode", "SweepResult", "sweep", "fa4_implementation", "mufu_implementation",
-           "LINEAR_BINS", "LOG_BINS"]
+__all__ = ["Domain", "Implementation", "SweepMode", "SweepResult", "Stats", "sweep", "fa4_implementation",
+           "mufu_implementation", "LINEAR_BINS", "LOG_BINS", "TALLY"]
 
 LINEAR_BINS = 4096           # histogram: exact counts of ulp distances 0 .. 4095
 LOG_BINS = 21                # then [2^12, 2^13), ..., [2^32, 2^33) (2^32 cannot occur: NaNs are counted apart)
 _NH = LINEAR_BINS + LOG_BINS
 _NBINADE = 512               # (sign, biased exponent) of x: bits >> 23
 _PENDING_CAP = 1 << 12       # per block: inputs whose reference needs gmpy2 (about 1 in 4 million)
-# scalar slots of acc_i
-_COUNT, _MAXD, _MAXD_BITS, _BF16, _BF16_FAR, _NAN, _PENDING, _MAXREL_BITS = range(8)
-# per-binade int slots (bin_i) and per-x-bin int slots (xb_i); floats: bin_f = max rel; xb_f = (sum ulp, max rel)
-_B_COUNT, _B_EXACT, _B_BF16, _B_NAN, _B_MAXD = range(5)
-_X_COUNT, _X_MAXD, _X_BF16, _X_NAN = range(4)
-
-_F32_PREC, _F32_QMIN = TARGETS["float32"]
-_BF16_PREC, _BF16_QMIN = TARGETS["bfloat16"]
 _MIN_NORMAL = 2.0 ** -126
-_TINY = 2.0 ** -26        # |x| below this: 2^x rounds to 1 in fp32 and bf16
-_LN2 = math.log(2.0)
 _NO_ARRAY = np.zeros(0, np.float32)
 _NO_POLY = np.ones(1, np.float32)
 
-
-# --- reference: one libm exp2, rounded twice from float64 by integer arithmetic ---------------------------------
-@njit(cache=True, inline="always")
-def _round_once(y, prec, qmin):
-    """y rounded once to the target (fa4num.fp.reference.round_f64_fast: the one integer rounding kernel with the
-    midpoint test, hard = a midpoint within K_RUN ulp64 of y) as float32."""
-    r, hard = round_f64_fast(y, prec, qmin, K_RUN)
-    return np.float32(r), hard
-
-
-@njit(cache=True, inline="always")
-def _reference(x):
-    """(fp32 2^x, bf16 2^x held in fp32, float64 2^x, settled): correctly rounded; settled is False when the
-    numba kernels of fa4num.fp.reference cannot decide a hard case (then fa4num.fp.exp2_cr must)."""
-    if x != x:
-        nan = scalar.canonical_nan()
-        return nan, nan, np.float64(np.nan), True
-    if x >= np.float32(128.0):
-        return np.float32(np.inf), np.float32(np.inf), np.inf, True
-    if x < np.float32(_F32_QMIN - 2):   # 2^x below a quarter of the smallest subnormal (also -inf)
-        return np.float32(0.0), np.float32(0.0), 0.0, True     # (no libm call: its underflow path is slow)
-    if abs(x) < np.float32(_TINY):
-        # 2^x is within 2|x| ln2 < 2^-26 of 1: both roundings give 1, far from any midpoint
-        # (1 - 2^-25 for fp32); the float64 value is only used for relative errors
-        return np.float32(1.0), np.float32(1.0), 1.0 + np.float64(x) * _LN2, True
-    y = math.exp2(np.float64(x))
-    r32, hard = _round_once(y, _F32_PREC, _F32_QMIN)
-    ok = True
-    if hard:
-        r32, ok = exp2_cr_f32(x)
-    if x < np.float32(_BF16_QMIN - 2):
-        rb = np.float32(0.0)
-    else:
-        rb, hard = _round_once(y, _BF16_PREC, _BF16_QMIN)
-        if hard:
-            rb, ok_b = exp2_cr_bf16(x)
-            ok = ok and ok_b
-    return r32, rb, y, ok
+# The statistics of a set of inputs: the same record for the whole chunk, each binade of x and each x bin.
+# Maxima start at -1 (below any ulp distance or error; max_rel stays -1 where no relative error is defined).
+TALLY = np.dtype([("count", np.int64), ("exact", np.int64), ("bf16", np.int64), ("bf16_far", np.int64),
+                  ("nan", np.int64), ("max_ulp", np.int64), ("sum_ulp", np.float64), ("max_rel", np.float64)])
+_MAXIMA = ("max_ulp", "max_rel")
+# the whole chunk also keeps where its maxima occur (fp32 bits of x, -1: nowhere) and how many inputs the numba
+# reference could not settle (handed to gmpy2)
+_TOTAL = np.dtype(TALLY.descr + [("max_ulp_bits", np.int64), ("max_rel_bits", np.int64),
+                                 ("unsettled", np.int64)])
+_EMPTY_RUN = (0, 0, 0, 0, 0, -1, 0.0, -1.0)   # a TALLY record as a tuple of locals (the kernel's registers)
 
 
-# --- inputs -------------------------------------------------------------------------------------------------
+# --- stage 1: inputs ------------------------------------------------------------------------------------------
 class SweepMode(IntEnum):
-    """Where a chunk's inputs and outputs come from (the ``mode`` argument of the sweep kernel).
+    """Where a chunk's inputs and outputs come from.
 
     BITS: inputs are bit patterns start + i*stride (mod 2^32), FA4's emulation inlined for the outputs;
     GRID: inputs (start + i) * scale, FA4's emulation inlined; GIVEN: inputs and outputs given as arrays (an
@@ -103,18 +74,57 @@ class SweepMode(IntEnum):
     GIVEN_WITH_REFERENCE = 3
 
 
-# the kernels compare the int values (numba freezes these module globals as constants)
-_BITS, _GIVEN, _GIVEN_REF = int(SweepMode.BITS), int(SweepMode.GIVEN), int(SweepMode.GIVEN_WITH_REFERENCE)
+class Source(NamedTuple):
+    """One chunk's inputs: made in the kernel (BITS, GRID: from start, stride, scale) or given (xs, ys, and for
+    GIVEN_WITH_REFERENCE the correctly rounded fp32 and bf16 references r32s, rbs)."""
+    mode: SweepMode
+    n: int
+    start: int = 0
+    stride: int = 1
+    scale: float = 0.0
+    xs: np.ndarray = _NO_ARRAY
+    ys: np.ndarray = _NO_ARRAY
+    r32s: np.ndarray = _NO_ARRAY
+    rbs: np.ndarray = _NO_ARRAY
+
+
+class Fused(NamedTuple):
+    """FA4's emulation inlined in the kernel: the reversed coefficients (a float32 array, so that one compiled
+    kernel serves every degree) and the variant's ftz flags (fa4num.ex2.emulate.fast_steps)."""
+    rc: np.ndarray
+    ftz_max: bool
+    ftz_round: bool
+    ftz_arith: bool
+
+
+_NOT_FUSED = Fused(_NO_POLY, False, False, False)
+
+
+class XBins(NamedTuple):
+    """Bins linear in x for the error-vs-x table: bin floor((x - lo) * scale) of n (n = 0: none)."""
+    lo: float = 0.0
+    scale: float = 0.0
+    n: int = 0
 
 
 @njit(cache=True, inline="always")
 def _input(mode, start, stride, scale, i):
     """Input i of a chunk: SweepMode.BITS = bit pattern start + i*stride (mod 2^32); GRID = (start + i) * scale."""
-    if mode == _BITS:
+    if mode == SweepMode.BITS:
         return scalar.u32_to_f32(np.uint32((start + i * stride) & 0xFFFFFFFF))
     return np.float32(np.float64(start + i) * scale)
 
 
+# --- stage 2: outputs (FA4's emulation: fast path, exact fa4num.fp.scalar sequence where it does not apply) ----
+@njit(cache=True, inline="always")
+def _fa4(x, rc, ftz_max, ftz_round, ftz_arith):
+    y, bad = fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
+    if bad:
+        y = exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
+    return y
+
+
+# --- stage 3: reference (fa4num.fp.reference.exp2_cr_f32_bf16) -- stage 4: comparison ---------------------------
 @njit(cache=True, inline="always")
 def _line(b):
     """Position of fp32 bits on the monotone integer line (fa4num.fp.ulp_distance's order)."""
@@ -156,87 +166,75 @@ def _compare(y, r32, rb, y64):
     return False, d, rel, bf, bf and abs(_line16(yb) - _line16(rbb)) > 1
 
 
+# --- stage 5: accumulation ----------------------------------------------------------------------------------
 @njit(cache=True, inline="always")
-def _flush_binade(bin_i, bin_f, blk, b, cnt, exact, bf, nan, maxd, maxrel):
-    """Add one run of inputs of binade ``b`` (kept in registers while consecutive) to block ``blk``'s table."""
-    bin_i[blk, b, _B_COUNT] += cnt
-    bin_i[blk, b, _B_EXACT] += exact
-    bin_i[blk, b, _B_BF16] += bf
-    bin_i[blk, b, _B_NAN] += nan
-    bin_i[blk, b, _B_MAXD] = max(bin_i[blk, b, _B_MAXD], maxd)
-    bin_f[blk, b] = max(bin_f[blk, b], maxrel)
+def _step(run, nan_mis, d, rel, bf, far):
+    """A TALLY run (tuple of locals) after one more input."""
+    count, exact, nbf, nfar, nnan, maxd, sumd, maxrel = run
+    if nan_mis:
+        return count + 1, exact, nbf + 1, nfar + 1, nnan + 1, maxd, sumd, maxrel
+    return (count + 1, exact + (d == 0), nbf + bf, nfar + far, nnan, max(maxd, d), sumd + d,
+            max(maxrel, rel))
 
 
 @njit(cache=True, inline="always")
-def _flush_xbin(xb_i, xb_f, blk, xi, cnt, bf, nan, maxd, sumd, maxrel):
-    """Add one run of inputs of x-bin ``xi`` to block ``blk``'s error-vs-x table."""
-    xb_i[blk, xi, _X_COUNT] += cnt
-    xb_i[blk, xi, _X_BF16] += bf
-    xb_i[blk, xi, _X_NAN] += nan
-    xb_i[blk, xi, _X_MAXD] = max(xb_i[blk, xi, _X_MAXD], maxd)
-    xb_f[blk, xi, 0] += sumd
-    xb_f[blk, xi, 1] = max(xb_f[blk, xi, 1], maxrel)
+def _flush(rec, run):
+    """Add a run of inputs (kept in registers while consecutive inputs share the bin) to a TALLY record."""
+    count, exact, nbf, nfar, nnan, maxd, sumd, maxrel = run
+    rec.count += count
+    rec.exact += exact
+    rec.bf16 += nbf
+    rec.bf16_far += nfar
+    rec.nan += nnan
+    rec.max_ulp = max(rec.max_ulp, maxd)
+    rec.sum_ulp += sumd
+    rec.max_rel = max(rec.max_rel, maxrel)
 
 
 @njit(parallel=True, cache=True)
-def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, ftz_round, ftz_arith,
-                 xlo, xscale, nxb, acc_i, acc_f, hist, bin_i, bin_f, xb_i, xb_f, pending):
-    """Accumulate the statistics of n inputs into one row per block of the accumulator arrays.
+def _sweep_chunk(src, fused, xbins, stats, pending):
+    """Accumulate the statistics of the ``src.n`` inputs of a :class:`Source` into one row per block of
+    ``stats`` (a :class:`Stats` with one leading row per block); the inputs whose reference the numba kernels
+    cannot settle go to ``pending`` (one row per block), counted in ``stats.total.unsettled``.
 
-    mode (a SweepMode value) BITS/GRID: inputs made by _input, outputs by FA4's emulation inlined (fast path, exact
-    fa4num.fp.scalar sequence where the fast path does not apply); GIVEN: inputs xs with outputs ys;
-    GIVEN_WITH_REFERENCE: also the references r32s, rbs.
-    Per-binade and per-x-bin statistics are kept in locals while consecutive inputs share the bin."""
-    nblk = acc_i.shape[0]
+    Per input: input (stage 1), output (2: FA4's emulation ``fused``, or given), correctly rounded references (3),
+    comparison (4), accumulation into the chunk's, the binade's and the x bin's runs (5)."""
+    # parfors take arrays and scalars, not tuples: unpack before the parallel loop
+    mode, n, start, stride, scale, xs, ys, r32s, rbs = src
+    rc, ftz_max, ftz_round, ftz_arith = fused
+    xlo, xscale, nxb = xbins
+    total, binade, xbin, hist = stats
+    nblk = total.shape[0]
     per = (n + nblk - 1) // nblk
     for blk in prange(nblk):
-        count = 0
-        maxd = np.int64(-1)
-        maxd_bits = np.int64(0)
-        maxrel = -1.0
-        maxrel_bits = np.int64(0)
-        nbf = 0
-        nbf_far = 0
-        nnan = 0
+        run_t = run_b = run_x = _EMPTY_RUN
+        cur_b = cur_x = -1
+        max_ulp_bits = max_rel_bits = np.int64(-1)
         npend = 0
-        sumd = 0.0
-        cur_b = -1
-        b_cnt = b_exact = b_bf = b_nan = 0
-        b_maxd = np.int64(-1)
-        b_maxrel = -1.0
-        cur_x = -1
-        x_cnt = x_bf = x_nan = 0
-        x_maxd = np.int64(-1)
-        x_sumd = 0.0
-        x_maxrel = -1.0
         for i in range(blk * per, min(n, (blk + 1) * per)):
-            if mode >= _GIVEN:
+            if mode >= SweepMode.GIVEN:
                 x = xs[i]
                 y = ys[i]
             else:
                 x = _input(mode, start, stride, scale, i)
-                y, bad = fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, True)
-                if bad:
-                    y = exact_steps(x, rc, ftz_max, ftz_round, ftz_arith)
-            if mode == _GIVEN_REF:
+                y = _fa4(x, rc, ftz_max, ftz_round, ftz_arith)
+            if mode == SweepMode.GIVEN_WITH_REFERENCE:
                 r32, rb, y64, ok = r32s[i], rbs[i], math.exp2(np.float64(x)), True
             else:
-                r32, rb, y64, ok = _reference(x)
+                r32, rb, y64, ok = exp2_cr_f32_bf16(x)
             xbits = scalar.f32_to_u32(x)
             if not ok:
                 if npend < pending.shape[1]:
                     pending[blk, npend] = xbits
                 npend += 1
                 continue
-            nan_mis, d, rel, bf, bf_far = _compare(y, r32, rb, y64)
+            nan_mis, d, rel, bf, far = _compare(y, r32, rb, y64)
             bn = np.int64(xbits >> np.uint32(23))
             if bn != cur_b:
                 if cur_b >= 0:
-                    _flush_binade(bin_i, bin_f, blk, cur_b, b_cnt, b_exact, b_bf, b_nan, b_maxd, b_maxrel)
+                    _flush(binade[blk, cur_b], run_b)
                 cur_b = bn
-                b_cnt = b_exact = b_bf = b_nan = 0
-                b_maxd = np.int64(-1)
-                b_maxrel = -1.0
+                run_b = _EMPTY_RUN
             xi = -1
             if nxb > 0 and x == x:
                 t = (np.float64(x) - xlo) * xscale
@@ -244,65 +242,90 @@ def _sweep_chunk(mode, start, stride, scale, n, xs, ys, r32s, rbs, rc, ftz_max, 
                     xi = min(np.int64(t), nxb - 1)
             if xi != cur_x:
                 if cur_x >= 0:
-                    _flush_xbin(xb_i, xb_f, blk, cur_x, x_cnt, x_bf, x_nan, x_maxd, x_sumd, x_maxrel)
+                    _flush(xbin[blk, cur_x], run_x)
                 cur_x = xi
-                x_cnt = x_bf = x_nan = 0
-                x_maxd = np.int64(-1)
-                x_sumd = 0.0
-                x_maxrel = -1.0
-            count += 1
-            b_cnt += 1
-            x_cnt += 1
-            if nan_mis:
-                nnan += 1
-                nbf += 1
-                nbf_far += 1
-                b_nan += 1
-                b_bf += 1
-                x_nan += 1
-                x_bf += 1
-                continue
-            hist[blk, _hist_bin(d)] += 1
-            if d == 0:
-                b_exact += 1
-            if d > maxd:
-                maxd = d
-                maxd_bits = np.int64(xbits)
-            b_maxd = max(b_maxd, d)
-            x_maxd = max(x_maxd, d)
-            x_sumd += d
-            sumd += d
-            if rel > maxrel:
-                maxrel = rel
-                maxrel_bits = np.int64(xbits)
-            b_maxrel = max(b_maxrel, rel)
-            x_maxrel = max(x_maxrel, rel)
-            if bf:
-                nbf += 1
-                b_bf += 1
-                x_bf += 1
-                if bf_far:
-                    nbf_far += 1
+                run_x = _EMPTY_RUN
+            if not nan_mis:
+                hist[blk, _hist_bin(d)] += 1
+                if d > run_t[5]:      # strict: the first input where the maximum occurs
+                    max_ulp_bits = np.int64(xbits)
+                if rel > run_t[7]:
+                    max_rel_bits = np.int64(xbits)
+            run_t = _step(run_t, nan_mis, d, rel, bf, far)
+            run_b = _step(run_b, nan_mis, d, rel, bf, far)
+            run_x = _step(run_x, nan_mis, d, rel, bf, far)
         if cur_b >= 0:
-            _flush_binade(bin_i, bin_f, blk, cur_b, b_cnt, b_exact, b_bf, b_nan, b_maxd, b_maxrel)
+            _flush(binade[blk, cur_b], run_b)
         if cur_x >= 0:
-            _flush_xbin(xb_i, xb_f, blk, cur_x, x_cnt, x_bf, x_nan, x_maxd, x_sumd, x_maxrel)
-        acc_i[blk, _COUNT] = count
-        acc_i[blk, _MAXD] = maxd
-        acc_i[blk, _MAXD_BITS] = maxd_bits
-        acc_i[blk, _BF16] = nbf
-        acc_i[blk, _BF16_FAR] = nbf_far
-        acc_i[blk, _NAN] = nnan
-        acc_i[blk, _PENDING] = npend
-        acc_i[blk, _MAXREL_BITS] = maxrel_bits
-        acc_f[blk, 0] = maxrel
-        acc_f[blk, 1] = sumd
+            _flush(xbin[blk, cur_x], run_x)
+        _flush(total[blk], run_t)
+        total[blk].max_ulp_bits = max_ulp_bits
+        total[blk].max_rel_bits = max_rel_bits
+        total[blk].unsettled = npend
 
 
 @njit(parallel=True, cache=True)
 def _make_inputs(mode, start, stride, scale, out):
     for i in prange(out.size):
         out[i] = _input(mode, start, stride, scale, i)
+
+
+class Stats(NamedTuple):
+    """The statistics of a sweep: over all inputs (``total``), per binade of x (``binade``: (sign, biased
+    exponent) = bits >> 23), per x bin (``xbin``) and the ulp-distance histogram (``hist``: exact counts below
+    :data:`LINEAR_BINS`, then :data:`LOG_BINS` bins per power of two).
+
+    ``total``, ``binade`` and ``xbin`` are :data:`TALLY` record arrays (``total`` also has ``max_ulp_bits``,
+    ``max_rel_bits``: the fp32 bits of the first x where the maximum occurs, -1 for none; and ``unsettled``).
+    Every array has the same leading dimensions: one row per kernel block, or none for running totals.
+
+    Examples
+    --------
+    >>> blocks, totals = Stats.zeros((4,), xbins=8), Stats.zeros((), xbins=8)
+    >>> blocks.binade.shape, int(blocks.binade["max_ulp"].max()), int(totals.total["count"])
+    ((4, 512), -1, 0)
+    >>> blocks.total["count"][2] = 5
+    >>> totals.merge(blocks); int(totals.total["count"])
+    5
+    """
+    total: np.ndarray
+    binade: np.ndarray
+    xbin: np.ndarray
+    hist: np.ndarray
+
+    @classmethod
+    def zeros(cls, lead: tuple = (), *, xbins: int = 0) -> Stats:
+        """Empty statistics with leading dimensions ``lead`` and ``xbins`` x bins: counts and sums 0, maxima -1."""
+        total = np.zeros(lead, _TOTAL)
+        binade = np.zeros(lead + (_NBINADE,), TALLY)
+        xbin = np.zeros(lead + (max(xbins, 1),), TALLY)
+        for t in (total, binade, xbin):
+            for name in _MAXIMA:
+                t[name] = -1
+        total["max_ulp_bits"] = total["max_rel_bits"] = -1
+        return cls(total, binade, xbin, np.zeros(lead + (_NH,), np.int64))
+
+    def merge(self, blocks: Stats) -> None:
+        """Add ``blocks`` (one more leading dimension than self: rows in input order) into self, in place; where a
+        maximum occurs is kept from the first row that reaches it."""
+        t, bt = self.total, blocks.total
+        best_ulp, best_rel = int(t["max_ulp"]), float(t["max_rel"])
+        for row in bt:
+            if row["max_ulp"] > best_ulp:
+                best_ulp, t["max_ulp_bits"] = int(row["max_ulp"]), row["max_ulp_bits"]
+            if row["max_rel"] > best_rel:
+                best_rel, t["max_rel_bits"] = float(row["max_rel"]), row["max_rel_bits"]
+        for mine, theirs in ((t, bt), (self.binade, blocks.binade), (self.xbin, blocks.xbin)):
+            for name in TALLY.names + ("unsettled",) * (mine is t):
+                if name in _MAXIMA:
+                    mine[name] = np.maximum(mine[name], theirs[name].max(axis=0))
+                else:
+                    mine[name] += theirs[name].sum(axis=0)
+        self.hist[...] += blocks.hist.sum(axis=0)
+
+    def arrays(self) -> dict:
+        """{name: array}, the arrays of these statistics by field name (to save and restore them)."""
+        return dict(self._asdict())
 
 
 # --- what is swept, and with what ---------------------------------------------------------------------------
@@ -312,9 +335,7 @@ class Implementation:
     name: str
     params: dict
     array_fn: object = field(repr=False, compare=False)   # float32 array -> float32 array
-    # FA4 emulation inlined in the sweep kernel: (reversed coefficients as a float32 array, so that one compiled
-    # kernel serves every degree; ftz_max, ftz_round, ftz_arith)
-    fused: tuple | None = field(default=None, repr=False, compare=False)
+    fused: Fused | None = field(default=None, repr=False, compare=False)   # FA4's emulation inlined in the kernel
 
 
 def fa4_implementation(degree=3, *, coeffs=None, variant="packed") -> Implementation:
@@ -337,7 +358,7 @@ def fa4_implementation(degree=3, *, coeffs=None, variant="packed") -> Implementa
     else:
         name = f"custom-{variant}-deg{len(c) - 1}"
     return Implementation(name, params, run,
-                          (np.array(horner_tuple(c, v), np.float32), v.ftz_max, v.ftz_round, v.ftz_arith))
+                          Fused(np.array(horner_tuple(c, v), np.float32), v.ftz_max, v.ftz_round, v.ftz_arith))
 
 
 def mufu_implementation(*, arch="sm90", ftz=True) -> Implementation:
@@ -371,7 +392,7 @@ class Domain:
             if max(abs(k0), abs(k1)) >= 1 << 24:
                 raise ValueError(f"grid_bits={self.grid_bits} with lo={self.lo}, hi={self.hi} gives grid points "
                                  "that are not exact in fp32 (|k| must stay below 2^24)")
-            return [(int(SweepMode.GRID), k0, 1, scale, max(0, k1 - k0 + 1))]
+            return [(SweepMode.GRID, k0, 1, scale, max(0, k1 - k0 + 1))]
         out = []
         lo32, hi32 = np.float32(self.lo), np.float32(self.hi)
         if lo32 < 0:   # negative values from -0 (bits 0x80000000) down to lo, as increasing bit patterns
@@ -385,7 +406,7 @@ class Domain:
         if self.nans and math.isinf(self.lo) and math.isinf(self.hi):
             out += [(0x7F800001, 0x7FFFFFFF), (0xFF800001, 0xFFFFFFFF)]
         s = self.stride
-        return [(int(SweepMode.BITS), b0, s, 0.0, (b1 - b0) // s + 1) for b0, b1 in out]
+        return [(SweepMode.BITS, b0, s, 0.0, (b1 - b0) // s + 1) for b0, b1 in out]
 
     def describe(self) -> str:
         if self.kind == "grid":
@@ -468,96 +489,77 @@ class SweepResult:
                 f"({self.bf16_mismatch_far} by > 1 bf16 ulp); NaN mismatches {self.nan_mismatch}")
 
 
-def _tables(lead: tuple, nxb: int) -> tuple:
-    """Fresh per-bin tables (hist, bin_i, bin_f, xb_i, xb_f) with leading dimensions ``lead`` (one row per kernel
-    block, or none for running totals): counts and sums 0, maxima -1 (below any ulp distance or error)."""
-    hist = np.zeros(lead + (_NH,), np.int64)
-    bin_i = np.zeros(lead + (_NBINADE, 5), np.int64)
-    bin_i[..., _B_MAXD] = -1
-    bin_f = np.full(lead + (_NBINADE,), -1.0)
-    xb_i = np.zeros(lead + (max(nxb, 1), 4), np.int64)
-    xb_i[..., _X_MAXD] = -1
-    xb_f = np.zeros(lead + (max(nxb, 1), 2))
-    xb_f[..., 1] = -1.0
-    return hist, bin_i, bin_f, xb_i, xb_f
-
-
-class _Accumulators:
-    """One row per kernel block of every statistic of a chunk; :meth:`zero` before each chunk."""
-
-    def __init__(self, nblk: int, nxb: int):
-        self.nblk, self.nxb = nblk, nxb
-        self.pending = np.zeros((nblk, _PENDING_CAP), np.uint32)
-        self.zero()
-
-    def zero(self):
-        self.acc_i = np.zeros((self.nblk, 8), np.int64)
-        self.acc_i[:, _MAXD] = -1
-        self.acc_f = np.zeros((self.nblk, 2))   # max rel (-1: none yet), sum of ulp distances
-        self.acc_f[:, 0] = -1.0
-        self.hist, self.bin_i, self.bin_f, self.xb_i, self.xb_f = _tables((self.nblk,), self.nxb)
-
-    def arrays(self):
-        return self.acc_i, self.acc_f, self.hist, self.bin_i, self.bin_f, self.xb_i, self.xb_f
-
-
-class _Totals:
-    """Running totals over chunks; maxima keep the first input (in sweep order) where they occur."""
-    def __init__(self, nxb):
-        self.count = self.bf16 = self.bf16_far = self.nan = 0
-        self.sumd = 0.0
-        self.maxd, self.maxd_bits, self.maxrel, self.maxrel_bits = -1, None, -1.0, None
-        self.hist, self.bin_i, self.bin_f, self.xb_i, self.xb_f = _tables((), nxb)
-
-    def add(self, acc: _Accumulators):
-        a = acc.acc_i
-        self.count += int(a[:, _COUNT].sum())
-        self.bf16 += int(a[:, _BF16].sum())
-        self.bf16_far += int(a[:, _BF16_FAR].sum())
-        self.nan += int(a[:, _NAN].sum())
-        self.sumd += float(acc.acc_f[:, 1].sum())
-        for blk in range(a.shape[0]):   # blocks are in input order: strict '>' keeps the first occurrence
-            if a[blk, _MAXD] > self.maxd:
-                self.maxd, self.maxd_bits = int(a[blk, _MAXD]), int(a[blk, _MAXD_BITS])
-            if acc.acc_f[blk, 0] > self.maxrel:
-                self.maxrel, self.maxrel_bits = float(acc.acc_f[blk, 0]), int(a[blk, _MAXREL_BITS])
-        self.hist += acc.hist.sum(axis=0)
-        for k in (_B_COUNT, _B_EXACT, _B_BF16, _B_NAN):
-            self.bin_i[:, k] += acc.bin_i[:, :, k].sum(axis=0)
-        self.bin_i[:, _B_MAXD] = np.maximum(self.bin_i[:, _B_MAXD], acc.bin_i[:, :, _B_MAXD].max(axis=0))
-        self.bin_f = np.maximum(self.bin_f, acc.bin_f.max(axis=0))
-        for k in (_X_COUNT, _X_BF16, _X_NAN):
-            self.xb_i[:, k] += acc.xb_i[:, :, k].sum(axis=0)
-        self.xb_i[:, _X_MAXD] = np.maximum(self.xb_i[:, _X_MAXD], acc.xb_i[:, :, _X_MAXD].max(axis=0))
-        self.xb_f[:, 0] += acc.xb_f[:, :, 0].sum(axis=0)
-        self.xb_f[:, 1] = np.maximum(self.xb_f[:, 1], acc.xb_f[:, :, 1].max(axis=0))
-
-
-def _settle_pending(impl: Implementation, acc: _Accumulators, tot: _Totals, xlo, xscale, nxb):
+def _settle_pending(impl: Implementation, blocks: Stats, pending: np.ndarray, totals: Stats, xbins: XBins):
     """Inputs the numba reference could not settle: reference from fa4num.fp.exp2_cr (gmpy2), then accumulate."""
-    npend = acc.acc_i[:, _PENDING].copy()
+    npend = blocks.total["unsettled"].copy()
     if not npend.any():
         return
     if (npend > _PENDING_CAP).any():
         raise RuntimeError(f"more than {_PENDING_CAP} unsettled reference values in one block; the hard-case "
                            "table of fa4num.fp.reference is missing or does not match this libm")
-    xs = np.concatenate([acc.pending[b, :k] for b, k in enumerate(npend)]).view(np.float32)
+    xs = np.concatenate([pending[b, :k] for b, k in enumerate(npend)]).view(np.float32)
     ys = np.ascontiguousarray(impl.array_fn(xs), dtype=np.float32)
     r32 = np.ascontiguousarray(exp2_cr(xs, "float32"))
     rb = (np.asarray(exp2_cr(xs, "bfloat16")).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
-    acc.zero()
-    _sweep_chunk(_GIVEN_REF, 0, 1, 0.0, xs.size, xs, ys, r32, rb, _NO_POLY, False, False, False, xlo, xscale, nxb,
-                 *acc.arrays(), acc.pending)
-    tot.add(acc)
+    settle = Stats.zeros(blocks.total.shape, xbins=xbins.n)
+    _sweep_chunk(Source(SweepMode.GIVEN_WITH_REFERENCE, xs.size, xs=xs, ys=ys, r32s=r32, rbs=rb), _NOT_FUSED,
+                 xbins, settle, pending)
+    totals.merge(settle)
+
+
+def _chunks(domain: Domain, chunk: int):
+    """(chunk id, mode, first input, stride, scale, count) of each chunk of at most ``chunk`` inputs, in order."""
+    for i_iv, (mode, start, stride, scale, count) in enumerate(domain.intervals()):
+        for off in range(0, count, chunk):
+            first = start + off * (stride if mode == SweepMode.BITS else 1)
+            yield (i_iv, off), mode, first, stride, scale, min(chunk, count - off)
+
+
+def _run_chunk(impl: Implementation, mode, first, stride, scale, n, xbins: XBins, blocks: Stats, pending):
+    """One chunk into ``blocks`` (zeroed by the caller): FA4's emulation inside the kernel, or the implementation's
+    array function on the chunk's inputs first."""
+    if impl.fused is not None:
+        src = Source(mode, n, first, stride, scale)
+        _sweep_chunk(src, impl.fused, xbins, blocks, pending)
+        return
+    xs = np.empty(n, np.float32)
+    _make_inputs(mode, first, stride, scale, xs)
+    ys = np.ascontiguousarray(impl.array_fn(xs), dtype=np.float32)
+    _sweep_chunk(Source(SweepMode.GIVEN, n, xs=xs, ys=ys), _NOT_FUSED, xbins, blocks, pending)
 
 
 def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, chunk: int = 1 << 24,
           xbins: int = 512, progress: bool = True, checkpoint=None) -> SweepResult:
     """Run ``impl`` (default: FA4's cubic, packed form) over ``domain`` (default: all 2^32 fp32 inputs).
 
-    chunk: inputs per fused pass (memory stays O(blocks x bins), not O(chunk)). xbins: bins linear in x for the
-    error-vs-x figure, used when the domain has finite lo and hi (0 to skip). checkpoint: a
-    fa4num.ex2.checkpoint.SweepCheckpoint that keeps finished chunks, so that an interrupted sweep resumes."""
+    Parameters
+    ----------
+    impl : Implementation, optional
+        What to sweep: :func:`fa4_implementation` (FA4's emulation, inlined in the kernel),
+        :func:`mufu_implementation`, or any :class:`Implementation` with an array function.
+    domain : Domain, optional
+        The inputs; default all 2^32 fp32 bit patterns.
+    chunk : int
+        Inputs per fused pass (memory stays O(blocks x bins), not O(chunk)).
+    xbins : int
+        Bins linear in x for the error-vs-x table, used when the domain has finite lo and hi (0 to skip).
+    progress : bool
+        Show a tqdm progress bar.
+    checkpoint : fa4num.ex2.checkpoint.SweepCheckpoint, optional
+        Keeps finished chunks, so that an interrupted sweep resumes.
+
+    Returns
+    -------
+    SweepResult
+        Counts, maxima (and where), histograms, per-binade and per-x-bin tables, seconds, provenance.
+
+    Examples
+    --------
+    >>> r = sweep(domain=Domain(lo=-0.25, hi=-0.24), progress=False)   # FA4's packed cubic
+    >>> r.count, r.exact == r.ulp_hist_linear[0], r.nan_mismatch
+    (671090, True, 0)
+    """
+    from numba import get_num_threads
     from tqdm.auto import tqdm
 
     from fa4num.provenance import provenance
@@ -569,57 +571,40 @@ def sweep(impl: Implementation | None = None, domain: Domain | None = None, *, c
     if not isinstance(xbins, int) or xbins < 0:
         raise ValueError(f"xbins must be a non-negative integer, got {xbins!r}")
     finite = math.isfinite(domain.lo) and math.isfinite(domain.hi) and domain.hi > domain.lo
-    nxb = xbins if finite else 0
-    xlo = float(domain.lo) if nxb else 0.0
-    xscale = nxb / (domain.hi - domain.lo) if nxb else 0.0
-    intervals = domain.intervals()
-    total = sum(iv[4] for iv in intervals)
-    from numba import get_num_threads
+    bins = XBins(float(domain.lo), xbins / (domain.hi - domain.lo), xbins) if finite and xbins else XBins()
     nblk = 4 * get_num_threads()
-    acc = _Accumulators(nblk, nxb)
-    tot = _Totals(nxb)
+    pending = np.zeros((nblk, _PENDING_CAP), np.uint32)
+    totals = Stats.zeros(xbins=bins.n)
     t0 = time.perf_counter()
     done = set()
     if checkpoint is not None:
         key = {"implementation": impl.name, "params": impl.params, "domain": asdict(domain), "chunk": chunk,
-               "xbins": nxb}
-        done = checkpoint.start(key, tot)
-    bar = tqdm(total=total, unit="x", unit_scale=True, disable=not progress, desc=impl.name)
-    for i_iv, (mode, start, stride, scale, count) in enumerate(intervals):
-        for off in range(0, count, chunk):
-            n = min(chunk, count - off)
-            if (i_iv, off) in done:   # finished by an interrupted run: its totals are already in tot
-                bar.update(n)
-                continue
-            first = start + off * (stride if mode == _BITS else 1)
-            acc.zero()
-            if impl.fused is not None:
-                rc, fm, fr, fa = impl.fused
-                _sweep_chunk(mode, first, stride, scale, n, _NO_ARRAY, _NO_ARRAY, _NO_ARRAY, _NO_ARRAY, rc, fm,
-                             fr, fa, xlo, xscale, nxb, *acc.arrays(), acc.pending)
-            else:
-                xs = np.empty(n, np.float32)
-                _make_inputs(mode, first, stride, scale, xs)
-                ys = np.ascontiguousarray(impl.array_fn(xs), dtype=np.float32)
-                _sweep_chunk(_GIVEN, 0, 1, 0.0, n, xs, ys, _NO_ARRAY, _NO_ARRAY, _NO_POLY, False, False, False, xlo,
-                             xscale, nxb, *acc.arrays(), acc.pending)
-            tot.add(acc)
-            _settle_pending(impl, acc, tot, xlo, xscale, nxb)
+               "xbins": bins.n}
+        done = checkpoint.start(key, totals)
+    bar = tqdm(total=sum(iv[4] for iv in domain.intervals()), unit="x", unit_scale=True, disable=not progress,
+               desc=impl.name)
+    for chunk_id, mode, first, stride, scale, n in _chunks(domain, chunk):
+        if chunk_id not in done:   # a chunk finished by an interrupted run is already in the totals
+            blocks = Stats.zeros((nblk,), xbins=bins.n)
+            _run_chunk(impl, mode, first, stride, scale, n, bins, blocks, pending)
+            totals.merge(blocks)
+            _settle_pending(impl, blocks, pending, totals, bins)
             if checkpoint is not None:
-                checkpoint.save((i_iv, off), tot, time.perf_counter() - t0)
-            bar.update(n)
+                checkpoint.save(chunk_id, totals, time.perf_counter() - t0)
+        bar.update(n)
     bar.close()
     seconds = time.perf_counter() - t0 + (checkpoint.seconds_before if checkpoint is not None else 0.0)
-    return _result(impl, domain, tot, nxb, seconds, provenance)
+    return _result(impl, domain, totals, bins.n, seconds, provenance)
 
 
-def _result(impl, domain, tot: _Totals, nxb, seconds, provenance) -> SweepResult:
+def _result(impl, domain, tot: Stats, nxb, seconds, provenance) -> SweepResult:
+    t = tot.total
     lin = tot.hist[:LINEAR_BINS]
     nz = np.flatnonzero(lin)
     lin = lin[: nz[-1] + 1] if nz.size else lin[:1]
     logh = {f"2^{12 + k}": int(c) for k, c in enumerate(tot.hist[LINEAR_BINS:]) if c}
     binades = []
-    for bn in np.flatnonzero(tot.bin_i[:, _B_COUNT]):
+    for bn in np.flatnonzero(tot.binade["count"]):
         sign, e = divmod(int(bn), 256)
         if e == 0:
             lo_mag, hi_mag = 0.0, 2.0 ** -126
@@ -627,28 +612,30 @@ def _result(impl, domain, tot: _Totals, nxb, seconds, provenance) -> SweepResult
             lo_mag, hi_mag = None, None
         else:
             lo_mag, hi_mag = 2.0 ** (e - 127), 2.0 ** (e - 126)
+        b = tot.binade[bn]
         row = {"sign": "-" if sign else "+", "exponent_field": e,
                "x_from": None if e == 255 else (-hi_mag if sign else lo_mag),
                "x_to": None if e == 255 else (-lo_mag if sign else hi_mag),
-               "count": int(tot.bin_i[bn, _B_COUNT]), "exact": int(tot.bin_i[bn, _B_EXACT]),
-               "max_ulp": int(tot.bin_i[bn, _B_MAXD]),
-               "max_rel": float(tot.bin_f[bn]) if tot.bin_f[bn] >= 0 else None,
-               "bf16_mismatch": int(tot.bin_i[bn, _B_BF16]), "nan_mismatch": int(tot.bin_i[bn, _B_NAN])}
+               "count": int(b["count"]), "exact": int(b["exact"]), "max_ulp": int(b["max_ulp"]),
+               "max_rel": float(b["max_rel"]) if b["max_rel"] >= 0 else None,
+               "bf16_mismatch": int(b["bf16"]), "nan_mismatch": int(b["nan"])}
         binades.append(row)
     xb = None
     if nxb:
-        cnt = tot.xb_i[:, _X_COUNT]
-        finite_cnt = np.maximum(cnt - tot.xb_i[:, _X_NAN], 1)
-        xb = {"edges": np.linspace(domain.lo, domain.hi, nxb + 1).tolist(), "count": cnt.tolist(),
-              "max_ulp": tot.xb_i[:, _X_MAXD].tolist(), "mean_ulp": (tot.xb_f[:, 0] / finite_cnt).tolist(),
-              "max_rel": tot.xb_f[:, 1].tolist(), "bf16_mismatch": tot.xb_i[:, _X_BF16].tolist(),
-              "nan_mismatch": tot.xb_i[:, _X_NAN].tolist()}
+        x = tot.xbin
+        finite_cnt = np.maximum(x["count"] - x["nan"], 1)
+        xb = {"edges": np.linspace(domain.lo, domain.hi, nxb + 1).tolist(), "count": x["count"].tolist(),
+              "max_ulp": x["max_ulp"].tolist(), "mean_ulp": (x["sum_ulp"] / finite_cnt).tolist(),
+              "max_rel": x["max_rel"].tolist(), "bf16_mismatch": x["bf16"].tolist(),
+              "nan_mismatch": x["nan"].tolist()}
+    count, nan = int(t["count"]), int(t["nan"])
+    where_ulp, where_rel = int(t["max_ulp_bits"]), int(t["max_rel_bits"])
     return SweepResult(
-        implementation=impl.name, params=impl.params, domain=domain.describe(), count=tot.count,
-        exact=int(tot.hist[0]), max_ulp=max(tot.maxd, 0),
-        mean_ulp=tot.sumd / max(tot.count - tot.nan, 1),
-        max_ulp_x=_x_of(tot.maxd_bits) if tot.maxd_bits is not None else None,
-        max_rel=max(tot.maxrel, 0.0), max_rel_x=_x_of(tot.maxrel_bits) if tot.maxrel_bits is not None else None,
-        bf16_mismatch=tot.bf16, bf16_mismatch_far=tot.bf16_far, nan_mismatch=tot.nan,
+        implementation=impl.name, params=impl.params, domain=domain.describe(), count=count,
+        exact=int(t["exact"]), max_ulp=max(int(t["max_ulp"]), 0),
+        mean_ulp=float(t["sum_ulp"]) / max(count - nan, 1),
+        max_ulp_x=_x_of(where_ulp) if where_ulp >= 0 else None,
+        max_rel=max(float(t["max_rel"]), 0.0), max_rel_x=_x_of(where_rel) if where_rel >= 0 else None,
+        bf16_mismatch=int(t["bf16"]), bf16_mismatch_far=int(t["bf16_far"]), nan_mismatch=nan,
         ulp_hist_linear=lin.tolist(), ulp_hist_log2=logh, binades=binades, xbins=xb, seconds=seconds,
         provenance=provenance(domain=asdict(domain), implementation=impl.name))

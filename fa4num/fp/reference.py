@@ -36,7 +36,7 @@ from numba import njit, prange
 from .arrays import flat as _flat, as_float32, tensor_device, wrap
 from .scalar import CANONICAL_NAN_BITS, f32_to_u32, f64_to_u64, u32_to_f32, u64_to_f64
 
-__all__ = ["exp2_cr", "log2_cr", "rcp_cr", "exp2_cr_f32", "exp2_cr_bf16", "log2_cr_f32", "log2_cr_bf16",
+__all__ = ["exp2_cr", "log2_cr", "rcp_cr", "exp2_cr_f32", "exp2_cr_bf16", "exp2_cr_f32_bf16", "log2_cr_f32", "log2_cr_bf16",
            "rcp_cr_f32", "rcp_cr_bf16", "round_f64", "round_f64_fast", "K_RUN", "K_TABLE", "TARGETS"]
 
 K_RUN = 64      # ulp64: a float64 value this close to a midpoint is resolved exactly
@@ -190,6 +190,45 @@ def exp2_cr_bf16(x):
     if hard:
         return _lookup(_EXP2_BF16_X, _EXP2_BF16_Y, x)
     return v, True
+
+
+_TINY = 2.0 ** -26     # |x| below this: 2^x rounds to 1 in fp32 and bf16
+_LN2 = math.log(2.0)
+
+
+@njit(cache=True, inline="always")
+def exp2_cr_f32_bf16(x):
+    """Correctly rounded 2^x to float32 and to bfloat16 from one libm call (numba scalar, for sweeps that need
+    both); returns (fp32 2^x, bf16 2^x held in a float32, float64 2^x, ok).
+
+    The float64 value is libm's exp2 (for relative errors; 1 + x ln2 where |x| < 2^-26, no libm call below the
+    underflow cut). ok is False when a hard case is not in the tables (then use :func:`exp2_cr`, which asks
+    gmpy2); the results equal exp2_cr_f32 and exp2_cr_bf16 wherever ok."""
+    if x != x:
+        nan = u32_to_f32(CANONICAL_NAN_BITS)
+        return nan, nan, np.float64(np.nan), True
+    if x >= np.float32(128.0):
+        return np.float32(np.inf), np.float32(np.inf), np.inf, True
+    if x < np.float32(_F32_QMIN - 2):   # 2^x below a quarter of the smallest subnormal (also -inf)
+        return np.float32(0.0), np.float32(0.0), 0.0, True     # (no libm call: its underflow path is slow)
+    if abs(x) < np.float32(_TINY):
+        # 2^x is within 2|x| ln2 < 2^-26 of 1: both roundings give 1, far from any midpoint (1 - 2^-25 for fp32)
+        return np.float32(1.0), np.float32(1.0), 1.0 + np.float64(x) * _LN2, True
+    y = math.exp2(np.float64(x))
+    r, hard = round_f64_fast(y, _F32_PREC, _F32_QMIN, K_RUN)
+    r32 = np.float32(r)
+    ok = True
+    if hard:
+        r32, ok = _lookup(_EXP2_F32_X, _EXP2_F32_Y, x)
+    if x < np.float32(_BF16_QMIN - 2):
+        rb = np.float32(0.0)
+    else:
+        r, hard = round_f64_fast(y, _BF16_PREC, _BF16_QMIN, K_RUN)
+        rb = np.float32(r)
+        if hard:
+            rb, ok_b = _lookup(_EXP2_BF16_X, _EXP2_BF16_Y, x)
+            ok = ok and ok_b
+    return r32, rb, y, ok
 
 
 @njit(cache=True)
