@@ -20,6 +20,7 @@ error curve instead of adding the sup of each term.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -315,9 +316,6 @@ class MufuBounds:
         return max(self.lg2_table_abs) + 2.0 ** (math.floor(math.log2(mag)) + 1 - 23)
 
 
-_MUFU_CACHE: dict = {}
-
-
 def mufu_error_bounds(arch: str = "sm90") -> MufuBounds:
     """Bounds of MUFU ex2/rcp/lg2 from the measured tables of ``arch``, computed exhaustively from the table
     structure (fa4num.hw.mufu docstring): ex2(+-(k + g 2^-23 + r)) = T[g] 2^(+-k) with r in [0, 2^-23) the
@@ -331,8 +329,11 @@ def mufu_error_bounds(arch: str = "sm90") -> MufuBounds:
     >>> b.ex2_relative < 2.5e-7 and b.rcp_relative < 1.2e-7
     True
     """
-    if arch in _MUFU_CACHE:
-        return _MUFU_CACHE[arch]
+    return _mufu_error_bounds(arch)
+
+
+@functools.lru_cache(maxsize=None)   # exhaustive over the tables: once per arch
+def _mufu_error_bounds(arch: str) -> MufuBounds:
     from fa4num.hw import mufu_ex2, mufu_lg2, mufu_rcp
     g = np.arange(1 << 23, dtype=np.float64)
     f = g * 2.0 ** -23
@@ -353,5 +354,4 @@ def mufu_error_bounds(arch: str = "sm90") -> MufuBounds:
     e0 = float(np.max(np.abs(l0 - np.log2(m.astype(np.float64)))))
     e1 = float(np.max(np.abs(lm1 - np.log2(m.astype(np.float64) * 0.5))))
     out = MufuBounds(arch, ex2 + slack, _MIN_NORMAL, rcp, (e0 + slack, e1 + slack))
-    _MUFU_CACHE[arch] = out
     return out

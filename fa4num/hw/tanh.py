@@ -15,12 +15,12 @@ callers fall back to libm's tanh (fa4num.softmax.mufu).
 from __future__ import annotations
 
 import pathlib
+from functools import lru_cache
 
 import numpy as np
 
 KINDS = {"identity": 0, "const": 1, "table": 2}
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
-_cache: dict = {}
 
 
 def _candidates(arch: str):
@@ -31,20 +31,20 @@ def _candidates(arch: str):
             yield from sorted(d.rglob(f"mufu_tanh_{arch}_*.npz"))
 
 
+@lru_cache(maxsize=None)
 def _load(arch: str):
-    if arch not in _cache:
-        _cache[arch] = None
-        for p in _candidates(arch):
-            if p.exists():
-                z = np.load(p)
-                if int(z["mismatches"]) == 0:
-                    _cache[arch] = {k: z[k] for k in ("kind", "drop", "const", "offset")}
-                    # the shipped file keeps the table as first differences (they compress 20x better than the
-                    # entries); a raw GPU capture keeps the entries
-                    _cache[arch]["table"] = (np.cumsum(z["table_diff"], dtype=np.int64).astype(np.uint32)
-                                             if "table_diff" in z.files else z["table"])
-                    break
-    return _cache[arch]
+    """The measured table of ``arch`` (first self-checked file found), or None; read once per arch."""
+    for p in _candidates(arch):
+        if p.exists():
+            z = np.load(p)
+            if int(z["mismatches"]) == 0:
+                t = {k: z[k] for k in ("kind", "drop", "const", "offset")}
+                # the shipped file keeps the table as first differences (they compress 20x better than the
+                # entries); a raw GPU capture keeps the entries
+                t["table"] = (np.cumsum(z["table_diff"], dtype=np.int64).astype(np.uint32)
+                              if "table_diff" in z.files else z["table"])
+                return t
+    return None
 
 
 def tanh_table_available(arch: str = "sm90") -> bool:

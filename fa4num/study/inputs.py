@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 DISTRIBUTIONS = ("gaussian", "outliers", "sink", "rising", "llm", "minilm")
 OUTLIER_CHANNELS = (3, 17, 42, 101)
@@ -141,14 +142,8 @@ def _minilm(seqlen: int, layer: int) -> StudyInputs:
     return StudyInputs(as_t(q), as_t(k), False, "minilm")
 
 
-_MINILM_CACHE: dict = {}
-
-
+@lru_cache(maxsize=1)
 def _minilm_cached(text: str, seqlen: int):
     # the six layers come out of one forward pass: keep them for the other five tasks of this worker
-    key = (text, seqlen)
-    if key not in _MINILM_CACHE:
-        from fa4num.attention.real_inputs import minilm_qkv
-        _MINILM_CACHE.clear()
-        _MINILM_CACHE[key] = minilm_qkv(text=text, dtype="bfloat16", max_len=seqlen)["layers"]
-    return _MINILM_CACHE[key]
+    from fa4num.attention.real_inputs import minilm_qkv
+    return minilm_qkv(text=text, dtype="bfloat16", max_len=seqlen)["layers"]
