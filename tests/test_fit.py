@@ -206,6 +206,35 @@ def test_evaluated_objective_beats_fa4_on_every_fp32_input():
     assert full["value"] >= r.max_error * (1 - 1e-3)  # fp32 inputs sit densely around the real peak
 
 
+def test_evaluated_error_skips_only_inputs_its_bound_covers():
+    """evaluated_error stops once a rigorous bound over the inputs left ([0, top]) is below the max found; the
+    bound must hold on every fp32 of the largest binade it covered, and the max be what those chunks give."""
+    from fa4num.fit import _objectives, evaluated_error
+    for degree in (3, 5):
+        coeffs = tuple(float(c) for c in POLY_EX2[degree])
+        res = evaluated_error(coeffs)
+        skipped = res["bounded"]
+        assert skipped is not None and res["evaluated"] + skipped["inputs"] == res["inputs"] == 0x3F800000
+        assert skipped["bound"] < res["value"]
+        top = skipped["below"]
+        x = np.arange(np.float32(top / 2).view(np.uint32), np.float32(top).view(np.uint32) + 1,
+                      dtype=np.uint32).view(np.float32)
+        p = fa4_emulated(x, degree, coeffs=coeffs).astype(np.float64)
+        assert np.max(np.abs(p / np.exp2(x.astype(np.float64)) - 1)) <= skipped["bound"]
+        # the bound is of the whole of [0, top]: with a larger max to beat it is still found, never below it
+        assert _objectives._small_input_bound(coeffs, top, 1.0) >= skipped["bound"] * (1 - 1e-12)
+
+
+def test_bf16_reference_steps_equal_every_element():
+    """The step search for RN_bf16(2^x) over monotone inputs gives the bits exp2_cr gives element by element."""
+    from fa4num.fit import _objectives
+    from fa4num.fp import exp2_cr
+    lo = np.float32(0.5).view(np.uint32)
+    for x in (_objectives._FRAC_GRID[::7], -np.arange(lo, lo + (1 << 21), dtype=np.uint32).view(np.float32),
+              (-127.0 + np.arange(1 << 17) * 2.0 ** -17).astype(np.float32)):
+        assert np.array_equal(_objectives._ref_bits(x), exp2_cr(x, dtype="bfloat16").view(np.uint16))
+
+
 def test_bf16_share_decomposition_matches_direct_count():
     """The per-binade shares come from the 2^-23 fraction grid; counting every fp32 x of the binade
     [-126, -64) directly with the emulator and the correctly rounded reference gives the same share."""

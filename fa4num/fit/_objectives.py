@@ -24,15 +24,22 @@ bf16_mismatch_share(coeffs)
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 
+import mpmath
 import numpy as np
 from numba import njit, prange
 
-from fa4num.fp.scalar import f64_to_u64 as _f64_to_u64, u64_to_f64 as _u64_to_f64
+from fa4num.fp.reference import exp2_cr_bf16
+from fa4num.fp.scalar import f32_to_u32, f64_to_u64 as _f64_to_u64, u64_to_f64 as _u64_to_f64
 
 from fa4num.ex2 import fa4_emulated
 from fa4num.fp import exp2_cr
 from fa4num.fp.convert import f32_to_bf16_bits
+
+from ._certify import certify
+from ._remez import PREC, Problem
+from ._target import EXP2
 
 _EVAL_INPUTS = 0x3F800000  # fp32 bit patterns of [0, 1)
 _CHUNK = 1 << 24
@@ -107,6 +114,12 @@ def evaluated_error(coeffs, *, inputs: str = "all") -> dict:
 
     inputs="all": every fp32 in [0, 1) (the definition); inputs="grid": the 2^-23 grid k*2^-23 (8,388,608
     values, every fp32 in [0.5, 1) and a share of the smaller ones), a fast proxy.
+
+    With inputs="all" the largest inputs are evaluated first; once a rigorous bound of the error over every
+    input left, [0, top] (certified real-arithmetic error plus the Horner rounding bound), is below the max
+    found, those inputs cannot hold the max and are not evaluated: ``evaluated`` counts the inputs run
+    through the emulator, ``bounded`` says which were covered by the bound ({"below": top, "bound", "inputs"})
+    or is None. The result is the exhaustive one (same value and argmax), about 20x faster for degrees 1-5.
     """
     if inputs not in ("all", "grid"):
         raise ValueError(f"inputs: must be 'all' or 'grid', got {inputs!r}")
@@ -114,25 +127,73 @@ def evaluated_error(coeffs, *, inputs: str = "all") -> dict:
 
 
 @functools.lru_cache(maxsize=64)   # a search and its final report measure the winner once
-def _evaluated_error(coeffs: tuple, inputs: str) -> dict:
+def _evaluated_error(coeffs: tuple, inputs: str, prune: bool = True) -> dict:
     degree = len(coeffs) - 1
     c = tuple(coeffs)
     if inputs == "grid":
-        chunks = [_FRAC_GRID]
+        chunks = [(_FRAC_GRID.size, _FRAC_GRID)]
         count = _FRAC_GRID.size
     else:
         # largest inputs first, so the running max prunes the many tiny inputs (see _max_rel)
-        chunks = (np.arange(max(e - _CHUNK, 0), e, dtype=np.uint32).view(np.float32)
+        chunks = ((e, np.arange(max(e - _CHUNK, 0), e, dtype=np.uint32).view(np.float32))
                   for e in range(_EVAL_INPUTS, 0, -_CHUNK))
         count = _EVAL_INPUTS
-    best, arg = 0.0, 0.0
-    for x in chunks:
+    best, arg, evaluated, skipped = 0.0, 0.0, 0, None
+    for end, x in chunks:
+        if inputs == "all" and prune and best > 0.0:
+            # every input left is in [0, top]: stop once a rigorous bound there cannot reach the max found
+            top = float(np.uint32(end - 1).view(np.float32))
+            bound = _small_input_bound(c, top, best)
+            if bound is not None:
+                skipped = {"below": top, "bound": bound, "inputs": end}
+                break
         e, i = _max_rel(x, fa4_emulated(x, degree, coeffs=c), best)
+        evaluated += x.size
         if i >= 0:
             best, arg = float(e), float(x[i])
-    return {"value": best, "argmax": arg, "inputs": count,
+    return {"value": best, "argmax": arg, "inputs": count, "evaluated": evaluated, "bounded": skipped,
             "definition": "max |P/2^x - 1| over " + ("every fp32 x in [0, 1)" if inputs == "all"
                                                       else "x = k*2^-23, k < 2^23")}
+
+
+_U32 = Fraction(1, 2 ** 24)      # unit roundoff of fp32 round-to-nearest
+_ETA32 = Fraction(1, 2 ** 150)   # half the spacing of fp32 subnormals: absolute error of an underflowing RN
+
+
+def _horner_rounding_bound(coeffs, top: float) -> Fraction:
+    """Upper bound of |P(x) - p(x)| for x in [0, top], P FA4's fp32 Horner (fma.rn each step), p exact.
+
+    On [0, 1) FA4's Cody-Waite split gives f = x exactly and the exponent add adds 0 (r = 0f4B400000, whose
+    bits shifted left by 23 vanish modulo 2^32), so the output is the Horner value itself. With q_k(x) =
+    sum_{j>=k} c_j x^(j-k) and e_k >= |P_k - q_k|, one fma.rn step gives
+    e_k <= x e_(k+1) + u (|q_k| + x e_(k+1)) + eta, computed here in exact rational arithmetic."""
+    x = Fraction(top)
+    cs = [Fraction(v) for v in coeffs]
+    e = Fraction(0)
+    for k in range(len(cs) - 2, -1, -1):
+        q = sum(abs(cs[j]) * x ** (j - k) for j in range(k, len(cs)))
+        e = (1 + _U32) * x * e + _U32 * q + _ETA32
+    return e
+
+
+def _small_input_bound(coeffs: tuple, top: float, best: float):
+    """A rigorous upper bound of |P(x)/2^x - 1| over every x in [0, top] when it is below ``best`` (less 1e-15,
+    the float64 error of a measured value), else None.
+
+    |P/2^x - 1| <= |p/2^x - 1| + |P - p| / 2^x and 2^x >= 1 there: the real-arithmetic error's certified sup
+    on [0, top] (ball arithmetic, fa4num.fit certify) plus the Horner rounding bound."""
+    limit = best - 1e-15
+    rounding = _horner_rounding_bound(coeffs, top)
+    if rounding >= limit:
+        return None
+    prob = Problem(EXP2, 0.0, top, len(coeffs) - 1, {}, True)
+    with mpmath.workprec(PREC):
+        at_top = abs(float(prob.error([mpmath.mpf(v) for v in coeffs], mpmath.mpf(top))))
+    if at_top + float(rounding) >= limit:   # the bound cannot beat the error at the top itself: save the proof
+        return None
+    real = certify(prob, coeffs, extrema=[top], rel_tol=0.25).upper
+    bound = Fraction(real) + rounding
+    return float(bound) if bound < limit else None
 
 
 # binade 2^(k-1) <= |x| < 2^k, k = 1..7, clipped at |x| = 126: its fractions are the multiples of 2^(k-24),
@@ -142,8 +203,45 @@ _BINADE_WEIGHTS = np.array([min(2 ** k, 126) - 2 ** (k - 1) for k in range(1, 8)
 _ONE_BELOW = 2.0 ** -9
 
 
+@njit(cache=True)
+def _ref_steps(x, out):
+    """Fill ``out`` with the bits of RN_bf16(2^x) for a monotone ``x``; False when some evaluated point is a
+    hard case of exp2_cr_bf16 (then nothing is promised about ``out``).
+
+    RN_bf16(2^x) is monotone in x, so over a monotone array it is a step function with few steps (bf16 has
+    128 values per binade): where it takes the same value at both ends of a stretch it takes it on the whole
+    stretch. Bisecting the stretches whose ends differ finds every step with a few thousand correctly rounded
+    evaluations instead of one per input."""
+    n = x.size
+    v0, ok0 = exp2_cr_bf16(x[0])
+    v1, ok1 = exp2_cr_bf16(x[n - 1])
+    if not (ok0 and ok1):
+        return False
+    stack = [(0, n - 1, f32_to_u32(v0) >> 16, f32_to_u32(v1) >> 16)]
+    while stack:
+        lo, hi, a, b = stack.pop()
+        if a == b:
+            out[lo:hi + 1] = a
+        elif hi - lo <= 1:
+            out[lo] = a
+            out[hi] = b
+        else:
+            m = (lo + hi) // 2
+            vm, ok = exp2_cr_bf16(x[m])
+            if not ok:
+                return False
+            c = f32_to_u32(vm) >> 16
+            stack.append((lo, m, a, c))
+            stack.append((m, hi, c, b))
+    return True
+
+
 def _ref_bits(x: np.ndarray) -> np.ndarray:
-    """Bits of RN_bf16(2^x), fa4num.fp.exp2_cr (correctly rounded once from 2^x)."""
+    """Bits of RN_bf16(2^x), fa4num.fp.exp2_cr (correctly rounded once from 2^x), for a monotone ``x``: from
+    its steps (_ref_steps), or every element through exp2_cr where a step search met a hard case."""
+    out = np.empty(x.size, np.uint16)
+    if x.size and _ref_steps(x, out):
+        return out
     return exp2_cr(x, dtype="bfloat16").view(np.uint16)
 
 
