@@ -103,14 +103,17 @@ def test_certificate_rechecked_independently(exact_fits, n):
 
 
 def test_exact_beats_the_neighbourhood_search_where_it_was_not_optimal():
-    """Degree 5: the +-2-ulp search's set (method='remez') is not optimal; the exact set is better and lies
-    further away than that search reaches."""
-    searched = fit_exp2(5, method="remez")
+    """Degree 5: the +-2-ulp search's set (method='remez', bnb=False) is not optimal; the exact set is better
+    and lies further away than that search reaches. The bounded branch and bound that method='remez' runs
+    after the search by default reaches it."""
+    searched = fit_exp2(5, method="remez", bnb=False)
     exact = fit_exp2(5)
     assert exact.exact.winner_upper < searched.certified_lower
     ulps = [abs(int(np.float32(a).view(np.int32)) - int(np.float32(b).view(np.int32)))
             for a, b in zip(exact.coeffs, searched.coeffs)]
     assert max(ulps) > 2
+    bounded = fit_exp2(5, method="remez")
+    assert bounded.coeffs == exact.coeffs and bounded.bounded.improved
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
@@ -130,6 +133,25 @@ def _sollya_fpminimax_error(f: str, monomials: str, interval: str) -> float:
     out = _sollya.run(f"display=hexadecimal!; p = fpminimax({f}, {monomials}, [|SG...|], {interval}, relative); "
                       f"s = supnorm(p, {f}, {interval}, relative, 2^-30); print(sup(s));")
     return float.fromhex(out.split()[-1])
+
+
+@needs_sollya
+@pytest.mark.parametrize("f, interval, sollya_interval, fmt, bits", [
+    ("cos(x)", (0.0, math.pi / 4), "[0;pi/4]", "bf16", 8),          # c1 ~ 0: its sign is open
+    ("1/(1+exp(-x))", (-2.0, 2.0), "[-2;2]", "bf16", 8)])
+def test_bounded_search_beats_fpminimax_where_the_exact_search_is_too_big(f, interval, sollya_interval, fmt,
+                                                                        bits):
+    """Six free coefficients: no proof, but the branch and bound on shrinking cuts lands below Sollya's
+    fpminimax (the neighbourhood search alone did not), and never above the search's own set."""
+    r = fit(f, 5, interval, coeff_format=fmt)
+    assert r.path.startswith("remez+lattice+search+bnb") and not r.proven_optimal
+    searched = fit(f, 5, interval, coeff_format=fmt, bnb=False)
+    assert r.max_error <= searched.max_error
+    out = _sollya.run(f"display=hexadecimal!; p = fpminimax({f}, 5, [|{bits}...|], {sollya_interval}, relative);"
+                      f" s = supnorm(p, {f}, {sollya_interval}, relative, 2^-30); print(sup(s));")
+    sollya = float.fromhex(out.split()[-1])
+    assert r.certified_bound < sollya < searched.max_error
+    assert all(float(np.asarray(c, DTYPES[fmt])) == c for c in r.coeffs)
 
 
 # issue 13: Sollya's fpminimax, degree 5, fp32 (SG) coefficients, relative error

@@ -3,9 +3,12 @@
 Pipeline:
 1. real-coefficient optimum: Remez exchange with the fixed coefficients in the basis (_remez);
 2. rounding to the format: round-to-nearest and the Brisebarre–Chevillard lattice point (_lattice), then a
-   search of the +-r-ulp neighbourhood of both, ranked on the objective (method="remez");
+   search of the +-r-ulp neighbourhood of both, ranked on the objective (method="remez"), then (minimax
+   objective) the exact search's branch and bound on shrinking error cuts, which never returns a worse set
+   and reaches lattice points far outside the neighbourhood (_exact.bounded_search; no proof);
 3. method="exact" (the default, through "auto", up to 5 free coefficients): a complete branch-and-bound over
-   the format's coefficient lattice that proves the winner optimal (_exact);
+   the format's coefficient lattice that proves the winner optimal (_exact); where that region is too big,
+   "auto" falls back to step 2;
 4. the winner's sup norm in mpmath and a rigorous bound in ball arithmetic (_certify).
 method="fpminimax" stops after the lattice step (Sollya's fpminimax with a constrained part, which Sollya
 itself cannot run on this problem); method="fa4" regenerates FA4's POLY_EX2 recipe (see fit_exp2).
@@ -22,7 +25,7 @@ import numpy as np
 
 from . import _sollya
 from ._certify import certify
-from ._exact import ExactCertificate, TooManySets, exact_search
+from ._exact import BoundedSearch, ExactCertificate, TooManySets, bounded_search, exact_search
 from ._formats import FORMATS, Format, get_format
 from ._lattice import GridScorer, lattice_round, neighbourhood
 from ._remez import PREC, Problem, remez, sup_error
@@ -67,6 +70,8 @@ class FitResult:
     weight           the weight's name, if any
     exact            method "exact": the ExactCertificate (region searched, candidates, each rival's certified
                      error); None otherwise
+    bounded          method "remez" (and "auto" where the exact search is too big): the BoundedSearch record
+                     of the branch and bound on shrinking cuts that ran after the neighbourhood search
     regeneration     method "fa4" only: {"sollya": coeffs or None, "own": coeffs, "bit_identical": bool|None}
     """
     coeffs: tuple
@@ -92,6 +97,7 @@ class FitResult:
     monomials: tuple = ()
     weight: str | None = None
     exact: ExactCertificate | None = None
+    bounded: BoundedSearch | None = None
 
     @property
     def proven_optimal(self) -> bool:
@@ -191,7 +197,7 @@ def _remez_checked(prob):
 
 def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format: str = "fp32",
         fixed: dict | None = None, weight=None, objective: str = "minimax", method: str = "auto",
-        certify_bound: bool = True, radius: int | None = None) -> FitResult:
+        certify_bound: bool = True, radius: int | None = None, bnb: bool = True) -> FitResult:
     """Minimax polynomial for ``f`` on ``interval`` with coefficients in ``coeff_format``.
 
     Parameters
@@ -225,6 +231,10 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
         Compute the rigorous bound (needed by "exact").
     radius : int, optional
         Neighbourhood search radius in coefficient spacings (default by degree, SEARCH_RADIUS).
+    bnb : bool
+        method "remez": after the neighbourhood search, run the branch and bound of "exact" on shrinking
+        error cuts (``fa4num.fit._exact.bounded_search``; it never returns a worse set, and proves nothing
+        about optimality). False stops at the neighbourhood search.
 
     Returns
     -------
@@ -282,7 +292,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     timings["remez"] = time.perf_counter() - t0
     optimum = Optimum(tuple(mpmath.nstr(c, 30) for c in opt.coeffs), float(opt.max_error), opt.iterations)
 
-    regeneration = exact = None
+    regeneration = exact = bounded = None
     t0 = time.perf_counter()
     if method == "fa4":
         coeffs, path, regeneration = _fa4_recipe(target, degree, (a, b), error, fmt, timings)
@@ -296,9 +306,13 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
             rn = prob.full([fmt.round(opt.coeffs[k]) for k in prob.free])
             # the exact search only needs a good incumbent: a small neighbourhood is enough
             default_radius = SEARCH_RADIUS[degree] if method == "remez" else 1
-            coeffs = _search(prob, fmt, opt, [lat, [float(c) for c in rn]],
-                             default_radius if radius is None else radius, objective)
+            bases = [lat, [float(c) for c in rn]]
+            zero = _negligible(prob, opt)
+            if zero:
+                bases += [[0.0 if k in zero else c for k, c in enumerate(base)] for base in bases]
+            coeffs = _search(prob, fmt, opt, bases, default_radius if radius is None else radius, objective)
             path = "remez+lattice+search"
+            skipped = ""
             if method == "exact":
                 timings["search"] = time.perf_counter() - t0
                 try:
@@ -308,8 +322,13 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
                 except TooManySets as exc:
                     if not auto:
                         raise
-                    # ties (a flat error) make the proof too long: keep the search's set, say so
-                    method, path = "remez", f"remez+lattice+search (exact search skipped: {exc})"
+                    # ties (a flat error) make the proof too long: fall back to the bounded search, say so
+                    method, skipped = "remez", f" (exact search skipped: {exc})"
+            if method == "remez" and objective == "minimax" and bnb:
+                coeffs, bounded = bounded_search(prob, fmt, opt, [float(c) for c in coeffs])
+                timings["bounded_search"] = bounded.seconds
+                path = "remez+lattice+search+bnb"
+            path += skipped
     timings["rounding"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -338,7 +357,21 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
                      fixed if method != "fa4" else {}, objective, method, path, float(max_error),
                      float(argmax), cert_up, cert_lo, optimum, objective_value, metrics, regeneration,
                      timings, provenance(), tuple(prob.free), None if weight_t is None else weight_t.name,
-                     exact)
+                     exact, bounded)
+
+
+def _negligible(prob: Problem, opt) -> set:
+    """Free powers whose optimal coefficient changes the error by less than 1e-3 of the optimum's error
+    anywhere on the interval: the even powers of an odd f - f(0) on an interval symmetric about 0 (GELU's
+    erf), whose optimal coefficients are 0 but come out of the exchange as rounding noise (1e-10). Their
+    format numbers near 0 are dense, so rounding never lands on the 0 that fpminimax's points imply; the
+    search gets the bases with those coefficients set to 0 as well."""
+    a, b = float(prob.a), float(prob.b)
+    s = prob.shift
+    with mpmath.workprec(64):
+        wmax = max(abs(prob.gw(mpmath.mpf(x))[1]) for x in np.linspace(a, b, 33))
+        reach = max(abs(a), abs(b))
+        return {k for k in prob.free if abs(opt.coeffs[k]) * reach ** (k - s) * wmax < 1e-3 * opt.max_error}
 
 
 def _search(prob: Problem, fmt: Format, opt, bases, radius: int, objective: str) -> list:
@@ -397,7 +430,7 @@ def _fa4_recipe(target, degree, interval, error, fmt: Format, timings):
 
 def fit_exp2(degree: int = 3, *, interval=(0.0, 1.0), error: str = "relative", coeff_format: str = "fp32",
              objective: str = "minimax", method: str = "auto", fixed: dict | None = None,
-             certify_bound: bool = True, radius: int | None = None) -> FitResult:
+             certify_bound: bool = True, radius: int | None = None, bnb: bool = True) -> FitResult:
     """Coefficients for FA4's software exp2: p(frac) ~ 2^frac on [0, 1] with p(0) = 1 (``fixed={0: 1.0}``).
 
     FA4 (``flash_attn/cute/utils.py``, ``ex2_emulation_2``) computes 2^x = 2^floor(x) * p(x - floor(x)) with
@@ -413,7 +446,7 @@ def fit_exp2(degree: int = 3, *, interval=(0.0, 1.0), error: str = "relative", c
     if fixed is None:
         fixed = {0: 1.0}
     return fit(EXP2, degree, interval, error=error, coeff_format=coeff_format, fixed=fixed,
-               objective=objective, method=method, certify_bound=certify_bound, radius=radius)
+               objective=objective, method=method, certify_bound=certify_bound, radius=radius, bnb=bnb)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ winner's upper bound comes from fa4num.fit's certified sup norm (_certify) with 
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -176,15 +177,25 @@ def _reduce(A: np.ndarray) -> np.ndarray:
 
 
 class TooManySets(ValueError):
-    """The region holds more sets than the search is allowed to list."""
+    """The region holds more sets than the search is allowed to list; ``found``: those listed before it
+    stopped (free-coefficient tuples, all in the region), when it stopped during the enumeration."""
+
+    def __init__(self, message, found=()):
+        super().__init__(message)
+        self.found = list(found)
 
 
-def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: int, max_sets: int = 20_000):
+def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: int, max_sets: int = 20_000,
+                     sublattice: bool = False):
     """Every format point in R(X, bound): (list of free-coefficient tuples, box, nodes, lps).
 
     Points are integer vectors u (c_k = base_k + scale_k u_k, scale_k the finest spacing of the format over
     the coefficient's range) in the reduced coordinates u = T y; those that are numbers of the format are
-    kept."""
+    kept. A coefficient whose range holds 0 has format numbers of every binade down to the subnormals, too
+    many to list: ``sublattice=False`` refuses (TooManySets), ``sublattice=True`` takes only the multiples
+    of one spacing for it (see below), so the points returned are then a subset (``region.complete`` is set
+    to False)."""
+    region.complete = True
     region.cut(bound)
     free = region.free
     m = len(free)
@@ -207,15 +218,29 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
         b, q = mpmath.mpf(region.base[k]), mpmath.mpf(region.scale[k])
         box[k] = (float(b + q * rng[0]), float(b + q * rng[1]))
     # a range that reaches into a smaller binade holds numbers of a finer spacing: refine that scale
-    finer = {}
+    finer, rebase = {}, {}
     for k, (lo, hi) in box.items():
         if lo <= 0 <= hi:
-            raise TooManySets(f"method: the exact search region lets c{k} be 0 (its sign is not determined); "
-                             f"leave x^{k} out of the monomials or use method='remez'")
+            if not sublattice:
+                raise TooManySets(f"method: the exact search region lets c{k} be 0 (its sign is not "
+                                  f"determined); leave x^{k} out of the monomials or use method='remez'")
+            # multiples of one spacing counted from 0 (a number of every format): those of the binade of the
+            # incumbent's value, but at most 2^6 binades below the range's largest magnitude (the numbers
+            # that are not of the format, in coarser binades, are dropped at the leaves)
+            top = max(abs(lo), abs(hi))
+            rebase[k] = float(fmt.quantum(max(abs(region.base[k]), top * 2.0 ** -6)))
+            continue
         q = float(fmt.quantum(min(abs(lo), abs(hi))))
         if q < region.scale[k]:
             finer[k] = q
-    if finer:
+    if rebase:
+        base = {**region.base, **{k: 0.0 for k in rebase}}
+        scale = {**region.scale, **finer, **rebase}
+        complete_grid = region.grid
+        region.__init__(region.prob, complete_grid, base, scale)
+        region.complete = False
+        region.cut(bound)
+    elif finer:
         region.rescale(finer)
         region.cut(bound)
     T = _reduce(region.A)
@@ -232,7 +257,8 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
     def visit(j, fixed_y):
         stats["nodes"] += 1
         if stats["nodes"] > max_nodes:
-            raise TooManySets(f"method: the exact search visited more than {max_nodes} nodes; use method='remez'")
+            raise TooManySets(f"method: the exact search visited more than {max_nodes} nodes; use method='remez'",
+                              found)
         if j == m - 1:
             rng = _last_range(sub, np.array(fixed_y, dtype=float))
         else:
@@ -248,7 +274,7 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
         if len(found) + len(ys) > max_sets:
             raise TooManySets(f"method: the exact search region holds more than {max_sets} coefficient sets "
                               f"within the incumbent's error: the error is flat in some direction (typically "
-                              f"set at one point by one coefficient, so many sets tie); use method='remez'")
+                              f"set at one point by one coefficient, so many sets tie); use method='remez'", found)
         Y = np.column_stack([np.repeat(np.array(fixed_y, dtype=np.int64)[None, :], len(ys), axis=0), ys])
         C = base + (Y @ T.T) * scale      # exact: integers times powers of two, well inside float64
         ok = np.all(fmt.round_array(C) == C, axis=1)
@@ -356,3 +382,113 @@ def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int =
     cert = ExactCertificate(tuple(region.grid), region.bound, box, len(found), best_up, best_lo, tuple(rivals),
                             tuple(unresolved), nodes, lps, rnd, time.perf_counter() - t0)
     return best, cert
+
+
+@dataclass(frozen=True)
+class BoundedSearch:
+    """What :func:`bounded_search` did: the branch and bound of method="exact" run on shrinking cuts.
+
+    cuts        each cut U tried, in order, with its outcome: the number of sets found, "none" or "too many"
+                (the region held more sets or nodes than allowed)
+    floor       the highest cut that came back empty while the whole lattice was searched: no set in the
+                format has an error below it (on the region's grid, so rigorously); None if there was none
+    candidates  sets found and ranked, all cuts together
+    complete    whether every cut searched the format's whole lattice (False where a coefficient's range
+                held 0 and only the multiples of its coarsest spacing were listed)
+    improved    whether it found a set better than the incumbent it was given
+    nodes, lps  branch-and-bound nodes visited and LPs solved
+    """
+    cuts: tuple
+    floor: float | None
+    candidates: int
+    complete: bool
+    improved: bool
+    nodes: int
+    lps: int
+    seconds: float
+
+
+def bounded_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int = 1500, max_sets: int = 4000,
+                   tries: int = 8):
+    """A set at least as good as ``incumbent`` (full list c0..cn) and the :class:`BoundedSearch` record.
+
+    Where the complete search is too big (six or more free coefficients, a flat error, a coefficient whose
+    sign is open), the same enumeration is run on the region R(X, U) cut at smaller U: a cut between the
+    real optimum's error (no set can do better) and the incumbent's holds far fewer sets. Each cut either
+    lists its sets (the best, by mpmath sup norm, replaces the incumbent if better, and the next cut is the
+    new incumbent's error), comes back empty (no set does better than U: the next cut is higher), or is too
+    big (the next cut is lower) -- a bisection in log scale on the error, ``tries`` enumerations at most.
+    The lattice points near the optimum that the neighbourhood search and fpminimax's rounding miss (13-49
+    spacings away at degree 5, issue 13) are what this finds: the LLL-reduced coordinates of the
+    enumeration reach them directly."""
+    t0 = time.perf_counter()
+    free = prob.free
+    a, b = float(prob.a), float(prob.b)
+    ext = [float(x) for x in opt.extrema]
+    fine, fine_g, fine_w = _fine_grid(prob, ext)
+
+    def full(vals):
+        c = [float(prob.fixed.get(k, 0.0)) for k in range(prob.degree + 1)]
+        for k, v in zip(free, vals):
+            c[k] = v
+        return c
+
+    best = [float(c) for c in incumbent]
+    best_e = float(sup_error(prob, best, extra=ext)[0])
+    start_e = best_e
+    n0 = 16 * (len(free) + 1)
+    grid = set(np.linspace(a, b, n0 + 1).tolist()) | set(ext)
+    for x in ext:
+        grid |= {min(max(x + d * (b - a) * 2.0 ** -k, a), b) for k in (8, 12) for d in (-1, 1)}
+    lo, hi = float(opt.max_error), None          # every cut at or below lo came back complete
+    target = best_e * (1 + 1e-9)
+    cuts, floor, complete = [], None, True
+    nodes = lps = total = 0
+    for _ in range(tries):
+        with mpmath.workprec(PREC):
+            scale = {k: float(fmt.quantum(best[k] if best[k] != 0 else (opt.coeffs[k] or 1)))
+                     for k in free}
+        region = _Region(prob, sorted(grid), {k: best[k] for k in free}, scale)
+        stopped = False
+        try:
+            found, _, nn, nl = enumerate_region(region, fmt, target, max_nodes=max_nodes, max_sets=max_sets,
+                                                sublattice=True)
+            nodes, lps = nodes + nn, lps + nl
+        except TooManySets as exc:
+            # the sets listed before the search stopped are still sets with a small error on the grid
+            found, stopped = exc.found, True
+            nodes += max_nodes
+        complete = complete and getattr(region, "complete", True)
+        cuts.append((target, "too many" if stopped else len(found) or "none"))
+        before = best_e
+        if found:
+            total += len(found)
+            cands = np.array([full(v) for v in found])
+            approx, where = _fine_errors(prob, cands, fine, fine_g, fine_w)
+            for i in np.argsort(approx)[:4]:
+                c = cands[i].tolist()
+                if c != best:
+                    e = float(sup_error(prob, c, extra=ext + [float(where[i])])[0])
+                    if e < best_e:
+                        best, best_e = c, e
+            grid |= set(where.tolist())    # cutting planes: where the candidates peak
+        if stopped:
+            hi = target
+            target = math.sqrt(lo * hi) if best_e >= before else best_e * (1 + 1e-9)
+            if target >= hi:
+                target = math.sqrt(lo * hi)
+            if hi / lo - 1 < 1e-4:
+                break
+            continue
+        lo = max(lo, target)
+        if not found and region.complete:
+            floor = target if floor is None else max(floor, target)   # no set in the format below this cut
+        if target >= best_e and (region.complete or best_e >= before):
+            # the whole region below the incumbent's error was listed (or, on a sub-lattice, the incumbent
+            # it gave did not improve: a sub-lattice taken around a new incumbent is another one)
+            break
+        top = best_e * (1 + 1e-9) if hi is None else min(hi, best_e * (1 + 1e-9))
+        target = top if found else math.sqrt(target * top)
+    record = BoundedSearch(tuple(cuts), floor, total, complete, best_e < start_e, nodes, lps,
+                           time.perf_counter() - t0)
+    return best, record
