@@ -92,3 +92,50 @@ def test_torch_shares_forwards_argument_checks():
                       (dict(kernel="fa4-sm100", num_splits=2), "num_splits"), (dict(tile_n=100), "tile_n")):
         with pytest.raises(ValueError, match=match):
             forward_torch(q, k, v, **kw)
+
+
+TRITON_CASES = [dict(kernel="fa4-sm90", causal=True), dict(kernel="fa4-sm100", causal=True),
+                dict(kernel="fa4-sm100", softcap=5.0, learnable_sink=np.float32([0.5, 1, 2, 3])),
+                dict(kernel="fa4-sm90", window_size=(50, 20), learnable_sink=np.float32([0, 1, -1, 2]))]
+
+
+def _triton_vs_torch(device):
+    """The Triton kernel against forward_torch's torch code: every counter equal, outputs a few bf16 ulps."""
+    g = torch.Generator().manual_seed(0)
+    for opts in TRITON_CASES:
+        q = (torch.randn((1, 200, 4, 64), generator=g) * 3).to(torch.bfloat16).to(device)
+        k, v = (torch.randn((1, 330, 2, 64), generator=g).to(torch.bfloat16).to(device) for _ in range(2))
+        a = forward_torch(q, k, v, backend="torch", **opts)
+        b = forward_torch(q, k, v, backend="triton", **opts)
+        oa, ob = a.out.float().cpu(), b.out.float().cpu()
+        assert (oa - ob).abs().max() <= 2.0 ** -6 * oa.abs().max(), opts
+        assert (oa != ob).float().mean() < 0.01, opts
+        assert (a.lse - b.lse).abs().max() < 1e-4, opts
+        for c in COUNTERS + ("p_saturated",):
+            assert np.array_equal(getattr(a.stats, c), getattr(b.stats, c)), (opts, c)
+        assert np.allclose(a.stats.max_lag, b.stats.max_lag, atol=1e-4)
+        assert np.allclose(a.stats.sink_share, b.stats.sink_share, rtol=1e-4, atol=1e-6)
+
+
+def test_triton_kernel_logic_on_cpu_interpreter():
+    """The Triton kernel's steps run on the CPU through Triton's interpreter (TRITON_INTERPRET=1, set before the
+    kernel is first built, so in a fresh process)."""
+    pytest.importorskip("triton")
+    import subprocess
+    import sys
+    code = ("import torch, tests.test_attention_torch_features as t; t._triton_vs_torch(torch.device('cpu')); "
+            "print('ok')")
+    import os
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(root)] + [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_triton_kernel_matches_torch_backend_on_gpu():
+    pytest.importorskip("triton")
+    _triton_vs_torch(torch.device("cuda"))

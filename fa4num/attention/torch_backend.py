@@ -38,14 +38,16 @@ def _kv_blocks(b, h, sq, sk, rep, opts, w):
     """KV blocks each row's M block visits (masking.n_block_range, window ``w``), (b, h, sq) int32."""
     g = rep if opts.pack_gqa else 1
     out = np.zeros((h, sq), np.int32)
-    rows = np.arange(sq * g)
-    for hh in range(h):
-        packed = rows[rows % g == (hh % rep if g > 1 else 0)]
-        for mb in np.unique(packed // opts.tile_m):
+    for off in range(g):
+        # packed row = query * g + head offset (pack_gqa.py); without packing every head has the same rows
+        mbs = (np.arange(sq) * g + off) // opts.tile_m
+        per_block = np.ones(int(mbs[-1]) + 1 if sq else 0, np.int32)
+        for mb in np.unique(mbs):
             lo, hi = masking.n_block_range(int(mb), tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq,
                                            seqlen_k=sk, window=w, qhead_per_kvhead_packgqa=g)
-            sel = packed[packed // opts.tile_m == mb] // g
-            out[hh, sel] = max(hi, lo + 1) - lo if hi > lo else 1
+            per_block[mb] = hi - lo if hi > lo else 1
+        heads = [hh for hh in range(h) if hh % rep == off] if g > 1 else list(range(h))
+        out[heads] = per_block[mbs]
     return np.broadcast_to(out, (b, h, sq)).copy()
 
 
@@ -302,10 +304,37 @@ def _row_stats(setup, kernel, b, sq, sk, counters):
             "masked_by_window": np.broadcast_to(hidden, (b, h, sq)).copy(), **counters}
 
 
+BACKENDS = ("auto", "torch", "triton")
+
+
+def _pick_backend(backend, dev, setup):
+    """The function that runs one dense batch: ``_dense`` (torch) or the Triton kernel's wrapper."""
+    from . import triton_backend
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    fits = triton_backend.supports(dtype=setup.dtype, head_dim=setup.head_dim, head_dim_v=setup.head_dim_v,
+                                   tile_n=setup.opts.tile_n)
+    if backend == "triton":
+        if not triton_backend.available():
+            raise ValueError("backend='triton' needs the triton package")
+        if not fits:
+            raise ValueError(f"backend='triton' takes bfloat16/float16 inputs with head dims and tile_n in "
+                             f"{triton_backend.HEAD_DIMS}, got {setup.dtype}, head_dim={setup.head_dim}, "
+                             f"head_dim_v={setup.head_dim_v}, tile_n={setup.opts.tile_n}")
+        if dev.type != "cuda" and not triton_backend.interpreted():
+            raise ValueError("backend='triton' runs on a CUDA device (or with TRITON_INTERPRET=1 on the CPU)")
+    elif backend == "torch" or not (fits and dev.type == "cuda" and triton_backend.available()):
+        return _dense
+
+    def run(q, k, v, *, setup, kernel, dev, max_tile_elems):
+        return triton_backend.dense_triton(q, k, v, setup=setup, kernel=kernel)
+    return run
+
+
 def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
                   window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None,
                   cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, page_table=None, nonfinite="raise",
-                  device=None, max_tile_elems: int = 1 << 28, **options) -> AttentionResult:
+                  device=None, max_tile_elems: int = 1 << 28, backend: str = "auto", **options) -> AttentionResult:
     """Statistical FA4 forward on torch tensors; runs on ``device`` (default: q's device). Arguments, layouts
     and their checks are :func:`fa4num.attention.forward`'s (:func:`~fa4num.attention.forward.prepare_forward`):
     softcap, sliding windows, learnable sinks, varlen (``cu_seqlens_q/k``), paged KV, pack-GQA (which changes
@@ -315,6 +344,12 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     q, k, v raise ValueError); "propagate" lets torch's arithmetic carry them (not the kernel's bits).
     Returns torch tensors (out in q's dtype, bf16 for fp8; lse float32) and numpy stats, shaped as
     ``forward``'s.
+
+    ``backend``: "torch" runs the tiled torch code below; "triton" the one-kernel version of the same steps
+    (:mod:`fa4num.attention.triton_backend`: CUDA, or Triton's CPU interpreter; 16-bit inputs, power-of-two
+    head dims); "auto" (default) picks "triton" on a CUDA device where Triton imports and the case is one it
+    handles, else "torch". Both report the same counters; their outputs differ by the rounding of the
+    accumulation order (a few bf16 ulps).
 
     The work is tiled: a tile is R query positions (all heads) times C keys (a whole number of KV blocks of
     ``tile_n``), at most ``max_tile_elems`` scores, so memory stays bounded for any sequence length (about
@@ -349,9 +384,11 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
                             options={"mode": "statistical", **options})
     dev = torch.device(device) if device is not None else q.device
     h, dv = setup.heads, setup.head_dim_v
+    dense = _pick_backend(backend, dev, setup)
     if cu_seqlens_q is None and cu_seqlens_k is None and page_table is None:
         b, sq = q.shape[:2]
-        out, lse, counters = _dense(q, k, v, setup=setup, kernel=kernel, dev=dev, max_tile_elems=max_tile_elems)
+        out, lse, counters = dense(q.to(dev), k.to(dev), v.to(dev), setup=setup, kernel=kernel, dev=dev,
+                                   max_tile_elems=max_tile_elems)
         st = _row_stats(setup, kernel, b, sq, k.shape[1], counters)
     else:
         out_dtype = torch.bfloat16 if setup.fp8 else q.dtype
@@ -366,8 +403,8 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
             sq, sk = seq.q.shape[0], seq.k.shape[0]
             if sq == 0:
                 continue
-            o1, l1, c1 = _dense(seq.q[None], seq.k[None], seq.v[None], setup=setup, kernel=kernel, dev=dev,
-                                max_tile_elems=max_tile_elems)
+            o1, l1, c1 = dense(seq.q[None].to(dev), seq.k[None].to(dev), seq.v[None].to(dev), setup=setup,
+                               kernel=kernel, dev=dev, max_tile_elems=max_tile_elems)
             out[seq.out_index] = o1[0]
             rows = _row_stats(setup, kernel, 1, sq, sk, c1)
             for hh in range(h):
