@@ -117,14 +117,26 @@ def _triton_vs_torch(device):
         assert np.allclose(a.stats.sink_share, b.stats.sink_share, rtol=1e-4, atol=1e-6)
 
 
+def _interpreter_compat():
+    """Triton 3.6's interpreter turns a loop bound into a Python int with int() of a 1-element array, which
+    numpy >= 2.5 refuses; take the element instead (the kernel's right-to-left loop has runtime bounds)."""
+    import triton.runtime.interpreter as interp
+    original = interp._patch_lang_tensor
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+    interp._patch_lang_tensor = patched
+
+
 def test_triton_kernel_logic_on_cpu_interpreter():
     """The Triton kernel's steps run on the CPU through Triton's interpreter (TRITON_INTERPRET=1, set before the
     kernel is first built, so in a fresh process)."""
     pytest.importorskip("triton")
     import subprocess
     import sys
-    code = ("import torch, tests.test_attention_torch_features as t; t._triton_vs_torch(torch.device('cpu')); "
-            "print('ok')")
+    code = ("import torch, tests.test_attention_torch_features as t; t._interpreter_compat(); "
+            "t._triton_vs_torch(torch.device('cpu')); print('ok')")
     import os
     import pathlib
     root = pathlib.Path(__file__).resolve().parents[1]
