@@ -21,16 +21,23 @@ chain as well: each chunk adds C exactly and rounds once.
 ``"blas"`` -- float32 matrix products through BLAS (torch/numpy); the fast statistical mode, not bit-exact.
 
 Architecture differences are data (``ACCUMULATORS``), not branches.
+
+Speed: the wgmma model first runs in float32/int32 lanes (8 per AVX2 vector; see ``_wgmma_rows_f32`` for why that
+is exact over the exponent range attention meets) and falls back to the general float64 kernel for the whole
+call when a chunk leaves that range (inf/NaN, |terms| near 2^126, or nonzero terms all below 2^-102). Both
+kernels release the GIL and run serially; ``mma_chain`` splits large calls by rows over threads, and callers
+that run many small GEMMs (the attention emulators) parallelise above them.
 """
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, prange
 
-from fa4num.fp.scalar import f64_to_u64, u64_to_f64
+from fa4num.fp.scalar import f32_to_u32, f64_to_u64, u32_to_f32, u64_to_f64
 
 MODELS = ("wgmma", "exact", "blas")
 
@@ -85,11 +92,13 @@ def _exponents(x, e, min_exp):
 class MmaOperand:
     """An MMA input split once into float64 values and int16 alignment exponents, for reuse across many
     ``mma_chain`` calls (attention multiplies the same Q and K block by many tiles). ``role="b"`` operands are
-    stored transposed, (K, N), the layout the kernel streams."""
+    stored transposed, (K, N), the layout the kernel streams. ``x32`` holds the same values as float32 (exact for
+    every input format) for the fast kernel."""
     x: np.ndarray
     e: np.ndarray
     dtype: str
     role: str
+    x32: np.ndarray = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -100,7 +109,7 @@ class MmaOperand:
         """The operand of rows ``sl`` of an "a" operand (a view: no copy, no new split)."""
         if self.role != "a":
             raise ValueError(f"rows() needs an operand with role 'a', got role {self.role!r}")
-        return MmaOperand(self.x[sl], self.e[sl], self.dtype, self.role)
+        return MmaOperand(self.x[sl], self.e[sl], self.dtype, self.role, self.x32[sl])
 
 
 def mma_operand(x, *, role: str = "a") -> MmaOperand:
@@ -122,7 +131,7 @@ def mma_operand(x, *, role: str = "a") -> MmaOperand:
     v, e = split_exponents(x)
     if role == "b":
         v, e = np.ascontiguousarray(v.T), np.ascontiguousarray(e.T)
-    return MmaOperand(v, e, _dtype_name(x), role)
+    return MmaOperand(v, e, _dtype_name(x), role, v.astype(np.float32))
 
 
 @njit(cache=True, inline="always")
@@ -140,17 +149,92 @@ def _rz_to_f32(v):
     return np.float32(r)
 
 
-_ROW_BLOCK = 32   # rows per parallel task: one K chunk of b (16 x N float64 + int16) stays in L1 across them
+_ROW_BLOCK = 32   # rows per block of the general kernel: one K chunk of b (16 x N float64 + int16) stays in L1
 
 
-@njit(cache=True, parallel=True)
-def _chain_wgmma(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero):
-    """Blocks of ``_ROW_BLOCK`` rows of D in parallel (see ``_wgmma_rows``)."""
-    m = ax.shape[0]
-    nblocks = (m + _ROW_BLOCK - 1) // _ROW_BLOCK
-    for blk in prange(nblocks):
-        i0 = blk * _ROW_BLOCK
-        _wgmma_rows(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, i0, min(i0 + _ROW_BLOCK, m))
+@njit(cache=True, nogil=True)
+def _wgmma_general(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, i0, i1):
+    """Rows i0..i1 of D, in blocks of ``_ROW_BLOCK`` rows (see ``_wgmma_rows``); every input is allowed."""
+    for r0 in range(i0, i1, _ROW_BLOCK):
+        _wgmma_rows(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, r0, min(r0 + _ROW_BLOCK, i1))
+
+
+# Range of the alignment exponent E over which ``_wgmma_rows_f32`` is exact (F <= 25, chunks <= 16 terms):
+# 2^(F - E) and 2^(E - F) are normal float32 scales for E in [-101, 120], and the truncated sum, below 2^(E + 6),
+# stays finite. A chunk whose E is smaller (its nonzero terms all below 2^-101) or larger, or that meets an
+# inf/NaN, sends the whole call to the general kernel.
+_FAST_E_MIN = -101
+_FAST_E_MAX = 120
+_INT_LIMIT = 2 ** 31 - 2 ** 26 - 1   # sum of terms + trunc(C 2^(F-E)) (|.| < 2^26) must stay in int32
+_FAST_MAX_CHUNK = 16                 # 16 terms below 2^(F+2) = 2^27 each: their sum fits int32
+
+
+@njit(cache=True, nogil=True)
+def _wgmma_rows_f32(a32, ae, b32t, bet, c, out, chunk, frac_bits, e_zero, i0, i1):
+    """Rows i0..i1 of the wgmma chain in float32/int32 lanes; returns False (``out`` then undefined) where a
+    chunk leaves the range in which this equals ``_wgmma_rows``.
+
+    Why it is exact: a product of two 16-bit inputs has at most 22 significant bits, so a * b is exact in
+    float32 (or, for |a b| < 2^-133, so small that it truncates to 0 either way, as E >= -101), and so is the
+    product with the power of two 2^(F - E). ``cvttss2si`` (int32 conversion, which truncates toward zero) then
+    gives the term's truncation to F bits below 2^E exactly, |term| < 2^27, and 16 of them sum exactly in
+    int32. C's truncation (|.| < 2^26) is added after an overflow check; the sum S is rounded toward zero to
+    24 significant bits in integers and scaled by 2^(E - F), exactly. The loops over the N columns are
+    innermost and branch-free, so LLVM vectorises them 8 (float32) or 16 (int16 exponents) lanes wide."""
+    kdim = a32.shape[1]
+    n = b32t.shape[1]
+    acc = np.empty(n, np.float32)
+    eacc = np.empty(n, np.int16)
+    pmax = np.empty(n, np.int16)
+    ee = np.empty(n, np.int32)
+    scale = np.empty(n, np.float32)
+    ctr = np.empty(n, np.int32)
+    isum = np.empty(n, np.int32)
+    bad = np.zeros(n, np.bool_)
+    for i in range(i0, i1):
+        for j in range(n):
+            v = c[i, j]
+            acc[j] = v
+            ex = np.int16((f32_to_u32(v) >> np.uint32(23)) & np.uint32(0xFF)) - np.int16(127)
+            eacc[j] = max(ex, np.int16(-126)) if v != 0 else np.int16(e_zero)
+        for k0 in range(0, kdim, chunk):
+            k1 = min(k0 + chunk, kdim)
+            for j in range(n):
+                pmax[j] = np.int16(_ZERO_EXP)
+            for k in range(k0, k1):
+                ea = ae[i, k]
+                for j in range(n):
+                    pmax[j] = max(pmax[j], np.int16(ea + bet[k, j]))
+            for j in range(n):
+                e = max(pmax[j], eacc[j])
+                # outside [E_MIN, E_MAX] the scales below are wrong, unless every term and C is zero (then
+                # any scale gives +0, as the general kernel does)
+                bad[j] |= (e > _FAST_E_MAX) | ((e < _FAST_E_MIN) & ((acc[j] != 0) | (pmax[j] > _ZERO_THRESHOLD)))
+                e32 = np.int32(max(e, np.int16(_FAST_E_MIN)))
+                ee[j] = e32
+                scale[j] = u32_to_f32(np.uint32(127 + frac_bits - e32) << np.uint32(23))
+                ctr[j] = np.int32(acc[j] * scale[j])
+                isum[j] = 0
+            for k in range(k0, k1):
+                a = a32[i, k]
+                for j in range(n):
+                    isum[j] += np.int32(a * b32t[k, j] * scale[j])
+            for j in range(n):
+                t = isum[j]
+                bad[j] |= (t > _INT_LIMIT) | (t < -_INT_LIMIT)
+                t += ctr[j]
+                x = abs(t)
+                # RZ to 24 significant bits: the leading bit's position from an exact int -> float32
+                # conversion of x's bits 8..30 (below 2^8, x keeps all its bits anyway)
+                top = np.int32(f32_to_u32(np.float32(x & np.int32(0x7FFFFF00))) >> np.uint32(23)) - 127
+                x &= np.int32(-1) << max(top - 23, np.int32(0))
+                v = np.float32(-x if t < 0 else x) * u32_to_f32(np.uint32(127 - frac_bits + ee[j]) << np.uint32(23))
+                acc[j] = v
+                ex = np.int16((f32_to_u32(v) >> np.uint32(23)) & np.uint32(0xFF)) - np.int16(127)
+                eacc[j] = max(ex, np.int16(-126)) if v != 0 else np.int16(e_zero)
+        for j in range(n):
+            out[i, j] = acc[j]
+    return not bad.any()
 
 
 @njit(cache=True, inline="always")
@@ -160,7 +244,7 @@ def _acc_exponent(v, e_zero):
     return max(ex, np.int16(-126)) if v != 0.0 else np.int16(e_zero)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _wgmma_rows(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, i0, i1):
     """Rows i0..i1 of the wgmma chain. The loops over the N columns are innermost and branch-free, so LLVM
     vectorises them: the alignment exponent max in int16 lanes, the truncated sums in float64 lanes. Every
@@ -306,8 +390,40 @@ def mma_chain(a, b, c=None, *, model: str = "wgmma", arch: str = "sm90", chunk: 
     acc = ACCUMULATORS[arch]
     pa = a if isinstance(a, MmaOperand) else mma_operand(a, role="a")
     pb = b if isinstance(b, MmaOperand) else mma_operand(b, role="b")
-    _chain_wgmma(pa.x, pa.e, pb.x, pb.e, c, out, chunk, acc.fraction_bits, acc.e_zero)
+    _wgmma(pa, pb, c, out, chunk, acc)
     return out
+
+
+_PARALLEL_MACS = 1 << 22   # below this a thread hand-off costs more than it saves
+_POOL = []
+
+
+def _wgmma(pa: MmaOperand, pb: MmaOperand, c, out, chunk: int, acc: Accumulator) -> None:
+    """Run the wgmma kernels on row slices: ``_wgmma_rows_f32`` where it applies, else (or where it reports a
+    chunk out of its range) ``_wgmma_general``. Calls of at least ``_PARALLEL_MACS`` multiply-adds are cut into
+    one row slice per numba thread (the kernels release the GIL)."""
+    import numba
+    m, kdim = pa.x.shape
+    n = pb.x.shape[1]
+    # the int32 bound needs chunks of <= 16 terms and F <= 25; an inf/NaN factor (exponent 1024) can meet a
+    # zero one (NaN), which the fast kernel's exponent check does not see
+    fast = (chunk <= _FAST_MAX_CHUNK and acc.fraction_bits <= 25 and acc.e_zero <= -126
+            and (pa.e.size == 0 or pa.e.max() < 1024) and (pb.e.size == 0 or pb.e.max() < 1024))
+    args = (c, out, chunk, acc.fraction_bits, acc.e_zero)
+
+    def rows(i0, i1):
+        if not (fast and _wgmma_rows_f32(pa.x32, pa.e, pb.x32, pb.e, *args, i0, i1)):
+            _wgmma_general(pa.x, pa.e, pb.x, pb.e, *args, i0, i1)
+
+    nthreads = min(numba.get_num_threads(), m // _ROW_BLOCK, max(1, m * n * kdim // _PARALLEL_MACS))
+    if nthreads <= 1:
+        rows(0, m)
+        return
+    if not _POOL or _POOL[0]._max_workers < nthreads:
+        _POOL[:] = [ThreadPoolExecutor(max_workers=nthreads, thread_name_prefix="fa4num-mma")]
+    bounds = np.linspace(0, m, nthreads + 1).astype(np.int64)
+    for job in [_POOL[0].submit(rows, a, b) for a, b in zip(bounds[:-1], bounds[1:])]:
+        job.result()
 
 
 def _values(x, role):
