@@ -6,6 +6,8 @@
   exhaustively observed maximum (fa4num.bounds.exp2_error_bound); the MUFU model bounds (sm90 tables);
 - a_priori: the closed-form normwise output bound against seqlen_k, thresholds 0 and 8 (bf16, head_dim 128,
   |q k| <= 1 and |v| <= 1 per entry as the formula assumes);
+- curve: the signed relative error of the software exp2 (degrees 1..5) on x = -k 2^-22, k < 2^22 (every f = x - floor(x)
+  on that grid), as min and max per 256 bins of f, next to the bound;
 - golden: per-element worst-case and probabilistic bounds against the H200 goldens' outputs
   (fa4num.bounds.validate.golden_checks): violations, bound / observed.
 """
@@ -31,6 +33,19 @@ def main() -> int:
         t.pop("q0_range", None)
         out["exp2"].append({"degree": deg, "bound": b.relative, "ratio_to_observed": b.ratio_to_observed,
                             "terms": {k: float(v) for k, v in t.items()}})
+    import numpy as np
+    from fa4num.ex2 import fa4_emulated
+    x = -(np.arange(1 << 22, dtype=np.float64) / (1 << 22)).astype(np.float32)
+    f = x.astype(np.float64) - np.floor(x.astype(np.float64))
+    bins = np.minimum((f * 256).astype(int), 255)
+    out["curve"] = {"bins": 256, "x_grid": "x = -k 2^-22, k < 2^22", "degrees": {}}
+    for deg in (1, 2, 3, 4, 5):
+        r = fa4_emulated(x, deg).astype(np.float64) / np.exp2(x.astype(np.float64)) - 1
+        lo = np.full(256, np.inf)
+        hi = np.full(256, -np.inf)
+        np.minimum.at(lo, bins, r)
+        np.maximum.at(hi, bins, r)
+        out["curve"]["degrees"][str(deg)] = {"min": lo.tolist(), "max": hi.tolist(), "abs_max": float(abs(r).max())}
     m = mufu_error_bounds("sm90")
     out["mufu"] = {"ex2_relative": m.ex2_relative, "rcp_relative": m.rcp_relative}
     for thr in (0.0, 8.0):

@@ -5,7 +5,7 @@ the tables through experiments/paper_common.py).
 
 skip_threshold, skip_seqlen, rescales_per_row : skip-rate stores (experiments/results/**/study_skip_rate*)
 baselines     : experiments/results/h200_20261201/baselines_h200_fp64gpu.json
-bounds        : experiments/results/paper_bounds.json (experiments/paper_bounds.py)
+bounds, exp2_error : experiments/results/paper_bounds.json (experiments/paper_bounds.py)
 knobs_heatmap, sink : experiments/results/fa4_knobs.json
 error_budget  : experiments/results/study_error_budget
 """
@@ -166,6 +166,29 @@ def bounds(b):
     _save(fig, "bounds")
 
 
+def exp2_error(b):
+    """Signed relative error of the software exp2 per fraction bin (min/max envelope over the grid) for degrees 3
+    and 4, and the rigorous bound (+-): the bound touches the envelope where the error peaks."""
+    plt, pal = _plt()
+    c = b["curve"]
+    nb = c["bins"]
+    f = (np.arange(nb) + 0.5) / nb
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.3))
+    for ax, deg, col in zip(axes, ("3", "4"), (pal[0], pal[2])):
+        d = c["degrees"][deg]
+        ax.fill_between(f, d["min"], d["max"], color=col, alpha=0.55, lw=0, label="observed (min/max per bin)")
+        bound = next(r["bound"] for r in b["exp2"] if str(r["degree"]) == deg)
+        ax.axhline(bound, color=pal[3], ls="--", lw=1.1, label="rigorous bound ($\\pm$)")
+        ax.axhline(-bound, color=pal[3], ls="--", lw=1.1)
+        ax.set_xlabel("fraction $f = x - \\lfloor x \\rfloor$")
+        ax.set_ylabel("$\\hat y / 2^x - 1$")
+        ax.set_title(f"degree {deg} (FA4's POLY_EX2)", fontsize=9)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+    fig.tight_layout()
+    _save(fig, "exp2_error")
+
+
 def knobs_heatmap(k):
     plt, _ = _plt()
     import seaborn as sns
@@ -243,7 +266,7 @@ def error_budget(df):
 
 def main(argv=None) -> int:
     names = (argv if argv is not None else sys.argv[1:]) or ["skip_threshold", "skip_seqlen", "rescales_per_row",
-                                                            "baselines", "bounds", "knobs_heatmap", "sink",
+                                                            "baselines", "bounds", "exp2_error", "knobs_heatmap", "sink",
                                                             "error_budget"]
     t = None
     for n in names:
@@ -252,8 +275,8 @@ def main(argv=None) -> int:
             globals()[n](t)
         elif n == "baselines":
             baselines(pc.baselines())
-        elif n == "bounds":
-            bounds(pc.bounds())
+        elif n in ("bounds", "exp2_error"):
+            globals()[n](pc.bounds())
         elif n in ("knobs_heatmap", "sink"):
             globals()[n](pc.knobs())
         elif n == "error_budget":
