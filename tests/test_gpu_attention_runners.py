@@ -59,3 +59,44 @@ def test_bad_requests_name_the_argument():
 def test_cli_says_no_gpu(capsys):
     assert main(["gpu", "attention", "--shape", "1,64,2,64"]) == 1
     assert "no usable GPU" in capsys.readouterr().err
+
+
+def test_cli_fa4_path_on_recorded_h200_output(tmp_path, monkeypatch, capsys):
+    """``fa4num gpu attention --backends fa4 math`` end to end on the CPU: the FA4 launch (the only step that needs
+    the GPU) answers with the H200's recorded output and LSE of the same seeded problem (fa4num.attention.golden,
+    case gqa_d128_nc; the inputs are proven the same by their digest); capture, metrics, files and the table are
+    the command's own."""
+    import hashlib
+    import json
+
+    from fa4num.attention.golden import input_digest, load
+    from fa4num.gpu import attention as runners
+    z, meta = load()
+    case = next(c for c in meta["cases"] if c["spec"]["name"] == "gqa_d128_nc")
+    gold_out, gold_lse = z["gqa_d128_nc.out_bits"], z["gqa_d128_nc.lse"]
+    real = runners.run_attention
+
+    def recorded(q, k, v, *, backend, **kw):
+        if backend != "fa4":
+            return real(q, k, v, backend=backend, **kw)
+        assert input_digest(*(t.view(torch.int16).numpy() for t in (q, k, v))) == case["input_sha256"]
+        out = torch.from_numpy(gold_out.view(np.int16).copy()).view(torch.bfloat16)
+        return runners.KernelRun("fa4", out, torch.from_numpy(gold_lse.copy()), [0.25, 0.5, 0.75])
+
+    monkeypatch.setattr(runners, "run_attention", recorded)
+    s = case["spec"]
+    argv = ["gpu", "attention", "--shape", f"{s['batch']},{s['seqlen_q']},{s['heads']},{s['head_dim']}",
+            "--seqlen-k", str(s["seqlen_k"]), "--kv-heads", str(s["heads_kv"]), "--seed", str(s["seed"]),
+            "--device", "cpu", "--backends", "fa4", "math", "--warmup", "0", "--repeats", "1",
+            "--out", str(tmp_path / "cap")]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "fa4" in table.split("\n")[1] and "not run" not in table
+    saved = np.load(tmp_path / "cap.npz")
+    assert hashlib.sha256(saved["fa4.out_bits"].tobytes()).hexdigest() == case["out_sha256"]
+    rec = json.loads((tmp_path / "cap.json").read_text())
+    fa4, math_ = rec["runs"]["fa4"], rec["runs"]["math"]
+    assert fa4["median_ms"] == 0.5
+    # FA4's bf16 output and torch's math back end both sit a few 1e-3 from fp64 attention (relative L2)
+    assert fa4["metrics"]["rel_l2"] < 1e-2 and math_["metrics"]["rel_l2"] < 1e-2
+    assert fa4["lse_max_abs_err"] < 1e-4
