@@ -253,7 +253,8 @@ def _sweep_chunk(src, fused, xbins, stats, pending):
                     max_rel_bits = np.int64(xbits)
             run_t = _step(run_t, nan_mis, d, rel, bf, far)
             run_b = _step(run_b, nan_mis, d, rel, bf, far)
-            run_x = _step(run_x, nan_mis, d, rel, bf, far)
+            if cur_x >= 0:    # outside every x bin (and with no x bins: the exhaustive sweep) there is no run
+                run_x = _step(run_x, nan_mis, d, rel, bf, far)
         if cur_b >= 0:
             _flush(binade[blk, cur_b], run_b)
         if cur_x >= 0:
