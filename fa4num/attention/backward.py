@@ -65,7 +65,7 @@ from fa4num.hw.mma import MODELS, mma_chain
 from fa4num.softmax import scoremod
 
 from . import masking
-from .forward import _NP_DTYPES, _to_numpy
+from .forward import _NP_DTYPES, _to_numpy, check_learnable_sink, check_softcap
 
 LOG2_E_F32 = np.float32(math.log2(math.e))   # utils.LOG2_E as the kernel's Float32 constant (0x3FB8AA3B)
 KERNELS = ("fa4-sm90", "fa4-sm100")
@@ -453,9 +453,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     cu_q, cu_k = opts.pop("cu_seqlens_q", None), opts.pop("cu_seqlens_k", None)
     opts.pop("max_seqlen_q", None), opts.pop("max_seqlen_k", None), opts.pop("pack_gqa", None)
     sink = opts.pop("learnable_sink", None)
-    softcap = float(opts.pop("softcap", 0.0) or 0.0)
-    if not (math.isfinite(softcap) and softcap >= 0):
-        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
+    softcap = check_softcap(opts.pop("softcap", 0.0))
     dq_order = opts.pop("dq_order", None)
     dq_order = None if dq_order is None else tuple(int(i) for i in dq_order)
     tile_m, tile_n = opts.pop("tile_m", None), opts.pop("tile_n", None)
@@ -476,6 +474,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     lsea = (lse.detach().float().cpu().numpy() if type(lse).__module__.startswith("torch")
             else np.asarray(lse, np.float32))
     _validate(qa, ka, va, oa, doa, lsea, varlen)
+    check_learnable_sink(sink, heads=qa.shape[-2])        # before the main loop, not after it
     d = qa.shape[-1]
     if kernel == "fa4-sm90":
         # flash_bwd_sm90.py FlashAttentionBackwardSm90.__init__ asserts same_hdim_kv when qhead_per_kvhead > 1
@@ -517,6 +516,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         if cq.size != ck.size:
             raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size}, {ck.size}")
         seqs = [(slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])) for i in range(cq.size - 1)]
+        masking.check_window_range(window, seqlen_q=int(np.diff(cq).max()), seqlen_k=int(np.diff(ck).max()))
         stats = {n: np.zeros((h, qa.shape[0]), t) for n, t in
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((h, ka.shape[0]), np.int32)
@@ -528,6 +528,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     else:
         b, sq = qa.shape[:2]
         sk = ka.shape[1]
+        masking.check_window_range(window, seqlen_q=sq, seqlen_k=sk)
         stats = {n: np.zeros((b, h, sq), t) for n, t in
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((b, h, sk), np.int32)
@@ -540,9 +541,6 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     if sink is not None:
         sink_a = (sink.detach().cpu().float().numpy() if type(sink).__module__.startswith("torch")
                   else np.asarray(sink))
-        if sink_a.shape != (h,) or sink_a.dtype.kind not in "fV":
-            raise ValueError(f"learnable_sink must be a float array of shape (heads,) = ({h},), got shape "
-                             f"{sink_a.shape} dtype {sink_a.dtype}")
         # the dQ postprocess's CTA: 128 threads with dQ_single_wg (SM90 hd 96) or on SM100, else 2 x 128
         nthr = 128 if (tile.dQ_single_wg or kernel == "fa4-sm100") else 256
         if varlen:

@@ -507,6 +507,39 @@ class ForwardSetup:
         return self.dtype.startswith("float8")
 
 
+def _is_float_dtype(dt) -> bool:
+    """numpy floats and ml_dtypes' (bfloat16, fp8), whose numpy kind is 'V'."""
+    try:
+        ml_dtypes.finfo(dt)
+    except ValueError:
+        return False
+    return True
+
+
+def check_softcap(softcap) -> float:
+    """``softcap`` as a float: finite and >= 0 (0 or None: no soft cap); ValueError naming it otherwise. FA4's
+    score_mod is ``softcap * tanh(s / softcap)``, which a negative cap would flip and an infinite one void."""
+    try:
+        softcap = 0.0 if softcap is None else float(softcap)
+    except (TypeError, ValueError):
+        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap!r}") from None
+    if not (softcap >= 0 and math.isfinite(softcap)):
+        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
+    return softcap
+
+
+def check_learnable_sink(learnable_sink, *, heads: int):
+    """``learnable_sink`` as float32 of shape (heads,), or None; ValueError naming it for another shape or a
+    non-float dtype (FA4 takes one sink logit per query head, any float dtype, bfloat16 included)."""
+    sink = _plain(learnable_sink, "learnable_sink")
+    if sink is None:
+        return None
+    if sink.shape != (heads,) or not _is_float_dtype(sink.dtype):
+        raise ValueError(f"learnable_sink must be a float array of shape (heads,) = ({heads},), got shape "
+                         f"{sink.shape} dtype {sink.dtype}")
+    return sink.astype(np.float32)
+
+
 def prepare_forward(qa, ka, va, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
                     window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None,
                     cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, num_splits=1, q_descale=None,
@@ -530,9 +563,7 @@ def prepare_forward(qa, ka, va, *, softmax_scale=None, causal=False, kernel="fa4
             raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}") from None
         if math.isnan(softmax_scale):
             raise ValueError("softmax_scale must not be NaN")
-    softcap = 0.0 if softcap is None else float(softcap)
-    if not (softcap >= 0 and math.isfinite(softcap)):
-        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
+    softcap = check_softcap(softcap)
     window = _masking.resolve_window(bool(causal), window_size)
     seqs, batch, msq = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
                                         _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
@@ -546,12 +577,7 @@ def prepare_forward(qa, ka, va, *, softmax_scale=None, causal=False, kernel="fa4
             if not _all_finite(a):
                 raise ValueError(f"{name} contains NaN or inf (nonfinite='raise'; the default 'propagate' gives "
                                  "the kernel's NaN/inf bits)")
-    sink = _plain(learnable_sink, "learnable_sink")
-    if sink is not None:
-        if sink.shape != (h,) or not np.issubdtype(sink.dtype, np.floating):
-            raise ValueError(f"learnable_sink must be a float array of shape (heads,) = ({h},), got shape "
-                             f"{sink.shape} dtype {sink.dtype}")
-        sink = sink.astype(np.float32)
+    sink = check_learnable_sink(learnable_sink, heads=h)
     fp8 = dt.startswith("float8")
     if not fp8 and any(x is not None for x in (q_descale, k_descale, v_descale)):
         raise ValueError("q_descale/k_descale/v_descale are only supported for fp8 inputs (FA4 asserts this)")
@@ -567,6 +593,7 @@ def prepare_forward(qa, ka, va, *, softmax_scale=None, causal=False, kernel="fa4
         raise ValueError(f"num_splits must be <= {MAX_SPLITS} (the combine kernel's limit), got {num_splits}")
     varlen_q = cu_seqlens_q is not None
     msk = max((s.k.shape[0] for s in seqs), default=0) if max_seqlen_k is None else int(max_seqlen_k)
+    _masking.check_window_range(window, seqlen_q=msq, seqlen_k=msk)
     page_size = ka.shape[1] if page_table is not None else None
     if pack_gqa is not None and not isinstance(pack_gqa, (bool, np.bool_)):
         raise ValueError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
@@ -619,7 +646,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
         >= 0; 0 disables. score <- softcap * tanh(score * scale / softcap) (tanh.approx.f32).
     window_size : (left, right)
         Sliding window (None = unbounded side), bottom-right aligned like causal; see
-        :func:`fa4num.attention.masking.resolve_window`. A window wider than the sequence masks nothing.
+        :func:`fa4num.attention.masking.resolve_window`. A window wider than the sequence masks nothing and
+        is accepted, as FA4 accepts it (models with a fixed window run on shorter sequences); a side too large
+        for the kernel's Int32 mask arithmetic raises (:func:`fa4num.attention.masking.check_window_range`).
     learnable_sink : array (heads,), optional
         One extra softmax logit per q head (natural-log units, not scaled) with no value row.
     pack_gqa : bool, optional

@@ -7,7 +7,10 @@ seqlen_q``, key ``j`` is visible from query ``i`` iff ``j < seqlen_k`` and
 the window (None, 0). ``interface.py`` ``_resolve_causal_local_window`` puts the options in canonical form
 (:func:`resolve_window`); ``mask.py`` ``AttentionMask.apply_mask`` (SM90) and ``apply_mask_sm100`` apply them
 and ``block_info.py`` ``BlockInfo.get_n_block_min_max`` / ``get_m_block_min_max`` bound the KV (query) blocks
-a tile visits. Windows larger than the sequence are legal in FA4 and simply mask nothing on that side.
+a tile visits. Windows larger than the sequence are legal in FA4 and simply mask nothing on that side
+(fa4num accepts them too: a model with a fixed window, such as Mistral's 4096, runs on shorter sequences all the
+time); only a window so large that the kernel's Int32 index arithmetic would wrap is refused
+(:func:`check_window_range`).
 """
 from __future__ import annotations
 
@@ -68,6 +71,45 @@ def resolve_window(causal: bool = False, window_size=(None, None)) -> Window:
     if left is None and right == 0:
         return Window(True, False, None, None)
     return Window(False, True, left, right)
+
+
+INT32_MAX = 2 ** 31 - 1
+# the widest tile a kernel adds to the window's Int32 offsets (BlockInfo: (n_block + 1) * tile_n; SM100's 2-CTA
+# tile_m = 2 * 2 * 128)
+_MAX_TILE = 512
+
+
+def check_window_range(window: Window, *, seqlen_q: int, seqlen_k: int) -> None:
+    """Refuse a window that FA4's Int32 mask arithmetic cannot hold; accept any other, however wide.
+
+    ``mask.py`` ``AttentionMask.apply_mask`` adds ``window_size_right`` to (and subtracts ``window_size_left``
+    from) the Int32 ``causal_row_offset = 1 + seqlen_k - n_block * tile_n - seqlen_q`` plus the row index, and
+    ``BlockInfo.get_m_block_min_max`` adds ``window_size_left`` to ``(n_block + 1) * tile_n + seqlen_q -
+    seqlen_k``: a side larger than ``2**31 - 1 - seqlen_q - seqlen_k - 512`` could wrap there, and the kernel
+    would mask keys it should show. A window wider than the sequence but inside that range is what FA4
+    accepts and masks nothing on that side; ``None`` says "no bound" without any limit.
+
+    Raises
+    ------
+    ValueError
+        naming ``window_size`` and the allowed range.
+
+    Examples
+    --------
+    >>> check_window_range(resolve_window(False, (4096, 0)), seqlen_q=100, seqlen_k=100)   # wider: accepted
+    >>> check_window_range(resolve_window(False, (2**31 - 1, 0)), seqlen_q=100, seqlen_k=100)
+    Traceback (most recent call last):
+    ...
+    ValueError: window_size left must be in [0, 2147482935] (or None for no bound) with seqlen_q=100 and seqlen_k=100: FA4 adds it to Int32 row offsets, which would wrap; got 2147483647
+    """
+    if not window.local:
+        return
+    limit = INT32_MAX - int(seqlen_q) - int(seqlen_k) - _MAX_TILE
+    for side, w in (("left", window.left), ("right", window.right)):
+        if w is not None and w > limit:
+            raise ValueError(f"window_size {side} must be in [0, {limit}] (or None for no bound) with "
+                             f"seqlen_q={seqlen_q} and seqlen_k={seqlen_k}: FA4 adds it to Int32 row offsets, "
+                             f"which would wrap; got {w}")
 
 
 def visible(rows, cols, *, seqlen_q: int, seqlen_k: int, window: Window) -> np.ndarray:

@@ -12,12 +12,37 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import ml_dtypes
 import numpy as np
 
-from .forward import _to_numpy
+from .config import Sm90Options, Sm100Options
+from .forward import _to_numpy, check_learnable_sink, check_softcap
+from .masking import check_cu_seqlens, check_window_range, resolve_window, visible
+
+# Names the forward and backward take that steer the kernel or the emulator (tiling, GEMM model, exp2 knobs,
+# determinism) but not the exact math: the references accept them so that one dict of options can drive an
+# emulator and its reference, and refuse anything else (a misspelt window_size must not pass silently).
+KERNEL_ONLY_OPTIONS = frozenset(
+    {f.name for f in fields(Sm90Options)} | {f.name for f in fields(Sm100Options)}
+    | {"kernel", "mode", "nonfinite", "num_splits", "deterministic", "dq_order"})
+
+
+def _check_kernel_options(options: dict, pack_gqa) -> None:
+    bad = sorted(set(options) - KERNEL_ONLY_OPTIONS)
+    if bad:
+        raise ValueError(f"unknown option(s) {bad}; the fp64 reference takes FA4's feature options and the "
+                         f"kernel-only knobs {sorted(KERNEL_ONLY_OPTIONS)}")
+    if pack_gqa is not None and not isinstance(pack_gqa, (bool, np.bool_)):
+        raise ValueError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
+
+
+def _scale(softmax_scale, head_dim: int) -> float:
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    if math.isnan(scale):
+        raise ValueError("softmax_scale must not be NaN")
+    return scale
 
 
 def _causal_mask(sq: int, sk: int) -> np.ndarray:
@@ -31,7 +56,6 @@ def _expand_kv(x: np.ndarray, heads: int) -> np.ndarray:
 
 def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink):
     """One sequence in float64: qf (sq, h, d), kf/vf (sk, h, d|dv) with KV heads already expanded."""
-    from .masking import visible
     sq, h = qf.shape[:2]
     sk = kf.shape[0]
     s = np.einsum("ihd,jhd->hij", qf, kf) * scale
@@ -55,16 +79,21 @@ def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink):
 
 
 def attention_fp64(q, k, v, *, softmax_scale=None, causal=False, softcap=0.0, window_size=(None, None),
-                   learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None, q_descale=None,
-                   k_descale=None, v_descale=None, **_ignored) -> tuple[np.ndarray, np.ndarray]:
+                   learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                   pack_gqa=None, page_table=None, q_descale=None, k_descale=None, v_descale=None,
+                   **kernel_options) -> tuple[np.ndarray, np.ndarray]:
     """softmax(scale Q K^T) V in float64 from the exact input values, with FA4's options and layouts.
 
     Returns (out float64 in q's layout with head_dim_v, lse float64 (batch, heads, seqlen_q) or (heads,
-    total_q) with ``cu_seqlens_q``). Options as :func:`fa4num.attention.forward` (softcap with the exact tanh,
-    bottom-right aligned causal/window masks, learnable_sink as an extra logit with no value row, varlen,
-    paged KV, fp8 descales: S scaled by q_descale * k_descale, O by v_descale, per (batch, kv head)). Kernel
-    knobs passed along (``num_splits``, ``pack_gqa``, ``max_seqlen_*``, ...) change nothing exact and are
-    ignored. Rows with no visible key give out 0 and lse -inf (the sink's logit with a sink), as FA4 does.
+    total_q) with ``cu_seqlens_q``). Options as :func:`fa4num.attention.forward`, checked as it checks them
+    (a ValueError names the bad one): ``softcap`` > 0 with the exact tanh, bottom-right aligned causal and
+    ``window_size`` masks (a window wider than the sequence masks nothing, as in FA4), ``learnable_sink`` as an
+    extra logit per head with no value row, varlen (``cu_seqlens_q/k``, ``max_seqlen_q/k`` at least the
+    longest sequence), paged KV, fp8 descales (S scaled by q_descale * k_descale, O by v_descale, per (batch,
+    kv head)). ``pack_gqa`` (None, True or False) only changes how the kernel tiles the heads, not the exact
+    result; ``kernel_options`` may hold the forward's kernel and emulator knobs (``kernel``, ``num_splits``,
+    ``mode``, ``tile_n``, ...), which change nothing exact; other names raise. Rows with no visible key give
+    out 0 and lse -inf (the sink's logit with a sink), as FA4 does.
 
     Examples
     --------
@@ -75,19 +104,22 @@ def attention_fp64(q, k, v, *, softmax_scale=None, causal=False, softcap=0.0, wi
     (0.75, 1.386294)
     """
     from .forward import _build_sequences, _plain
-    from .masking import resolve_window
+    _check_kernel_options(kernel_options, pack_gqa)
+    softcap = check_softcap(softcap)
     qa, _ = _to_numpy(q, "q")
     ka, _ = _to_numpy(k, "k")
     va, _ = _to_numpy(v, "v")
     seqs, batch, _ = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
                                       _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
-                                      None, None)
+                                      max_seqlen_q, max_seqlen_k)
     h, d = qa.shape[-2:]
     hk, dv = va.shape[-2:]
     window = resolve_window(bool(causal), window_size)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    sink = _plain(learnable_sink, "learnable_sink")
-    sink = None if sink is None else sink.astype(np.float64).reshape(h)
+    check_window_range(window, seqlen_q=max((x.q.shape[0] for x in seqs), default=0),
+                       seqlen_k=max((x.k.shape[0] for x in seqs), default=0))
+    scale = _scale(softmax_scale, d)
+    sink = check_learnable_sink(learnable_sink, heads=h)
+    sink = None if sink is None else sink.astype(np.float64)
     descales = [np.ones((batch, hk)) if x is None else _plain(x, n).astype(np.float64).reshape(batch, hk)
                 for x, n in ((q_descale, "q_descale"), (k_descale, "k_descale"), (v_descale, "v_descale"))]
     varlen = cu_seqlens_q is not None
@@ -100,7 +132,7 @@ def attention_fp64(q, k, v, *, softmax_scale=None, causal=False, softcap=0.0, wi
         qf = seq.q.astype(np.float64) * qk[None, :, None]
         kf = np.repeat(seq.k.astype(np.float64), rep, axis=1)
         vf = np.repeat(seq.v.astype(np.float64), rep, axis=1) * vsc[None, :, None]
-        o, l = _fp64_core(qf, kf, vf, scale=scale, softcap=float(softcap or 0.0), window=window, sink=sink)
+        o, l = _fp64_core(qf, kf, vf, scale=scale, softcap=softcap, window=window, sink=sink)
         out[seq.out_index] = o
         for hh in range(h):
             lse[seq.lse_index(hh)] = l[hh]
@@ -208,20 +240,66 @@ def fa_rule(out, out_ref, out_pt, *, rtol: float = 2.0) -> FaRule:
 
 @dataclass
 class Gradients:
-    """fp64 reference gradients, each with its input's shape."""
+    """fp64 reference gradients, each with its input's shape (``dsink``: (heads,), None without a sink)."""
     dq: np.ndarray
     dk: np.ndarray
     dv: np.ndarray
+    dsink: np.ndarray | None = None
 
 
-def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_size=(None, None),
-                  softcap=0.0) -> Gradients:
-    """Exact-input gradients of softmax(scale * Q K^T) V in float64 (GQA: dK, dV summed over each group;
-    causal and sliding windows bottom-right aligned, as FA4; ``softcap`` > 0: scores softcap * tanh(scale *
-    Q K^T / softcap)). Rows with no visible key contribute nothing.
+def _fp64_grad_core(qf, kf, vf, dof, *, scale, softcap, window, sink):
+    """One sequence's gradients in float64: qf/dof (sq, h, d|dv), kf/vf (sk, h, d|dv) with KV heads expanded.
+    Returns dq (sq, h, d), dk and dv per query head (sk, h, d|dv), dsink (h,)."""
+    sq, sk = qf.shape[0], kf.shape[0]
+    s = np.einsum("ihd,jhd->hij", qf, kf) * scale
+    if softcap:
+        t = np.tanh(s / softcap)
+        s = softcap * t
+    vis = visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk, window=window)
+    s = np.where(vis[None], s, -np.inf)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)   # seqlen_k = 0 or a fully masked row: -inf
+    if sink is not None:
+        m = np.maximum(m, sink[:, None, None])
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(s - m_safe)
+    z = e.sum(axis=-1, keepdims=True)
+    p_sink = None
+    if sink is not None:
+        e_sink = np.exp(sink[:, None, None] - m_safe)
+        z = z + e_sink
+    zs = np.where(z > 0, z, 1.0)
+    p = np.where(z > 0, e / zs, 0.0)                          # rows with no key and no sink: P = 0
+    dp = np.einsum("ihd,jhd->hij", dof, vf)
+    dsum = (p * dp).sum(axis=-1, keepdims=True)               # D = rowsum(P * dP) = rowsum(dO * O)
+    ds = p * (dp - dsum)
+    dsink = np.zeros(qf.shape[1])
+    if sink is not None:
+        p_sink = np.where(z > 0, e_sink / zs, 0.0)
+        dsink = -(p_sink * dsum)[..., 0].sum(axis=-1)         # the sink logit has dP = 0: dS = P_sink (0 - D)
+    if softcap:
+        ds = ds * (1 - t * t)
+    dq = np.einsum("hij,jhd->ihd", ds, kf) * scale
+    dk = np.einsum("hij,ihd->jhd", ds, qf) * scale
+    dv = np.einsum("hij,ihd->jhd", p, dof)
+    return dq, dk, dv, dsink
+
+
+def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_size=(None, None), softcap=0.0,
+                  learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                  pack_gqa=None, **kernel_options) -> Gradients:
+    """Exact-input gradients of softmax(scale * Q K^T) V in float64, with the forward's options.
+
+    GQA: dK, dV summed over each group; causal and sliding windows bottom-right aligned, as FA4; ``softcap`` > 0:
+    scores softcap * tanh(scale * Q K^T / softcap); ``learnable_sink`` (heads,): an extra logit per head in the
+    softmax's normaliser with no value row, whose gradient is returned as ``dsink`` (float64, (heads,));
+    varlen: q, k, v, dout 3-D with ``cu_seqlens_q/k`` (``max_seqlen_q/k``, when given, at least the longest
+    sequence). Options are checked as :func:`attention_fp64` checks them; ``pack_gqa`` and the kernel-only
+    knobs (:data:`KERNEL_ONLY_OPTIONS`: ``deterministic``, ``mode``, ...) change nothing exact. Rows with no
+    visible key contribute nothing.
 
     dP = dO V^T, D = rowsum(dO * O) (= rowsum(P * dP)), dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q,
-    dV = P^T dO, all from the float64 values of the 16-bit inputs.
+    dV = P^T dO, dsink = -sum_i P_sink,i D_i, all from the float64 values of the 16-bit inputs.
 
     Examples
     --------
@@ -230,49 +308,75 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     >>> g = backward_fp64(x, x, x, x)
     >>> float(abs(g.dq).max()), float(g.dv.sum())
     (0.0, 32.0)
+    >>> g = backward_fp64(x, x, x, x, learnable_sink=np.zeros(1, np.float32), softmax_scale=0.0)
+    >>> round(float(g.dsink[0]), 12)      # 4 rows, each P_sink = 1/5 and D = rowsum(dO * O) = 8 * 4/5
+    -5.12
     """
-    from .masking import resolve_window, visible
+    from .forward import _plain
+    _check_kernel_options(kernel_options, pack_gqa)
+    softcap = check_softcap(softcap)
     qa, _ = _to_numpy(q, "q")
     ka, _ = _to_numpy(k, "k")
     va, _ = _to_numpy(v, "v")
     da, _ = _to_numpy(dout, "dout")
-    if da.shape != qa.shape[:3] + va.shape[3:]:
-        raise ValueError(f"dout must have shape {qa.shape[:3] + va.shape[3:]}, got {da.shape}")
-    b, sq, h, d = qa.shape
-    sk, hk = ka.shape[1], ka.shape[2]
+    varlen = cu_seqlens_q is not None
+    if (cu_seqlens_k is None) == varlen:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
+    layout = "3-D (total, heads, head_dim) with cu_seqlens" if varlen else "4-D (batch, seqlen, heads, head_dim)"
+    if not qa.ndim == ka.ndim == va.ndim == (3 if varlen else 4):
+        raise ValueError(f"q, k, v must be {layout}, got {qa.shape}, {ka.shape}, {va.shape}")
+    if da.shape != qa.shape[:-1] + va.shape[-1:]:
+        raise ValueError(f"dout must have shape {qa.shape[:-1] + va.shape[-1:]}, got {da.shape}")
+    h, d = qa.shape[-2:]
+    hk = ka.shape[-2]
+    if ka.shape[-1] != d or va.shape[:-1] != ka.shape[:-1]:
+        raise ValueError(f"k must have q's head_dim ({d}) and v k's leading shape, got {ka.shape}, {va.shape}")
     if hk < 1 or h % hk:
         raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    qf, dof = qa.astype(np.float64), da.astype(np.float64)
-    kf, vf = _expand_kv(ka.astype(np.float64), h), _expand_kv(va.astype(np.float64), h)
-    s = np.einsum("bihd,bjhd->bhij", qf, kf) * scale
-    if softcap:
-        t = np.tanh(s / softcap)
-        s = softcap * t
-    vis = visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk,
-                  window=resolve_window(causal, window_size))
-    s = np.where(vis, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    e = np.exp(s - m_safe)
-    z = e.sum(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = np.where(z > 0, e / np.where(z > 0, z, 1.0), 0.0)
-    dp = np.einsum("bihd,bjhd->bhij", dof, vf)
-    dsum = (p * dp).sum(axis=-1, keepdims=True)
-    ds = p * (dp - dsum)
-    if softcap:
-        ds = ds * (1 - t * t)
-    dq = np.einsum("bhij,bjhd->bihd", ds, kf) * scale
-    dk = np.einsum("bhij,bihd->bjhd", ds, qf) * scale
-    dv = np.einsum("bhij,bihd->bjhd", p, dof)
+    if varlen:
+        cq = check_cu_seqlens(_plain(cu_seqlens_q, "cu_seqlens_q"), "cu_seqlens_q", total=qa.shape[0])
+        ck = check_cu_seqlens(_plain(cu_seqlens_k, "cu_seqlens_k"), "cu_seqlens_k", total=ka.shape[0])
+        if cq.size != ck.size:
+            raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size}, {ck.size}")
+        seqs = [((slice(cq[i], cq[i + 1]),), (slice(ck[i], ck[i + 1]),)) for i in range(cq.size - 1)]
+        lq, lk = np.diff(cq), np.diff(ck)
+    else:
+        if ka.shape[0] != qa.shape[0]:
+            raise ValueError(f"k must have q's batch ({qa.shape[0]}), got {ka.shape}")
+        seqs = [((b,), (b,)) for b in range(qa.shape[0])]
+        lq, lk = [qa.shape[1]], [ka.shape[1]]
+    for name, given, need in (("max_seqlen_q", max_seqlen_q, max(lq, default=0)),
+                              ("max_seqlen_k", max_seqlen_k, max(lk, default=0))):
+        if given is not None and int(given) < need:
+            raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
+    window = resolve_window(bool(causal), window_size)
+    check_window_range(window, seqlen_q=int(max(lq, default=0)), seqlen_k=int(max(lk, default=0)))
+    scale = _scale(softmax_scale, d)
+    sink = check_learnable_sink(learnable_sink, heads=h)
+    sink = None if sink is None else sink.astype(np.float64)
     g = h // hk
-    dk = dk.reshape(b, sk, hk, g, d).sum(axis=3)
-    dv = dv.reshape(b, sk, hk, g, va.shape[3]).sum(axis=3)
-    return Gradients(dq, dk, dv)
+    dq = np.zeros(qa.shape)
+    dk = np.zeros(ka.shape)
+    dv = np.zeros(va.shape)
+    dsink = np.zeros(h)
+    for iq, ik in seqs:
+        kf = np.repeat(ka[ik].astype(np.float64), g, axis=1)
+        vf = np.repeat(va[ik].astype(np.float64), g, axis=1)
+        gq, gk, gv, gs = _fp64_grad_core(qa[iq].astype(np.float64), kf, vf, da[iq].astype(np.float64),
+                                         scale=scale, softcap=softcap, window=window, sink=sink)
+        sk = kf.shape[0]
+        dq[iq] = gq
+        dk[ik] = gk.reshape(sk, hk, g, d).sum(axis=2)
+        dv[ik] = gv.reshape(sk, hk, g, va.shape[-1]).sum(axis=2)
+        dsink += gs
+    return Gradients(dq, dk, dv, dsink if sink is not None else None)
 
 
 def backward_metrics(result, ref: Gradients) -> dict:
     """{"dq": Metrics, "dk": Metrics, "dv": Metrics} of a backward result (``.dq/.dk/.dv``) against
-    :func:`backward_fp64`'s gradients, the forward's metrics applied per gradient."""
-    return {n: metrics(getattr(result, n), getattr(ref, n)) for n in ("dq", "dk", "dv")}
+    :func:`backward_fp64`'s gradients, the forward's metrics applied per gradient; "dsink" too when both
+    have one."""
+    names = ["dq", "dk", "dv"]
+    if getattr(result, "dsink", None) is not None and ref.dsink is not None:
+        names.append("dsink")
+    return {n: metrics(getattr(result, n), getattr(ref, n)) for n in names}
