@@ -140,7 +140,8 @@ def _dtype_name(x, name: str) -> str:
 def _all_finite(a) -> bool:
     if type(a).__module__.startswith("torch"):
         import torch
-        return bool(torch.isfinite(a).all())
+        # torch has no isfinite for fp8: widen those (1 byte) first
+        return bool(torch.isfinite(a if a.element_size() > 1 else a.float()).all())
     return bool(np.isfinite(a.astype(np.float32)).all())
 
 

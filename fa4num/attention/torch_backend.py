@@ -9,6 +9,7 @@ bit-exact (use ``forward`` for that); it agrees with the bit-exact emulation to 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -145,17 +146,20 @@ def _visible_range(w, sq, sk):
     return first, last
 
 
-def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems):
+def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_descale=1.0):
     """One batch of equal-length sequences, q (b, sq, h, d), k/v (b, sk, hk, d[_v]) torch tensors on ``dev``.
-    Returns (out (b, sq, h, dv), lse (b, h, sq) float32, dict of per-row counters (b, h, sq) numpy)."""
+    Returns (out (b, sq, h, dv), lse (b, h, sq) float32, dict of per-row counters (b, h, sq) numpy).
+    ``qk_descale`` (float32 q_descale * k_descale) and ``v_descale``: SM100 fp8, one (batch, kv head)."""
     import torch
     opts, w, dt = setup.opts, setup.window, setup.dtype
     b, sq, h, d = q.shape
     sk, hk, dv = k.shape[1], k.shape[2], v.shape[3]
-    scale = setup.softmax_scale
     softcap = setup.softcap
+    qk = np.float32(qk_descale)
+    # fp8 descales scale scale_log2 (or the score mod's softmax_scale) by q_descale * k_descale
+    scale = float(np.float32(np.float32(setup.softmax_scale) * qk))
     # with a score mod the softmax runs on scale * S pre-scaled (utils.compute_softmax_scale_log2)
-    sl2 = float(SCALE_LOG2_WITH_SCOREMOD) if softcap else float(scale_log2_of(scale))
+    sl2 = float(SCALE_LOG2_WITH_SCOREMOD) if softcap else float(np.float32(scale_log2_of(setup.softmax_scale) * qk))
     tn = opts.tile_n
     nblk = -(-sk // tn)
     rep = h // hk
@@ -274,7 +278,9 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems):
         safe = torch.where(zero_or_nan, torch.ones_like(row_sum), row_sum)
         lse = (m_scaled + (torch.log2(safe) - offset)) * math.log(2.0)
         lse = torch.where(zero_or_nan, torch.full_like(lse, -math.inf), lse)
-        ot = (o * safe.reciprocal()[..., None]).view(b, hk, rep, nr, dv).reshape(b, h, nr, dv)
+        # correction_loop: the final scale is rcp(row_sum) * v_descale
+        fin = safe.reciprocal() * float(v_descale) if v_descale != 1.0 else safe.reciprocal()
+        ot = (o * fin[..., None]).view(b, hk, rep, nr, dv).reshape(b, h, nr, dv)
         out[:, r0:r1] = ot.transpose(1, 2).to(out_dtype)
         lse_all[:, :, r0:r1] = lse.view(g, rep, nr)
         n_done[:, :, r0:r1] = done.view(g, rep, nr)
@@ -326,20 +332,23 @@ def _pick_backend(backend, dev, setup):
     elif backend == "torch" or not (fits and dev.type == "cuda" and triton_backend.available()):
         return _dense
 
-    def run(q, k, v, *, setup, kernel, dev, max_tile_elems):
-        return triton_backend.dense_triton(q, k, v, setup=setup, kernel=kernel)
+    def run(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_descale=1.0):
+        return triton_backend.dense_triton(q, k, v, setup=setup, kernel=kernel, qk_descale=qk_descale,
+                                           v_descale=v_descale)
     return run
 
 
 def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
                   window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None,
                   cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, page_table=None, nonfinite="raise",
-                  device=None, max_tile_elems: int = 1 << 28, backend: str = "auto", **options) -> AttentionResult:
+                  q_descale=None, k_descale=None, v_descale=None, device=None, max_tile_elems: int = 1 << 28,
+                  backend: str = "auto", **options) -> AttentionResult:
     """Statistical FA4 forward on torch tensors; runs on ``device`` (default: q's device). Arguments, layouts
     and their checks are :func:`fa4num.attention.forward`'s (:func:`~fa4num.attention.forward.prepare_forward`):
     softcap, sliding windows, learnable sinks, varlen (``cu_seqlens_q/k``), paged KV, pack-GQA (which changes
     only the KV blocks each row's tile visits, ``stats.kv_blocks``: per row the arithmetic is the same) and
-    head_dim_v != head_dim. Not here: split-KV (``num_splits``) and fp8 descales, which ``forward`` runs.
+    head_dim_v != head_dim, fp8 with ``q_descale``/``k_descale``/``v_descale`` (SM100). Not here: split-KV
+    (``num_splits``), which ``forward`` runs.
     ``gemm`` and ``mufu_arch`` are fixed to "blas" and "libm". ``nonfinite`` defaults to "raise" (NaN/inf in
     q, k, v raise ValueError); "propagate" lets torch's arithmetic carry them (not the kernel's bits).
     Returns torch tensors (out in q's dtype, bf16 for fp8; lse float32) and numpy stats, shaped as
@@ -373,19 +382,19 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     q, k, v = (x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in (q, k, v))
     if not isinstance(max_tile_elems, int) or max_tile_elems < 1 << 16:
         raise ValueError(f"max_tile_elems must be an int >= 65536, got {max_tile_elems!r}")
-    for name in ("num_splits", "q_descale", "k_descale", "v_descale"):
-        if name in options:
-            raise ValueError(f"{name} is not supported by forward_torch (split-KV and fp8 descales run in "
-                             "fa4num.attention.forward)")
+    if "num_splits" in options:
+        raise ValueError("num_splits is not supported by forward_torch (split-KV runs in fa4num.attention.forward)")
     setup = prepare_forward(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel, softcap=softcap,
                             window_size=window_size, learnable_sink=learnable_sink, pack_gqa=pack_gqa,
                             cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                            max_seqlen_k=max_seqlen_k, page_table=page_table, nonfinite=nonfinite,
+                            max_seqlen_k=max_seqlen_k, page_table=page_table, q_descale=q_descale,
+                            k_descale=k_descale, v_descale=v_descale, nonfinite=nonfinite,
                             options={"mode": "statistical", **options})
+    descaled = any(x is not None for x in (q_descale, k_descale, v_descale))
     dev = torch.device(device) if device is not None else q.device
     h, dv = setup.heads, setup.head_dim_v
     dense = _pick_backend(backend, dev, setup)
-    if cu_seqlens_q is None and cu_seqlens_k is None and page_table is None:
+    if cu_seqlens_q is None and cu_seqlens_k is None and page_table is None and not descaled:
         b, sq = q.shape[:2]
         out, lse, counters = dense(q.to(dev), k.to(dev), v.to(dev), setup=setup, kernel=kernel, dev=dev,
                                    max_tile_elems=max_tile_elems)
@@ -403,14 +412,25 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
             sq, sk = seq.q.shape[0], seq.k.shape[0]
             if sq == 0:
                 continue
-            o1, l1, c1 = dense(seq.q[None].to(dev), seq.k[None].to(dev), seq.v[None].to(dev), setup=setup,
-                               kernel=kernel, dev=dev, max_tile_elems=max_tile_elems)
-            out[seq.out_index] = o1[0]
-            rows = _row_stats(setup, kernel, 1, sq, sk, c1)
-            for hh in range(h):
-                lse[seq.lse_index(hh)] = l1[0, hh]
-                for n, val in rows.items():
-                    st[n][seq.lse_index(hh)] = val[0, hh]
+            hk = setup.heads_kv
+            rep = h // hk
+            # with fp8 descales each (sequence, kv head) has its own scale: one run per kv head
+            parts = [(slice(None), slice(None), setup, 1.0, 1.0)] if not descaled else [
+                (slice(j * rep, (j + 1) * rep), slice(j, j + 1),
+                 replace(setup, heads=rep, heads_kv=1,
+                         sink=None if setup.sink is None else setup.sink[j * rep:(j + 1) * rep]),
+                 np.float32(setup.q_descale[seq.batch, j] * setup.k_descale[seq.batch, j]),
+                 float(setup.v_descale[seq.batch, j])) for j in range(hk)]
+            for hs, ks, sub, qk, vd in parts:
+                o1, l1, c1 = dense(seq.q[None, :, hs].to(dev), seq.k[None, :, ks].to(dev),
+                                   seq.v[None, :, ks].to(dev), setup=sub, kernel=kernel, dev=dev,
+                                   max_tile_elems=max_tile_elems, qk_descale=qk, v_descale=vd)
+                out[seq.out_index + (hs,)] = o1[0]
+                rows = _row_stats(sub, kernel, 1, sq, sk, c1)
+                for i, hh in enumerate(range(h)[hs]):
+                    lse[seq.lse_index(hh)] = l1[0, i]
+                    for n, val in rows.items():
+                        st[n][seq.lse_index(hh)] = val[0, i]
     st["sink_share"] = np.zeros(st["max_lag"].shape, np.float32)
     if setup.sink is not None:
         sink = np.asarray(setup.sink, np.float64)

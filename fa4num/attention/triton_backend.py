@@ -201,16 +201,20 @@ def _ranges(sq, sk, block_m, block_n, left, right) -> np.ndarray:
     return np.stack([n_lo, n_hi, first(r_hi), last(r_lo)], axis=1).astype(np.int32)
 
 
-def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int = 8, num_stages: int = 3):
+def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int = 8, num_stages: int = 3,
+                 qk_descale=1.0, v_descale=1.0):
     """One batch of equal-length sequences through the Triton kernel: q (b, sq, h, d), k/v (b, sk, hk, d[_v])
     torch tensors on one device. Returns (out (b, sq, h, dv) in q's dtype, lse (b, h, sq) float32, counters
     dict of numpy (b, h, sq): rescale_events, rescales_done, max_lag, p_saturated) -- ``_dense``'s contract
-    in :mod:`fa4num.attention.torch_backend`. The launch shape (``block_m`` rows per program, ``num_warps``,
+    in :mod:`fa4num.attention.torch_backend` (16-bit inputs: ``qk_descale`` and ``v_descale`` must be 1). The
+    launch shape (``block_m`` rows per program, ``num_warps``,
     ``num_stages``) changes the speed, not the result; the default was the fastest of those
     ``experiments/gpu/bench_forward_torch.py`` timed on the H200 for (1, 32768, 16, 128) causal."""
     import torch
     import triton
     import triton.language as tl
+    if qk_descale != 1.0 or v_descale != 1.0:
+        raise ValueError("fp8 descales are not supported by the Triton kernel (16-bit inputs only)")
     opts, w, dt = setup.opts, setup.window, setup.dtype
     b, sq, h, d = q.shape
     sk, hk, dvh = k.shape[1], k.shape[2], v.shape[3]
