@@ -278,8 +278,12 @@ def misc(k):
     return m
 
 
-def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=OUT, help="folder for the .tex files (default: paper/tables)")
+    out = ap.parse_args(argv).out
+    out.mkdir(parents=True, exist_ok=True)
     t, df = pc.skip_table()
     skip_tex, m1 = skip(t, pc.cpu_skip_table(), df)
     base_tex, m2 = baselines(pc.baselines())
@@ -292,8 +296,8 @@ def main() -> int:
     for name, tex in (("skip", skip_tex), ("baselines", base_tex), ("exp2_bound", exp2_tex),
                       ("bounds_golden", gold_tex), ("goldens", gold2_tex), ("fit_exp2", fit_tex), ("error_budget", eb_tex),
                       ("numbers2", m1 + m2 + m3 + m4 + m5 + m6)):
-        (OUT / f"{name}.tex").write_text(HEADER + tex)
-        print("wrote", OUT / f"{name}.tex")
+        (out / f"{name}.tex").write_text(HEADER + tex)
+        print("wrote", out / f"{name}.tex")
     return 0
 
 
