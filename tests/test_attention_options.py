@@ -44,6 +44,7 @@ BAD = {
     "sink-not-float": (dict(learnable_sink=np.zeros(2, np.int32)), "learnable_sink must be a float array"),
     "softcap-negative": (dict(softcap=-1.0), "softcap must be a finite float >= 0"),
     "softcap-inf": (dict(softcap=float("inf")), "softcap must be a finite float >= 0"),
+    "max-seqlen-short": (dict(max_seqlen_q=10), r"max_seqlen_q must be >= the longest sequence \(20\)"),
 }
 
 

@@ -401,6 +401,16 @@ def _validate(qa, ka, va, oa, doa, lsea, varlen):
         raise ValueError(f"lse must have shape {want} (float32), got {lsea.shape}")
 
 
+def _check_lengths(window, max_seqlen: dict, *, seqlen_q: int, seqlen_k: int) -> None:
+    """The forward's checks of the longest sequence: ``max_seqlen_q/k`` (unused by the numerics) must cover
+    it, and the window must fit the kernel's Int32 mask arithmetic (:func:`masking.check_window_range`)."""
+    for name, need in (("max_seqlen_q", seqlen_q), ("max_seqlen_k", seqlen_k)):
+        given = max_seqlen[name]
+        if given is not None and int(given) < need:
+            raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
+    masking.check_window_range(window, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+
+
 def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kernel="fa4-sm90",
              deterministic=True, **options) -> BackwardResult:
     """Emulate FA4's backward pass; returns ``BackwardResult(dq, dk, dv, stats)``.
@@ -420,8 +430,8 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         order); the real kernel's dQ then varies run to run in the last bits, and with GQA so do dK and dV
         (their per-head adds lose the semaphore too).
     options : FA4's feature names ``window_size=(left, right)``, ``cu_seqlens_q``/``cu_seqlens_k`` (+
-        ``max_seqlen_q``/``max_seqlen_k``, accepted and unused), ``softcap``, ``pack_gqa`` (ignored: FA4's
-        backward runs without it), ``learnable_sink`` (float (heads,): dq/dk/dv do not change given the
+        ``max_seqlen_q``/``max_seqlen_k``, checked to cover the longest sequence, else unused), ``softcap``,
+        ``pack_gqa`` (ignored: FA4's backward runs without it), ``learnable_sink`` (float (heads,): dq/dk/dv do not change given the
         forward's LSE; ``.dsink`` is reduced as the postprocess does, :func:`dsink_sm90`); emulator knobs
         ``mode`` ("bitexact" or "statistical": fp32 BLAS GEMMs and numpy exp2), ``gemm`` (one of
         ``fa4num.hw.mma.MODELS``), ``mufu_arch`` ("sm90" or "libm"), ``tile_m``/``tile_n``, ``dq_order`` (a
@@ -453,7 +463,8 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         raise ValueError(f"mufu_arch must be 'libm' or one of {hw.available_archs()}, got {mufu_arch!r}")
     window = masking.resolve_window(bool(causal), opts.pop("window_size", (None, None)))
     cu_q, cu_k = opts.pop("cu_seqlens_q", None), opts.pop("cu_seqlens_k", None)
-    opts.pop("max_seqlen_q", None), opts.pop("max_seqlen_k", None), opts.pop("pack_gqa", None)
+    max_seqlen = {n: opts.pop(n, None) for n in ("max_seqlen_q", "max_seqlen_k")}
+    opts.pop("pack_gqa", None)
     sink = opts.pop("learnable_sink", None)
     softcap = check_softcap(opts.pop("softcap", 0.0))
     dq_order = opts.pop("dq_order", None)
@@ -518,7 +529,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         if cq.size != ck.size:
             raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size}, {ck.size}")
         seqs = [(slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])) for i in range(cq.size - 1)]
-        masking.check_window_range(window, seqlen_q=int(np.diff(cq).max()), seqlen_k=int(np.diff(ck).max()))
+        _check_lengths(window, max_seqlen, seqlen_q=int(np.diff(cq).max()), seqlen_k=int(np.diff(ck).max()))
         stats = {n: np.zeros((h, qa.shape[0]), t) for n, t in
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((h, ka.shape[0]), np.int32)
@@ -530,7 +541,7 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     else:
         b, sq = qa.shape[:2]
         sk = ka.shape[1]
-        masking.check_window_range(window, seqlen_q=sq, seqlen_k=sk)
+        _check_lengths(window, max_seqlen, seqlen_q=sq, seqlen_k=sk)
         stats = {n: np.zeros((b, h, sq), t) for n, t in
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((b, h, sk), np.int32)
