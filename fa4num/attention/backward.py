@@ -431,8 +431,9 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         (their per-head adds lose the semaphore too).
     options : FA4's feature names ``window_size=(left, right)``, ``cu_seqlens_q``/``cu_seqlens_k`` (+
         ``max_seqlen_q``/``max_seqlen_k``, checked to cover the longest sequence, else unused), ``softcap``,
-        ``pack_gqa`` (ignored: FA4's backward runs without it), ``learnable_sink`` (float (heads,): dq/dk/dv do not change given the
-        forward's LSE; ``.dsink`` is reduced as the postprocess does, :func:`dsink_sm90`); emulator knobs
+        ``pack_gqa`` (ignored: FA4's backward runs without it), ``learnable_sink`` (float (heads,): dq/dk/dv
+        do not change given the forward's LSE; ``.dsink`` is reduced as the postprocess does,
+        :func:`dsink_sm90`); emulator knobs
         ``mode`` ("bitexact" or "statistical": fp32 BLAS GEMMs and numpy exp2), ``gemm`` (one of
         ``fa4num.hw.mma.MODELS``), ``mufu_arch`` ("sm90" or "libm"), ``tile_m``/``tile_n``, ``dq_order`` (a
         permutation of the KV blocks: the order of their dQaccum adds in every query block, to enumerate
