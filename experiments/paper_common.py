@@ -19,6 +19,21 @@ DIST_ORDER = list(DIST_LABEL)
 CFG_LABEL = {"sm100-default": "SM100 default", "sm100-rescale0": "threshold 0", "sm100-emu-off": "emulation off",
              "sm100-both-off": "both off", "sm100-deg4": "degree 4 (FA4)", "sm100-bf16deg3": "bf16-fit cubic",
              "sm100-emu-max": "emulation max", "sm90": "SM90 path"}
+def case_label(case: str) -> str:
+    """A fa4_knobs.json case id in the paper's words: "gauss-4x-s0" -> "Gaussian, q x 4", "minilm-L1" ->
+    "MiniLM layer 1", "sink-8-s0" -> "sink, Delta = 8"."""
+    if case.startswith("minilm-L"):
+        return f"MiniLM layer {case.removeprefix('minilm-L')}"
+    if case.startswith("sink-"):
+        return f"sink, $\\Delta$ = {case.split('-')[1]}"
+    if case.startswith("fa3-outliers"):
+        return "FA3 outliers"
+    if case.startswith("gauss-"):
+        mult = case.split("-")[1].removesuffix("x")
+        return "Gaussian" + (f", q $\\times$ {mult}" if mult != "1" else "") + (", causal" if "causal" in case else "")
+    return case
+
+
 KNOB_LABEL = {"default": "SM100 default", "rescale_threshold=0": "threshold 0", "rescale_threshold=4": "threshold 4",
               "rescale_threshold=16": "threshold 16", "ex2_emu_freq=0": "emulation off",
               "ex2_emu_freq=1,ex2_emu_res=1,ex2_emu_start_frg=0": "emulation max",

@@ -202,8 +202,8 @@ def knobs_heatmap(k):
     m = np.array([[np.mean(fams[f][c]) for c in cfgs] for f in labels])
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(labels) + 1.5))
     sns.heatmap(m, annot=True, fmt=".2f", cmap="cividis", ax=ax, annot_kws={"size": 6.5},
-                xticklabels=[pc.CFG_LABEL[c] for c in cfgs], yticklabels=[f"sink (mean over $\\Delta$)" if f == "sink"
-                                                                          else f for f in labels],
+                xticklabels=[pc.CFG_LABEL[c] for c in cfgs],
+                yticklabels=["sink (mean over $\\Delta$)" if f == "sink" else pc.case_label(f) for f in labels],
                 cbar_kws={"label": "rel. $L_2$ / floor"})
     ax.set_title(f"Knobs one at a time ({pc.SM100_MARK}; SM90 path = the H200-validated emulator)", fontsize=9)
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right", fontsize=7)
