@@ -204,3 +204,19 @@ def test_the_checker_sees_each_kind_of_import(tmp_path, monkeypatch, source, exp
     else:
         with pytest.raises(AssertionError, match="point up"):
             test_imports_point_down()
+
+
+def test_readme_layer_diagram_matches_the_contract():
+    """The README's diagram names every layer, top first, in LAYERS' order (the leaves in LEAF_ORDER)."""
+    text = (PKG.parent / "README.md").read_text()
+    start = text.index("### Layers")
+    block = text[text.index("```", start) + 3: text.index("```", text.index("```", start) + 3)]
+    first = {}
+    for name in LAYERS:
+        m = re.search(r"(?<!\w)" + re.escape(name) + r"(?!\w)", block)
+        assert m is not None, f"the README's layer diagram does not name {name!r}"
+        first[name] = m.start()
+    top_down = sorted((n for n in LAYERS if LAYERS[n]), key=first.get)
+    assert [LAYERS[n] for n in top_down] == sorted((LAYERS[n] for n in top_down), reverse=True), top_down
+    leaves = sorted((n for n in LAYERS if not LAYERS[n]), key=first.get)
+    assert leaves == list(LEAF_ORDER) and max(first[n] for n in top_down) < first[leaves[0]]
