@@ -235,6 +235,23 @@ def test_bf16_reference_steps_equal_every_element():
         assert np.array_equal(_objectives._ref_bits(x), exp2_cr(x, dtype="bfloat16").view(np.uint16))
 
 
+def test_bf16_binades_proven_free_of_mismatches_have_none():
+    """bf16_mismatch_share skips a binade of (-2^-9, 0) when ball arithmetic proves bf16 P = 1.0 there; counting
+    it directly must then find no mismatch (the largest such binade, where the margin is smallest)."""
+    from fa4num.fit import _objectives
+    from fa4num.fp import to_bf16
+    j = 9
+    lo = np.float32(2.0 ** -(j + 1)).view(np.uint32)
+    x = -np.arange(lo, lo + (1 << 23), dtype=np.uint32).view(np.float32)
+    for degree in (3, 4, 5):
+        coeffs = tuple(float(c) for c in POLY_EX2[degree])
+        assert _objectives._bf16_one_certain(coeffs, 1 - 2.0 ** -j, 1 - 2.0 ** -(j + 1))
+        assert np.all(to_bf16(fa4_emulated(x, degree, coeffs=coeffs)).view(np.uint16) == 0x3F80)
+    # the linear set's error (3.8 %) is too large for the proof there: that binade is counted
+    assert not _objectives._bf16_one_certain(tuple(float(c) for c in POLY_EX2[1]), 1 - 2.0 ** -j,
+                                             1 - 2.0 ** -(j + 1))
+
+
 def test_bf16_share_decomposition_matches_direct_count():
     """The per-binade shares come from the 2^-23 fraction grid; counting every fp32 x of the binade
     [-126, -64) directly with the emulator and the correctly rounded reference gives the same share."""
@@ -269,3 +286,14 @@ def test_cli_fit_writes_entry_and_compares(tmp_path, capsys):
     assert main(["polys", "--registry", str(path), "export", "fa4num-minimax-deg2", "--as", "ptx"]) == 0
     ptx = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("0f")]
     assert ptx == [f"0f{reg.fp32_bits(c):08X}" for c in coeffs]
+
+
+def test_describe_stored_metrics_are_what_describe_computes():
+    """The CLI takes FA4's metrics from the shipped registry (describe(stored=True)); they must be the numbers
+    describe computes now, so a change of a metric's definition shows up here rather than as stale output."""
+    coeffs = tuple(float(c) for c in POLY_EX2[3])
+    stored = reg.describe(coeffs, stored=True)
+    assert stored.pop("stored_in") == "fa4-deg3"
+    fresh = reg.describe(coeffs)
+    assert stored == {k: fresh[k] for k in stored}
+    assert "stored_in" not in reg.describe((1.0, 0.5), stored=True, emulation=False)   # not in the registry

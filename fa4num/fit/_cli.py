@@ -122,9 +122,11 @@ def _cmd_fit(args) -> int:
         print(json.dumps(result.to_dict(), indent=1))
         return 0
     unit = exp2 and tuple(args.interval) == (0.0, 1.0) and args.error == "relative" and args.weight is None
-    ours = reg.describe(result.coeffs, emulation=not args.quick) if unit else {}
+    # the p(0) = 1 optimum the ratios are taken to is the fit's own optimum when the fit fixed c0 = 1 only
+    optimum = result.optimum.max_error if fixed == {0: 1.0} and args.monomials is None else None
+    ours = reg.describe(result.coeffs, emulation=not args.quick, stored=True, rel_optimum=optimum) if unit else {}
     fa4 = reg.fa4_sets().get(args.degree) if unit else None
-    theirs = reg.describe(fa4, emulation=not args.quick) if fa4 else {}
+    theirs = reg.describe(fa4, emulation=not args.quick, stored=True, rel_optimum=optimum) if fa4 else {}
     if target is not None and (same := _same_coeffs(result.coeffs, target, name)):
         where = f"not written: {target} already holds these coefficients as {same}"
     elif target is not None:
@@ -137,7 +139,7 @@ def _cmd_fit(args) -> int:
                                  "box": {str(k): v for k, v in result.exact.box.items()}}
         path = reg.write_entry(name, result.coeffs, source=f"fa4num.fit.fit ({result.path})",
                                function=result.function,
-                               metrics=ours or {"max_error": result.max_error,
+                               metrics={k: v for k, v in ours.items() if k != "stored_in"} or {"max_error": result.max_error,
                                                 "certified_bound": result.certified_bound},
                                provenance=_prov.provenance(), interval=tuple(args.interval),
                                coeff_format=result.coeff_format, fit=fit_info, registry=args.registry)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from fractions import Fraction
 
+import flint
 import mpmath
 import numpy as np
 from numba import njit, prange
@@ -39,7 +40,7 @@ from fa4num.fp.convert import f32_to_bf16_bits
 
 from ._certify import certify
 from ._remez import PREC, Problem
-from ._target import EXP2
+from ._target import EXP2, to_arb
 
 _EVAL_INPUTS = 0x3F800000  # fp32 bit patterns of [0, 1)
 _CHUNK = 1 << 24
@@ -79,15 +80,18 @@ def _screen_max(x, p):
     return part.max()
 
 
-@njit(cache=True)
+@njit(parallel=True, cache=True)
+def _screen_mask(x, p, threshold, mask):
+    taylor = _EXP_TAYLOR
+    for i in prange(x.size):
+        mask[i] = _screened(x[i], p[i], taylor) >= threshold
+
+
 def _screen_hits(x, p, threshold):
     """Indices whose screened error reaches ``threshold`` (few: the neighbourhood of the max)."""
-    out = []
-    taylor = _EXP_TAYLOR
-    for i in range(x.size):
-        if _screened(x[i], p[i], taylor) >= threshold:
-            out.append(i)
-    return np.array(out, dtype=np.int64)
+    mask = np.empty(x.size, np.bool_)
+    _screen_mask(x, p, threshold, mask)
+    return np.flatnonzero(mask)
 
 
 def _max_rel(x, p, best_so_far):
@@ -286,6 +290,22 @@ def _frac_share(coeffs) -> float:
     return float(np.dot(_BINADE_WEIGHTS, _binade_shares(coeffs)) / _BINADE_WEIGHTS.sum())
 
 
+def _bf16_one_certain(coeffs: tuple, f_lo: float, f_hi: float) -> bool:
+    """Whether FA4's bf16 P is 1.0 for every x in a binade of (-2^-9, 0), whose fractions f = RN(1 + x) lie in
+    [f_lo, f_hi]: there RN_bf16(2^x) = 1.0 (see _ONE_BELOW), so such a binade has no mismatch.
+
+    With floor(x) = -1 the exponent add halves the Horner value P(f) (r = 0f4B3FFFFF, whose bits shifted left
+    by 23 are -2^23 modulo 2^32), and bf16 rounds P(f)/2 to 1.0 exactly when P(f) is in [2 - 2^-8, 2 + 2^-7]
+    (both ends are ties that go to 1.0, the even neighbour). P(f) lies within the Horner rounding bound of the
+    exact p(f), which ball arithmetic encloses over [f_lo, f_hi]."""
+    f = to_arb(f_lo).union(to_arb(f_hi))
+    q = flint.arb(0)
+    for v in reversed(coeffs):
+        q = q * f + to_arb(v)
+    slack = to_arb(float(_horner_rounding_bound(coeffs, f_hi)) * 2)  # float() may round down: doubled
+    return bool(q - slack >= 2 - flint.arb(2) ** -8 and q + slack <= 2 + flint.arb(2) ** -7)
+
+
 def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
     """Share of x whose bf16 P differs from RN_bf16(2^x), uniform measure (module docstring for the inputs).
 
@@ -310,6 +330,10 @@ def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
         lo_bits = np.float32(2.0 ** -(j + 1)).view(np.uint32)
         x = -np.arange(lo_bits, lo_bits + (1 << 23), dtype=np.uint32).view(np.float32)
         if 2.0 ** -j <= _ONE_BELOW:
+            if _bf16_one_certain(c, 1.0 - 2.0 ** -j, 1.0 - 2.0 ** -(j + 1)):
+                parts[f"[-2^-{j},-2^-{j + 1})"] = 0.0
+                total += 2.0 ** -(j + 1)
+                continue
             ref = np.full(x.size, np.float32(1.0).view(np.uint32) >> 16, dtype=np.uint16)
         else:
             ref = _ref_bits(x)

@@ -4,6 +4,7 @@ shipped sets as entries. Reading, writing and exporting entries live in the leaf
 """
 from __future__ import annotations
 
+import struct
 import time
 
 from fa4num.polys import (DEFAULT_REGISTRY, EXPORT_FORMATS, SCHEMA, check_writable, default_registry, export,
@@ -19,7 +20,14 @@ FA4_SOURCE = ("FA4 POLY_EX2, flash_attn/cute/utils.py (Sollya fpminimax(exp(x*lo
               "[0;1], relative))")
 
 
-def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True) -> dict:
+_BASE_METRICS = ("max_rel_error", "argmax", "certified_rel_bound", "max_abs_error")
+_OPTIMUM_METRICS = ("rel_optimum", "ratio_to_optimum")
+_EMULATION_METRICS = ("evaluated_rel_error", "evaluated_argmax", "bf16_mismatch_share",
+                      "bf16_mismatch_share_with_subnormal")
+
+
+def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, stored: bool = False,
+             rel_optimum: float | None = None) -> dict:
     """Every metric of a 2^x coefficient set on [0, 1] (c0 first).
 
     max_rel_error / argmax     sup |p/2^x - 1| in real arithmetic (mpmath scan + refinement)
@@ -28,8 +36,25 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True) -> 
     rel_optimum, ratio_to_optimum   the p(0)=1 real-coefficient optimum of the same degree and the ratio
     evaluated_rel_error        (emulation) max rel. error of FA4's fp32 evaluation over every fp32 in [0, 1)
     bf16_mismatch_share(_with_subnormal)   (emulation) see fa4num.fit.bf16_mismatch_share
+
+    Parameters
+    ----------
+    stored : bool
+        Take the metrics from the registry shipped with fa4num when one of its 2^x entries on [0, 1] holds
+        exactly these fp32 coefficients and every metric asked for (FA4's five sets are there, measured by
+        this function); ``stored_in`` then names the entry. The metrics are functions of the bits, so they
+        are the same numbers; the exhaustive emulation metrics cost seconds per set.
+    rel_optimum : float, optional
+        The p(0)=1 real-coefficient optimum's error when the caller has it (a fit computes it), instead of a
+        Remez run.
     """
     coeffs = tuple(float(c) for c in coeffs)
+    if stored:
+        keys = _BASE_METRICS + (_OPTIMUM_METRICS if degree_optimum else ()) + \
+            (_EMULATION_METRICS if emulation else ())
+        found = _stored_metrics(coeffs, keys)
+        if found is not None:
+            return found
     n = len(coeffs) - 1
     t0 = time.perf_counter()
     rel = Problem(EXP2, 0.0, 1.0, n, {}, True)
@@ -40,9 +65,10 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True) -> 
     out = {"max_rel_error": float(e_rel), "argmax": float(x_rel), "certified_rel_bound": cert.upper,
            "max_abs_error": float(e_abs)}
     if degree_optimum:
-        opt = remez(Problem(EXP2, 0.0, 1.0, n, {0: 1.0}, True))
-        out["rel_optimum"] = float(opt.max_error)
-        out["ratio_to_optimum"] = float(e_rel / opt.max_error)
+        if rel_optimum is None:
+            rel_optimum = remez(Problem(EXP2, 0.0, 1.0, n, {0: 1.0}, True)).max_error
+        out["rel_optimum"] = float(rel_optimum)
+        out["ratio_to_optimum"] = float(e_rel / rel_optimum)
     if emulation:
         from ._objectives import bf16_mismatch_share, evaluated_error
         ev = evaluated_error(coeffs)
@@ -53,6 +79,20 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True) -> 
         out["bf16_mismatch_share_with_subnormal"] = b["value_with_subnormal"]
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def _stored_metrics(coeffs: tuple, keys) -> dict | None:
+    """The metrics of the shipped registry's 2^x entry on [0, 1] with exactly these fp32 coefficients, if it
+    holds every one of ``keys``; None otherwise."""
+    bits = [f"0x{fp32_bits(c):08X}" for c in coeffs]
+    if any(float(struct.unpack("<f", struct.pack("<I", int(b, 16)))[0]) != c for b, c in zip(bits, coeffs)):
+        return None   # not fp32 numbers: no entry can hold them
+    for name, entry in read()["entries"].items():
+        metrics = entry.get("metrics") or {}
+        if (entry.get("coeffs_fp32_bits") == bits and entry.get("function") == "2^x"
+                and list(entry.get("interval", ())) == [0.0, 1.0] and all(k in metrics for k in keys)):
+            return {**{k: metrics[k] for k in keys}, "stored_in": name}
+    return None
 
 
 def fa4_sets() -> dict:
