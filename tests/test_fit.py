@@ -230,7 +230,7 @@ def test_bf16_reference_steps_equal_every_element():
     from fa4num.fit import _objectives
     from fa4num.fp import exp2_cr
     lo = np.float32(0.5).view(np.uint32)
-    for x in (_objectives._FRAC_GRID[::7], -np.arange(lo, lo + (1 << 21), dtype=np.uint32).view(np.float32),
+    for x in (_objectives._frac_grid()[::7], -np.arange(lo, lo + (1 << 21), dtype=np.uint32).view(np.float32),
               (-127.0 + np.arange(1 << 17) * 2.0 ** -17).astype(np.float32)):
         assert np.array_equal(_objectives._ref_bits(x), exp2_cr(x, dtype="bfloat16").view(np.uint16))
 

@@ -44,7 +44,13 @@ from ._target import EXP2, to_arb
 
 _EVAL_INPUTS = 0x3F800000  # fp32 bit patterns of [0, 1)
 _CHUNK = 1 << 24
-_FRAC_GRID = (np.arange(1 << 23, dtype=np.float64) * 2.0 ** -23).astype(np.float32)  # k * 2^-23, k < 2^23
+
+
+@functools.lru_cache(maxsize=1)   # 32 MB, built on first use rather than at import (the fit CLI may not need it)
+def _frac_grid() -> np.ndarray:
+    """k * 2^-23 for k < 2^23, in fp32 (exact: k has at most 23 bits and the scaling is a power of two)."""
+    return np.arange(1 << 23, dtype=np.float32) * np.float32(2.0 ** -23)
+
 
 
 # 1/k! for the Taylor polynomial of exp at 0, degree 13: for 0 <= t <= ln 2 its remainder is below
@@ -135,8 +141,8 @@ def _evaluated_error(coeffs: tuple, inputs: str, prune: bool = True) -> dict:
     degree = len(coeffs) - 1
     c = tuple(coeffs)
     if inputs == "grid":
-        chunks = [(_FRAC_GRID.size, _FRAC_GRID)]
-        count = _FRAC_GRID.size
+        chunks = [(_frac_grid().size, _frac_grid())]
+        count = _frac_grid().size
     else:
         # largest inputs first, so the running max prunes the many tiny inputs (see _max_rel)
         chunks = ((e, np.arange(max(e - _CHUNK, 0), e, dtype=np.uint32).view(np.float32))
@@ -251,7 +257,7 @@ def _ref_bits(x: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _frac_reference() -> np.ndarray:
-    return _ref_bits(_FRAC_GRID)
+    return _ref_bits(_frac_grid())
 
 
 @njit(parallel=True, cache=True)
@@ -280,9 +286,9 @@ def _count_mismatch(p, ref):
 def _binade_shares(coeffs) -> np.ndarray:
     """Mismatch share of each binade 2^(k-1) <= |x| < 2^k, k = 1..7 (x in [-126, -1]), from one pass over
     the 2^-23 fraction grid (see the module docstring)."""
-    p = fa4_emulated(_FRAC_GRID, len(coeffs) - 1, coeffs=tuple(coeffs))
+    p = fa4_emulated(_frac_grid(), len(coeffs) - 1, coeffs=tuple(coeffs))
     counts = _binade_counts(p, _frac_reference())
-    return counts / np.array([_FRAC_GRID.size >> s for s in range(7)], dtype=np.float64)
+    return counts / np.array([_frac_grid().size >> s for s in range(7)], dtype=np.float64)
 
 
 def _frac_share(coeffs) -> float:
@@ -362,7 +368,7 @@ def measure(objective: str, coeffs) -> dict:
 def _near_extrema(extrema, half_width: int = 1 << 19) -> np.ndarray:
     """The 2^-23 grid plus every fp32 within ``half_width`` ulps of each extremum of the real-arithmetic
     error: where the evaluated error peaks (its maximum is a real-arithmetic peak plus rounding)."""
-    parts = [_FRAC_GRID]
+    parts = [_frac_grid()]
     for x in extrema:
         b = int(np.float32(float(x)).view(np.uint32))
         parts.append(np.arange(max(b - half_width, 0), min(b + half_width, _EVAL_INPUTS),
