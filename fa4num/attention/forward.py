@@ -19,12 +19,13 @@ visible.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
 
-from fa4num.hw.mma import mma_chain
+from fa4num.hw.mma import mma_chain, mma_operand
 from fa4num.softmax import scoremod as _scoremod
 from fa4num.softmax import sm90 as _sm90
 from fa4num.softmax import sm100 as _sm100
@@ -259,6 +260,40 @@ def _gemm(a, b, c, ctx):
     return mma_chain(a, b, c, model=ctx.model, arch=ctx.accum)
 
 
+def _operand(x, ctx, role):
+    """``x`` prepared once for many GEMMs: float32 for BLAS, split into values and exponents
+    (:func:`fa4num.hw.mma.mma_operand`) for the tensor-core models."""
+    if ctx.model == "blas":
+        return np.asarray(x, np.float32)
+    return mma_operand(x, role=role)
+
+
+class _KVBlocks:
+    """One KV head's K and V tiles as GEMM operands, zero-padded to ``tile_n`` keys (out-of-bounds loads read
+    zeros), prepared once and shared by every M block of the head (the same bits as preparing them per use)."""
+
+    def __init__(self, kh, vh, ctx):
+        self.kh, self.vh, self.ctx = kh, vh, ctx
+        self.tn = ctx.opts.tile_n
+        self._cache = {}
+
+    def block(self, n):
+        """(K operand (tile_n, d), V^T operand (dv, tile_n)) of KV block n (n < 0: a block of zeros)."""
+        got = self._cache.get(n)
+        if got is None:
+            tn, kh, vh = self.tn, self.kh, self.vh
+            kb = np.zeros((tn, kh.shape[1]), kh.dtype)
+            vb = np.zeros((tn, vh.shape[1]), vh.dtype)
+            if n >= 0:
+                c0 = n * tn
+                hi = min(c0 + tn, kh.shape[0])
+                kb[:hi - c0] = kh[c0:hi]
+                vb[:hi - c0] = vh[c0:hi]
+            got = (_operand(kb, self.ctx, "b"), _operand(np.ascontiguousarray(vb.T), self.ctx, "b"))
+            self._cache[n] = got   # a race between threads only computes the same block twice
+        return got
+
+
 def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
     """P -> the input dtype the way the kernel converts it (cvt.rn; fp8 .satfinite); mark saturated values."""
     limit = float(ml_dtypes.finfo(_NP_DTYPES[dt]).max)
@@ -269,10 +304,12 @@ def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(conv(p)).view(_NP_DTYPES[dt]).reshape(p.shape), p > limit
 
 
-def _run_mblock(qr, kh, vh, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0):
+def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0):
     """One M block of rows (a tile, or one split of it): returns (O normalised fp32 (R, dv), LSE (R,), row
-    counters dict). qr: (R, d) q rows; qpos: (R,) their query index in the sequence."""
-    r, dv = qr.shape[0], vh.shape[1]
+    counters dict). qr: (R, d) q rows; kv: the head's :class:`_KVBlocks`; qpos: (R,) their query index in the
+    sequence."""
+    r, dv = qr.shape[0], kv.vh.shape[1]
+    qop = _operand(qr, ctx, "a")
     opts = ctx.opts
     tn = opts.tile_n
     cnt = {n: np.zeros(r, np.int32) for n in ("rescale_events", "rescales_done", "p_saturated", "kv_blocks")}
@@ -286,19 +323,10 @@ def _run_mblock(qr, kh, vh, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_desca
         blocks = []           # has_kv_work: an empty split writes O = 0, LSE = -inf
     cnt["kv_blocks"][:] = len(blocks)
     for i, n in enumerate(blocks):
-        c0 = n * tn
-        cols = c0 + np.arange(tn)
-        if n < 0:
-            # a tile with no KV block (n_block_max = 0): masked everywhere, K/V loads out of bounds read zeros
-            kb = np.zeros((tn, kh.shape[1]), kh.dtype)
-            vb = np.zeros((tn, dv), vh.dtype)
-        else:
-            kb = np.zeros((tn, kh.shape[1]), kh.dtype)
-            vb = np.zeros((tn, dv), vh.dtype)
-            hi = min(c0 + tn, sk)
-            kb[:hi - c0] = kh[c0:hi]
-            vb[:hi - c0] = vh[c0:hi]
-        s = _gemm(qr, kb, None, ctx)
+        cols = n * tn + np.arange(tn)
+        # n < 0: a tile with no KV block (n_block_max = 0), masked everywhere; its K/V loads read zeros
+        kb, vbt = kv.block(n)
+        s = _gemm(qop, kb, None, ctx)
         if ctx.softcap:
             s = _scoremod.softcap_scores(s, softcap=ctx.softcap, softmax_scale=ctx.softmax_scale,
                                          arch=ctx.tanh_arch)
@@ -334,7 +362,7 @@ def _run_mblock(qr, kh, vh, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_desca
         with np.errstate(invalid="ignore", over="ignore"):
             if not is_first:
                 o = np.where(rescale[:, None], o * scale[:, None], o).astype(np.float32)
-            o = _gemm(p_q, np.ascontiguousarray(vb.T), o, ctx)
+            o = _gemm(p_q, vbt, o, ctx)
     if sm90:
         rcp, lse = _sm90.finalize(state, scale_log2=ctx.sl2, arch=opts.mufu_arch, sink=sink_rows)
     else:
@@ -342,6 +370,23 @@ def _run_mblock(qr, kh, vh, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_desca
                                    sink=sink_rows, v_descale=v_descale)
     with np.errstate(invalid="ignore", over="ignore"):
         return (o * rcp[:, None]).astype(np.float32), lse, cnt
+
+
+_POOL = []
+
+
+def _map_blocks(fn, items) -> list:
+    """``[fn(x) for x in items]`` on numba's thread count of threads: M blocks are independent, and their work
+    (the GEMM and MUFU kernels, numpy's array operations) runs without the GIL. Every block writes its own
+    rows, so the bits do not depend on the schedule."""
+    import numba
+    items = list(items)
+    nthreads = min(numba.get_num_threads(), len(items))
+    if nthreads <= 1:
+        return [fn(x) for x in items]
+    if not _POOL or _POOL[0]._max_workers < nthreads:
+        _POOL[:] = [ThreadPoolExecutor(max_workers=nthreads, thread_name_prefix="fa4num-forward")]
+    return [job.result() for job in [_POOL[0].submit(fn, x) for x in items]]
 
 
 # ---------------------------------------------------------------------------------------------- split-KV combine
@@ -753,7 +798,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
                 ctx.sl2 = np.float32(scale_log2_of(scale) * qk_descale)
                 ctx.softmax_scale = np.float32(scale)
             heads = range(kvh * h_per_kv, (kvh + 1) * h_per_kv)
-            kh, vh = seq.k[:, kvh], seq.v[:, kvh]
+            kv = _KVBlocks(seq.k[:, kvh], seq.v[:, kvh], ctx)
             groups = [list(heads)] if g > 1 else [[hh] for hh in heads]
             for grp in groups:
                 # rows of this tile sequence: packed row = query * g + head offset
@@ -766,7 +811,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
                 cnt_all = {n: np.zeros(nrows, np.int32) for n in ("rescale_events", "rescales_done",
                                                                    "p_saturated", "kv_blocks")}
                 cnt_all["max_lag"] = np.zeros(nrows, np.float32)
-                for mb in range(-(-nrows // opts.tile_m)):
+                def run_mb(mb):
+                    # run to completion (below) before the loop variables it reads move on
                     rs = slice(mb * opts.tile_m, min((mb + 1) * opts.tile_m, nrows))
                     qr = seq.q[rows_q[rs], rows_h[rs]]
                     sink_rows = None if sink is None else sink[rows_h[rs]]
@@ -775,16 +821,19 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
                         lo, hi = _masking.n_block_range(mb, tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq,
                                                         seqlen_k=sk, window=window, qhead_per_kvhead_packgqa=ng,
                                                         split_idx=split, num_splits=num_splits)
-                        parts.append(_run_mblock(qr, kh, vh, rows_q[rs], sq=sq, sk=sk, n_lo=lo, n_hi=hi, ctx=ctx,
+                        parts.append(_run_mblock(qr, kv, rows_q[rs], sq=sq, sk=sk, n_lo=lo, n_hi=hi, ctx=ctx,
                                                  sink_rows=sink_rows if split == 0 else None,
                                                  v_descale=vd[seq.batch, kvh]))
                     if num_splits == 1:
-                        o_all[rs], l_all[rs], cnt = parts[0]
-                    else:
-                        o_all[rs], l_all[rs] = combine_splits(np.stack([p[0] for p in parts]),
-                                                              np.stack([p[1] for p in parts]), arch=opts.mufu_arch)
-                        cnt = {n: sum(p[2][n] for p in parts) for n in parts[0][2] if n != "max_lag"}
-                        cnt["max_lag"] = np.max([p[2]["max_lag"] for p in parts], axis=0)
+                        return (rs, *parts[0])
+                    o_mb, l_mb = combine_splits(np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]),
+                                                arch=opts.mufu_arch)
+                    cnt = {n: sum(p[2][n] for p in parts) for n in parts[0][2] if n != "max_lag"}
+                    cnt["max_lag"] = np.max([p[2]["max_lag"] for p in parts], axis=0)
+                    return rs, o_mb, l_mb, cnt
+
+                for rs, o_mb, l_mb, cnt in _map_blocks(run_mb, range(-(-nrows // opts.tile_m))):
+                    o_all[rs], l_all[rs] = o_mb, l_mb
                     for n, val in cnt.items():
                         cnt_all[n][rs] = val
                 for j, hh in enumerate(grp):
