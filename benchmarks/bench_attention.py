@@ -16,7 +16,9 @@ torch does. So this script reports both:
   the cache is whatever this checkout has, as a user's would be), next to the plain attention's first call in
   a fresh interpreter.
 Ratios are to the plain attention's warm median (warm) and first call (first_call). Threads: torch and numba
-use their defaults (all cores); both are recorded with the load average before and after.
+use their defaults (all cores); both are recorded with the load average before and after. On a shared machine
+the warm rounds also record the process's CPU seconds (``warm_cpu_median_seconds``, all threads): a busy
+machine stretches wall time, and spinning BLAS/OpenMP threads stretch CPU time, each differently per contender.
 """
 from __future__ import annotations
 
@@ -76,16 +78,21 @@ def main(argv=None) -> int:
     for fn in contenders.values():
         fn()
     times = {name: [] for name in contenders}
+    cpu = {name: [] for name in contenders}
     for _ in range(args.rounds):
         for name, fn in contenders.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - t)
+            cpu[name].append(time.process_time() - c)
     warm = {name: statistics.median(t) for name, t in times.items()}
+    warm_cpu = {name: statistics.median(t) for name, t in cpu.items()}
     base = warm["torch_fp32_plain"]
     result = {"shape": [b, s, h, d], "rounds": args.rounds, "torch_threads": torch.get_num_threads(),
               "warm_median_seconds": warm, "warm_all_seconds": times,
-              "warm_ratio_vs_plain": {n: t / base for n, t in warm.items()}}
+              "warm_ratio_vs_plain": {n: t / base for n, t in warm.items()},
+              "warm_cpu_median_seconds": warm_cpu,
+              "warm_cpu_ratio_vs_plain": {n: t / warm_cpu["torch_fp32_plain"] for n, t in warm_cpu.items()}}
     try:
         import numba
         result["numba_threads"] = numba.get_num_threads()
@@ -111,7 +118,9 @@ def main(argv=None) -> int:
     result["targets"] = targets
     path = write_result(result, args.out, before)
     r = result["warm_ratio_vs_plain"]
-    line = "; ".join(f"{kern}: bitexact {r[f'{kern}/bitexact']:.1f}x, statistical {r[f'{kern}/statistical']:.2f}x"
+    rc = result["warm_cpu_ratio_vs_plain"]
+    line = "; ".join(f"{kern}: bitexact {r[f'{kern}/bitexact']:.1f}x (cpu {rc[f'{kern}/bitexact']:.1f}x), "
+                     f"statistical {r[f'{kern}/statistical']:.2f}x (cpu {rc[f'{kern}/statistical']:.2f}x)"
                      for kern in kernels)
     if "first_call_ratio_vs_plain" in result:
         fr = result["first_call_ratio_vs_plain"]
