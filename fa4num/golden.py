@@ -115,8 +115,9 @@ def _step(bits, k) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# special values (for cross products)
-_SPECIAL_BASE = [
+# special values (for cross products; fa4num.fp.cases draws its "specials" family from the first 33): the one
+# list of fp32 special operands
+SPECIAL_BITS = (
     0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007FFFFF, 0x807FFFFF, 0x00800000, 0x80800000,
     0x00800001, 0x80800001, 0x00400000, 0x80400000, 0x3F800000, 0xBF800000, 0x3F800001, 0xBF800001,
     0x3F7FFFFF, 0xBF7FFFFF, 0x3FC00000, 0xBFC00000, 0x40000000, 0xC0000000, 0x3F000000, 0xBF000000,
@@ -125,12 +126,12 @@ _SPECIAL_BASE = [
     0x4B800000, 0xCB800000, 0x4B400000, 0xCB400000, 0x00000003, 0x80000003, 0x0C800000, 0x8C800000,
     0x32800000, 0x2D800000, 0x3F000001, 0x40400000, 0xC0400000, 0x5F000000, 0x1F800000, 0x20000000,
     0xC2FE0000, 0xC2FC0000, 0x43000000, 0x42FE0000, 0x3FB8AA3B, 0x3F317218, 0x3E0293EE, 0x00000002,
-]
+)
 
 
 def _special_values(seed, n) -> np.ndarray:
     """The 64 fixed specials followed by edge-biased random values, n in all."""
-    base = np.array(_SPECIAL_BASE, np.uint32)
+    base = np.array(SPECIAL_BITS, np.uint32)
     extra = _value(seed, np.arange(n - base.size, dtype=np.int64), 900)
     return np.concatenate([base, extra])[:n]
 

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from fa4num.golden import SPECIAL_BITS
+
 __all__ = ["arith_cases", "CASE_FAMILIES", "SPECIAL_VALUES"]
 
 CASE_FAMILIES = ("bits", "values", "ties", "cancel", "subnormal", "overflow", "specials")
 _ARITY = {"add": 2, "sub": 2, "mul": 2, "fma": 3}
 
-SPECIAL_VALUES = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0], np.float32)
-SPECIAL_VALUES = np.concatenate([SPECIAL_VALUES, np.array(
-    [0x00000001, 0x80000001, 0x00800000, 0x80800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x007FFFFF, 0x807FFFFF,
-     0xFFC00000, 0x7F800001], np.uint32).view(np.float32)])
+# the specials family: ±0, ±inf, NaN, ±1, ±min subnormal, ±min normal, ±max, ±max subnormal, -NaN, a signalling
+# NaN -- picked, in this order, from the one list of fp32 special operands (fa4num.golden.SPECIAL_BITS)
+SPECIAL_VALUES = np.array([SPECIAL_BITS[i] for i in (0, 1, 28, 29, 30, 12, 13, 2, 3, 6, 7, 24, 25, 4, 5, 31, 32)],
+                          np.uint32).view(np.float32)
 
 
 def _from_parts(rng, n, sig_bits, exp_lo, exp_hi):
