@@ -110,3 +110,39 @@ def test_verify_sweep_step_on_recorded_output(name):
     n, ex, _, _, disagree = sweep_unary(spec, HostPipeline(CHUNK), steps=[step],
                                         run_range=lambda *a, **k: run_range(*a, **k, flip=777))
     assert n == 1 and ex[0]["inputs"] == [hex(step * CHUNK + 777)] and not disagree
+
+
+def test_capture_command_on_recorded_output(tmp_path, monkeypatch, capsys):
+    """``fa4num gpu capture --groups mufu convert`` end to end on the CPU: the device answers each golden set with
+    output whose chunk digests are the H200's (tests/golden; the emulators' output, refused unless it is the
+    recording), and the files the command writes hold the committed sets: names, PTX, meta, digests, vectors."""
+    import sys
+    import types
+
+    from fa4num import gpu
+    from fa4num.gpu import capture
+    golden_dir = Path(__file__).parent / "golden"
+    committed = {s.name: s for f in ("mufu", "convert") for s in golden.read_file(golden_dir / f"{f}.json.xz")[1]}
+    plan = {s.op.name: s for s in capture.golden_plan() if s.group in ("mufu", "convert")}
+
+    def run(op, *xs):
+        out = np.asarray(plan[op.name].spec.emulator(*xs), np.uint32)
+        want = committed[op.name]
+        assert golden.chunk_digests(out, want.chunk) == want.digests, f"{op.name}: not the H200's output"
+        return out
+
+    monkeypatch.setattr(gpu, "gpu_missing", lambda: None)
+    monkeypatch.setattr(capture, "require_gpu", lambda: None)
+    monkeypatch.setitem(sys.modules, "fa4num.gpu.kernels",
+                        types.SimpleNamespace(run=run, to_numpy=lambda a: a))   # the Triton launcher
+    assert cli.main(["gpu", "capture", "--out", str(tmp_path), "--groups", "mufu", "convert"]) == 0
+    assert sorted(capsys.readouterr().out.split()) == sorted(str(tmp_path / f"{g}.json.xz") for g in ("mufu", "convert"))
+    for group in ("mufu", "convert"):
+        header, sets = golden.read_file(tmp_path / f"{group}.json.xz")
+        assert header["provenance"]["tool"] == "fa4num.gpu.capture"
+        assert [s.name for s in sets] == [s.name for s in golden.read_file(golden_dir / f"{group}.json.xz")[1]]
+        for s in sets:
+            want = committed[s.name]
+            assert (s.ptx, s.kind, s.meta, s.digests, s.chunk, s.stride) == \
+                (want.ptx, want.kind, want.meta, want.digests, want.chunk, want.stride), s.name
+            assert np.array_equal(s.vectors, want.vectors), s.name
