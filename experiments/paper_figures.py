@@ -6,11 +6,12 @@ the tables through experiments/paper_common.py).
 skip_threshold, skip_seqlen, rescales_per_row : skip-rate stores (experiments/results/**/study_skip_rate*)
 baselines     : experiments/results/h200_20261201/baselines_h200_fp64gpu.json
 bounds, exp2_error : experiments/results/paper_bounds.json (experiments/paper_bounds.py)
-knobs_heatmap, sink : experiments/results/fa4_knobs.json
+knobs_heatmap, sink : experiments/results/fa4_knobs.json (sink also paper_sink_jump.json)
 error_budget  : experiments/results/study_error_budget
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -216,24 +217,29 @@ def sink(k):
     plt, pal = _plt()
     rows = [r for r in k["rows"] if r["family"] == "sink"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    for i, c in enumerate(("sm100-default", "sm100-rescale0", "sm90")):
+    # the SM90 path equals threshold 0 here (Table 6): drawn once, as threshold 0, so no curve hides another
+    for i, c in enumerate(("sm100-default", "sm100-rescale0")):
         h = sorted((r["param"], r["rel_l2"] / r["floor_rel_l2"]) for r in rows if r["config"] == c)
         axes[0].plot(*zip(*h), marker=MARKERS[i], color=pal[i], lw=1.2, ms=4, label=pc.CFG_LABEL[c])
     axes[0].set_xlabel("planted sink $\\Delta$ (nats)")
     axes[0].set_ylabel("rel. $L_2$ / floor")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
     h = sorted((r["param"], 100 * r["skipped_share"], r["stats"]["max_lag"]) for r in rows
                if r["config"] == "sm100-default")
     d, s, lag = zip(*h)
-    axes[1].plot(d, s, marker="o", color=pal[0], lw=1.2, ms=4, label="rescales avoided (%)")
+    axes[1].plot(d, s, marker="o", color=pal[0], lw=1.2, ms=4, label="rescale events avoided (%)")
+    sj = json.loads((pc.RESULTS / "paper_sink_jump.json").read_text())["rows"]
+    axes[1].plot([r["delta_nats"] for r in sj], [100 * r["rescale_at_sink_share"] for r in sj], marker="^",
+                 color=pal[2], lw=1.2, ms=4, ls="-.", label="rows rescaled at the sink's block (%)")
     ax2 = axes[1].twinx()
     ax2.plot(d, lag, marker="s", color=pal[3], lw=1.2, ms=4, ls="--", label="max lag ($\\log_2$)")
     ax2.grid(False)
     axes[1].set_xlabel("planted sink $\\Delta$ (nats)")
-    axes[1].set_ylabel("rescales avoided (%)")
+    axes[1].set_ylabel("%")
     ax2.set_ylabel("max lag ($\\log_2$ units)")
     lines = axes[1].get_lines() + ax2.get_lines()
-    axes[1].legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="center right")
+    axes[1].legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper center",
+                   bbox_to_anchor=(0.5, -0.3), ncol=2)
     axes[1].set_title("SM100 default (threshold 8)", fontsize=9)
     fig.suptitle(pc.SM100_MARK, fontsize=9)
     fig.tight_layout()

@@ -270,6 +270,13 @@ def misc(k):
     m += macro("faThirdRatioOne", "all" if all(r["fa_ratio"] == 1.0 for r in third) else "not all")
     m += macro("faThirdCases", str(len({r["case"] for r in third})))
     m += macro("faRows", str(len(rows)))
+    sj = json.loads((pc.RESULTS / "paper_sink_jump.json").read_text())
+    by = {r["delta_nats"]: r for r in sj["rows"]}
+    m += macro("sinkJumpOffset", f"{float(np.median([d - r['jump_nats_median'] for d, r in by.items()])):.1f}")
+    for d, tag in ((6.0, "Six"), (8.0, "Eight"), (10.0, "Ten")):
+        m += macro(f"sinkRescaleAt{tag}", f"{100 * by[d]['rescale_at_sink_share']:.0f}")
+        m += macro(f"sinkJump{tag}", f"{by[d]['jump_nats_median']:.1f}")
+    m += macro("sinkRows", str(sj["rows"][0]["rows"]))
     g = sorted({r["resolved"].get("gemm") for r in rows if r["kernel"] == "fa4-sm100"})
     m += macro("knobsGemm", r"\texttt{" + ", ".join(g) + "}")
     mu = sorted({r["resolved"].get("mufu_arch") for r in rows if r["kernel"] == "fa4-sm100"})
