@@ -44,3 +44,16 @@ def test_the_public_api_has_examples():
                 constants, report.write_report,
                 ops):
         assert "Examples\n" in (obj.__doc__ or "") and ">>>" in obj.__doc__, getattr(obj, "__name__", obj)
+
+
+def test_the_readme_functions_have_numpydoc_sections():
+    """The functions the README's API names carry Parameters, Returns and a runnable Examples section."""
+    from fa4num import bounds, fp, hw
+    from fa4num.ex2 import engine
+    fns = (fp.fma, fp.add, fp.sub, fp.mul, fp.max, fp.min, fp.exp2_cr, fp.log2_cr, fp.rcp_cr, fp.ulp_distance,
+           hw.mufu_ex2, hw.mufu_rcp, hw.mufu_lg2, engine.sweep, engine.fa4_implementation,
+           engine.mufu_implementation, bounds.exp2_error_bound, bounds.mufu_error_bounds)
+    for fn in fns:
+        doc = fn.__doc__ or ""
+        missing = [s for s in ("Parameters", "Returns", "Examples") if f"{s}\n    ----" not in doc]
+        assert not missing and ">>>" in doc, f"{fn.__module__}.{fn.__name__} lacks {missing}"

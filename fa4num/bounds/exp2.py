@@ -322,6 +322,16 @@ def mufu_error_bounds(arch: str = "sm90") -> MufuBounds:
     truncated bits, so the relative error is T[g] 2^-(+-(g 2^-23 + r)) - 1, largest at r = 0 or r -> 2^-23;
     rcp(m 2^e) = R[m] 2^-e, so R[m] 1.m - 1 (exact in float64); lg2 tables against log2 on [1/2, 2).
 
+    Parameters
+    ----------
+    arch : str
+        The measured table set (fa4num.hw.available_archs); computed once per arch.
+
+    Returns
+    -------
+    MufuBounds
+        ``ex2_relative``, ``ex2_flush``, ``rcp_relative``, ``lg2_table_abs`` and :meth:`MufuBounds.lg2_absolute`.
+
     Examples
     --------
     >>> from fa4num.bounds import mufu_error_bounds

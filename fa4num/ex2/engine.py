@@ -340,7 +340,28 @@ class Implementation:
 
 
 def fa4_implementation(degree=3, *, coeffs=None, variant="packed") -> Implementation:
-    """FA4's software exp2 (fa4num.ex2.fa4_emulated) with these arguments, checked as fa4_emulated checks them."""
+    """FA4's software exp2 (fa4num.ex2.fa4_emulated) with these arguments, checked as fa4_emulated checks them.
+
+    Parameters
+    ----------
+    degree : int
+        Polynomial degree (FA4's ``POLY_EX2`` has 1 to 5); ignored when ``coeffs`` gives the coefficients.
+    coeffs : sequence of float or str, optional
+        c0..cd (fp32), or the name of a polys/ registry entry; default FA4's own.
+    variant : {"packed", "scalar", "asm"}
+        FA4's form (``ex2_emulation_2``, ``ex2_emulation``, ``e2e_asm2``).
+
+    Returns
+    -------
+    Implementation
+        Its ``fused`` part runs inside the sweep kernel; ``array_fn`` is fa4_emulated with these arguments.
+
+    Examples
+    --------
+    >>> impl = fa4_implementation(3, variant="scalar")
+    >>> impl.name, impl.params["fa4_function"]
+    ('fa4-scalar-deg3', 'ex2_emulation')
+    """
     v = resolve_variant(variant)
     c = poly_coeffs(degree, coeffs=coeffs)
     params = {"variant": variant, "fa4_function": v.fa4_function, "degree": len(c) - 1,
@@ -363,7 +384,26 @@ def fa4_implementation(degree=3, *, coeffs=None, variant="packed") -> Implementa
 
 
 def mufu_implementation(*, arch="sm90", ftz=True) -> Implementation:
-    """The MUFU model fa4num.hw.mufu_ex2 (ex2.approx{.ftz}.f32, tables measured on a GPU)."""
+    """The MUFU model fa4num.hw.mufu_ex2 (ex2.approx{.ftz}.f32, tables measured on a GPU).
+
+    Parameters
+    ----------
+    arch : str
+        The table set (fa4num.hw.available_archs); a ValueError names the ones there are.
+    ftz : bool
+        ``ex2.approx.ftz.f32`` (FA4's form) or ``ex2.approx.f32``.
+
+    Returns
+    -------
+    Implementation
+        An array function: the sweep runs it on each chunk before the kernel compares.
+
+    Examples
+    --------
+    >>> r = sweep(mufu_implementation(arch="sm90"), Domain(lo=-1.0, hi=-0.99), progress=False)
+    >>> r.implementation, r.count, r.max_ulp
+    ('mufu-ex2-sm90-ftz', 167773, 1)
+    """
     from fa4num.hw import mufu_ex2
 
     def run(x):

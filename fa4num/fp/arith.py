@@ -168,17 +168,79 @@ def _run(loop, names, operands, extra, pair=False):
 
 # --- public functions ---------------------------------------------------------------------------------------
 def add(a, b, *, rounding="rn", ftz=False):
-    """a + b rounded once, as PTX ``add{.rnd}{.ftz}.f32``. float32 arrays (or tensors) in, float32 out."""
+    """a + b rounded once, as PTX ``add{.rnd}{.ftz}.f32``.
+
+    Parameters
+    ----------
+    a, b : float32 array, torch float32 tensor, or exactly representable Python numbers
+        Broadcast against each other; never rounded on the way in.
+    rounding : {"rn", "rz", "rm", "rp"}
+        PTX's rounding modifier.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands and results become zeros of their sign.
+
+    Returns
+    -------
+    float32 array (a tensor on the inputs' device for tensor inputs)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> one, half_ulp = np.float32(1.0), np.float32(2 ** -24)
+    >>> float(add(one, half_ulp)), float(add(one, half_ulp, rounding="rp")) == 1 + 2 ** -23   # a tie: to even
+    (1.0, True)
+    """
     return _run(_add_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)))
 
 
 def sub(a, b, *, rounding="rn", ftz=False):
-    """a - b rounded once, as PTX ``sub{.rnd}{.ftz}.f32``."""
+    """a - b rounded once, as PTX ``sub{.rnd}{.ftz}.f32``.
+
+    Parameters
+    ----------
+    a, b : float32 array, torch float32 tensor, or exactly representable Python numbers
+        Broadcast against each other; never rounded on the way in.
+    rounding : {"rn", "rz", "rm", "rp"}
+        PTX's rounding modifier.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands and results become zeros of their sign.
+
+    Returns
+    -------
+    float32 array (a tensor on the inputs' device for tensor inputs)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> float(sub(np.float32(1.0), np.float32(2 ** -24))) == 1 - 2 ** -24    # exact: below 1 the ulp halves
+    True
+    """
     return _run(_sub_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)))
 
 
 def mul(a, b, *, rounding="rn", ftz=False):
-    """a * b rounded once, as PTX ``mul{.rnd}{.ftz}.f32``."""
+    """a * b rounded once, as PTX ``mul{.rnd}{.ftz}.f32``.
+
+    Parameters
+    ----------
+    a, b : float32 array, torch float32 tensor, or exactly representable Python numbers
+        Broadcast against each other; never rounded on the way in.
+    rounding : {"rn", "rz", "rm", "rp"}
+        PTX's rounding modifier.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands and results become zeros of their sign.
+
+    Returns
+    -------
+    float32 array (a tensor on the inputs' device for tensor inputs)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a, b = np.float32(2 ** -100), np.float32(2 ** -30)
+    >>> float(mul(a, b)) == 2 ** -130, float(mul(a, b, ftz=True))        # a subnormal result, flushed by .ftz
+    (True, 0.0)
+    """
     return _run(_mul_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)))
 
 
@@ -214,12 +276,49 @@ def fma(a, b, c, *, rounding="rn", ftz=False):
 
 def max(a, b, *, ftz=False):  # noqa: A001 -- the PTX name
     """PTX ``max{.ftz}.f32``: a NaN operand is ignored (the other is returned), two NaNs give 0x7FFFFFFF.
-    The ±0 rule is fa4num.fp.scalar.SIGNED_ZERO_ORDERED."""
+    The ±0 rule is fa4num.fp.scalar.SIGNED_ZERO_ORDERED.
+
+    Parameters
+    ----------
+    a, b : float32 array, torch float32 tensor, or exactly representable Python numbers
+        Broadcast against each other.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands become zeros of their sign first.
+
+    Returns
+    -------
+    float32 array (a tensor on the inputs' device for tensor inputs)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> nan = np.float32("nan")
+    >>> float(max(nan, np.float32(1.0))), hex(int(np.asarray(max(nan, nan)).view(np.uint32)))
+    (1.0, '0x7fffffff')
+    """
     return _run(_max_loop, ("a", "b"), (a, b), (check_ftz(ftz),))
 
 
 def min(a, b, *, ftz=False):  # noqa: A001 -- the PTX name
-    """PTX ``min{.ftz}.f32``: a NaN operand is ignored (the other is returned), two NaNs give 0x7FFFFFFF."""
+    """PTX ``min{.ftz}.f32``: a NaN operand is ignored (the other is returned), two NaNs give 0x7FFFFFFF.
+
+    Parameters
+    ----------
+    a, b : float32 array, torch float32 tensor, or exactly representable Python numbers
+        Broadcast against each other.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands become zeros of their sign first.
+
+    Returns
+    -------
+    float32 array (a tensor on the inputs' device for tensor inputs)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> float(min(np.float32(-0.0), np.float32(0.0))), float(min(np.float32("nan"), np.float32(2.0)))
+    (-0.0, 2.0)
+    """
     return _run(_min_loop, ("a", "b"), (a, b), (check_ftz(ftz),))
 
 

@@ -332,15 +332,68 @@ def _reference(func, x, dtype):
 
 
 def exp2_cr(x, dtype="float32"):
-    """2^x correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x."""
+    """2^x correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x.
+
+    Parameters
+    ----------
+    x : float32 array or torch float32 tensor
+    dtype : {"float32", "bfloat16"}
+        The target format; rounded once, straight from the exact value.
+
+    Returns
+    -------
+    array of ``dtype`` (ml_dtypes bfloat16 for "bfloat16") of x's shape (a tensor on x's device for a tensor)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> np.asarray(exp2_cr(np.array([0.5, -150.0], np.float32))).tolist()   # 2^-150: half the least subnormal, to even
+    [1.4142135381698608, 0.0]
+    >>> float(np.asarray(exp2_cr(np.array([0.5], np.float32), "bfloat16"))[0])
+    1.4140625
+    """
     return _reference("exp2", x, dtype)
 
 
 def log2_cr(x, dtype="float32"):
-    """log2(x) correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x."""
+    """log2(x) correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x.
+
+    Parameters
+    ----------
+    x : float32 array or torch float32 tensor
+    dtype : {"float32", "bfloat16"}
+        The target format; rounded once, straight from the exact value.
+
+    Returns
+    -------
+    array of ``dtype`` (ml_dtypes bfloat16 for "bfloat16") of x's shape (a tensor on x's device for a tensor)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> np.asarray(log2_cr(np.array([8.0, 0.0, -1.0], np.float32))).tolist()
+    [3.0, -inf, nan]
+    """
     return _reference("log2", x, dtype)
 
 
 def rcp_cr(x, dtype="float32"):
-    """1/x correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x."""
+    """1/x correctly rounded (nearest even) to ``dtype`` ("float32" or "bfloat16") from float32 x.
+
+    Parameters
+    ----------
+    x : float32 array or torch float32 tensor
+    dtype : {"float32", "bfloat16"}
+        The target format; rounded once, straight from the exact value.
+
+    Returns
+    -------
+    array of ``dtype`` (ml_dtypes bfloat16 for "bfloat16") of x's shape (a tensor on x's device for a tensor)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> float(np.asarray(rcp_cr(np.array([3.0], np.float32)))[0])
+    0.3333333432674408
+    """
     return _reference("rcp", x, dtype)

@@ -69,7 +69,27 @@ def _line(bits: np.ndarray, width: int) -> np.ndarray:
 def ulp_distance(a, b, *, signed=False) -> np.ndarray:
     """Distance between a and b in units in the last place of their format: float32, bfloat16 or float16 arrays
     (both of the same dtype; broadcasting applies). Returns int64: |pos(a) - pos(b)|, or pos(a) - pos(b) with
-    ``signed=True``. See the module docstring for ±0, ±inf and NaN."""
+    ``signed=True``. See the module docstring for ±0, ±inf and NaN.
+
+    Parameters
+    ----------
+    a, b : float32, bfloat16 or float16 arrays (or torch tensors) of one dtype
+    signed : bool
+        Return pos(a) - pos(b) instead of its absolute value.
+
+    Returns
+    -------
+    int64 array of the broadcast shape
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> one = np.float32(1.0)
+    >>> int(ulp_distance(one, np.nextafter(one, np.float32(2)))), int(ulp_distance(np.float32(0.0), np.float32(-0.0)))
+    (1, 0)
+    >>> int(ulp_distance(np.float32(-2 ** -149), np.float32(2 ** -149)))   # across zero: -min, 0, +min
+    2
+    """
     if not isinstance(signed, (bool, np.bool_)):
         raise ValueError(f"signed must be True or False, got {signed!r}")
     x, y = _as_numpy(a), _as_numpy(b)

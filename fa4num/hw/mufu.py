@@ -328,7 +328,31 @@ def mufu_ex2(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
 
 
 def mufu_rcp(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
-    """Bit-exact ``rcp.approx.ftz.f32`` (ftz=True) or ``rcp.approx.f32`` (FA4's final 1/row_sum)."""
+    """Bit-exact ``rcp.approx.ftz.f32`` (ftz=True) or ``rcp.approx.f32`` (FA4's final 1/row_sum).
+
+    Parameters
+    ----------
+    x : float32 array or torch float32 tensor
+    arch : str
+        The measured table set (:func:`fa4num.hw.available_archs`).
+    ftz : bool
+        ``.ftz`` form (a bare MUFU.RCP) or the non-ftz form (ptxas's scaling around it).
+    tables : MufuTables, optional
+        A table set from :func:`load_tables` (e.g. a file just measured); overrides ``arch``.
+
+    Returns
+    -------
+    float32 array of x's shape (a tensor on x's device for a tensor)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y = mufu_rcp(np.array([1.0, 3.0, 2.0 ** -127], np.float32))
+    >>> y.tolist()                                                      # .ftz: 1/(subnormal) = 1/0
+    [1.0, 0.3333333432674408, inf]
+    >>> float(mufu_rcp(np.array([2.0 ** -127], np.float32), ftz=False)[0]) == 2.0 ** 127
+    True
+    """
     t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
@@ -337,7 +361,28 @@ def mufu_rcp(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
 
 
 def mufu_lg2(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
-    """Bit-exact ``lg2.approx.ftz.f32`` (ftz=True) or ``lg2.approx.f32`` (FA4's LSE, log2 of row_sum)."""
+    """Bit-exact ``lg2.approx.ftz.f32`` (ftz=True) or ``lg2.approx.f32`` (FA4's LSE, log2 of row_sum).
+
+    Parameters
+    ----------
+    x : float32 array or torch float32 tensor
+    arch : str
+        The measured table set (:func:`fa4num.hw.available_archs`).
+    ftz : bool
+        ``.ftz`` form (a bare MUFU.LG2) or the non-ftz form (ptxas's scaling around it).
+    tables : MufuTables, optional
+        A table set from :func:`load_tables` (e.g. a file just measured); overrides ``arch``.
+
+    Returns
+    -------
+    float32 array of x's shape (a tensor on x's device for a tensor)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> mufu_lg2(np.array([1.0, 8.0, 0.0, -1.0], np.float32)).tolist()
+    [0.0, 3.0, -inf, nan]
+    """
     t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
