@@ -54,26 +54,39 @@ def _expand_kv(x: np.ndarray, heads: int) -> np.ndarray:
     return np.repeat(x, heads // x.shape[2], axis=2)
 
 
-def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink):
-    """One sequence in float64: qf (sq, h, d), kf/vf (sk, h, d|dv) with KV heads already expanded."""
-    sq, h = qf.shape[:2]
-    sk = kf.shape[0]
+def _fp64_softmax(qf, kf, *, scale, softcap, window, sink):
+    """Softmax of one sequence's scores in float64, (heads, sq, sk), for the forward and backward references:
+    (P, P of the sink column or None, row normaliser z, row max m (0 where no logit is finite), tanh(S / softcap)
+    or None). Rows with no visible key and no sink have z = 0 and P = 0."""
+    sq, sk = qf.shape[0], kf.shape[0]
     s = np.einsum("ihd,jhd->hij", qf, kf) * scale
+    t = None
     if softcap:
-        s = softcap * np.tanh(s / softcap)
+        t = np.tanh(s / softcap)
+        s = softcap * t
     vis = visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk, window=window)
     s = np.where(vis[None], s, -np.inf)
-    m = s.max(axis=-1, keepdims=True, initial=-np.inf)   # seqlen_k = 0: no key at all, -inf like a masked row
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)   # seqlen_k = 0 or a fully masked row: -inf
     if sink is not None:
         m = np.maximum(m, sink[:, None, None])
     m_safe = np.where(np.isfinite(m), m, 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
         e = np.exp(s - m_safe)
     z = e.sum(axis=-1, keepdims=True)
+    e_sink = None
     if sink is not None:
-        z = z + np.exp(sink[:, None, None] - m_safe)      # the sink column: in the normaliser, no value row
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = np.where(z > 0, e / z, 0.0)
+        e_sink = np.exp(sink[:, None, None] - m_safe)      # the sink column: in the normaliser, no value row
+        z = z + e_sink
+    zs = np.where(z > 0, z, 1.0)
+    p = np.where(z > 0, e / zs, 0.0)
+    p_sink = None if sink is None else np.where(z > 0, e_sink / zs, 0.0)
+    return p, p_sink, z, m_safe, t
+
+
+def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink):
+    """One sequence in float64: qf (sq, h, d), kf/vf (sk, h, d|dv) with KV heads already expanded."""
+    p, _, z, m_safe, _ = _fp64_softmax(qf, kf, scale=scale, softcap=softcap, window=window, sink=sink)
+    with np.errstate(divide="ignore"):
         lse = np.where(z[..., 0] > 0, m_safe[..., 0] + np.log(z[..., 0]), -np.inf)
     return np.einsum("hij,jhd->ihd", p, vf), lse
 
@@ -250,32 +263,12 @@ class Gradients:
 def _fp64_grad_core(qf, kf, vf, dof, *, scale, softcap, window, sink):
     """One sequence's gradients in float64: qf/dof (sq, h, d|dv), kf/vf (sk, h, d|dv) with KV heads expanded.
     Returns dq (sq, h, d), dk and dv per query head (sk, h, d|dv), dsink (h,)."""
-    sq, sk = qf.shape[0], kf.shape[0]
-    s = np.einsum("ihd,jhd->hij", qf, kf) * scale
-    if softcap:
-        t = np.tanh(s / softcap)
-        s = softcap * t
-    vis = visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk, window=window)
-    s = np.where(vis[None], s, -np.inf)
-    m = s.max(axis=-1, keepdims=True, initial=-np.inf)   # seqlen_k = 0 or a fully masked row: -inf
-    if sink is not None:
-        m = np.maximum(m, sink[:, None, None])
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(s - m_safe)
-    z = e.sum(axis=-1, keepdims=True)
-    p_sink = None
-    if sink is not None:
-        e_sink = np.exp(sink[:, None, None] - m_safe)
-        z = z + e_sink
-    zs = np.where(z > 0, z, 1.0)
-    p = np.where(z > 0, e / zs, 0.0)                          # rows with no key and no sink: P = 0
+    p, p_sink, _, _, t = _fp64_softmax(qf, kf, scale=scale, softcap=softcap, window=window, sink=sink)
     dp = np.einsum("ihd,jhd->hij", dof, vf)
     dsum = (p * dp).sum(axis=-1, keepdims=True)               # D = rowsum(P * dP) = rowsum(dO * O)
     ds = p * (dp - dsum)
     dsink = np.zeros(qf.shape[1])
     if sink is not None:
-        p_sink = np.where(z > 0, e_sink / zs, 0.0)
         dsink = -(p_sink * dsum)[..., 0].sum(axis=-1)         # the sink logit has dP = 0: dS = P_sink (0 - D)
     if softcap:
         ds = ds * (1 - t * t)
