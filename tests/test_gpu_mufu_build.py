@@ -146,3 +146,35 @@ def test_capture_command_on_recorded_output(tmp_path, monkeypatch, capsys):
             assert (s.ptx, s.kind, s.meta, s.digests, s.chunk, s.stride) == \
                 (want.ptx, want.kind, want.meta, want.digests, want.chunk, want.stride), s.name
             assert np.array_equal(s.vectors, want.vectors), s.name
+
+
+VERIFY_RUN = Path(__file__).parents[1] / "experiments" / "results" / "gpu_verify_NVIDIA_H200_20261130T102955Z.json"
+
+
+def test_verify_command_on_a_recorded_h200_run(tmp_path, monkeypatch, capsys):
+    """``fa4num gpu verify`` on the CPU, its GPU run (verify.verify) answered by the H200's recorded summary: the
+    recording covers every operation of today's plan, the command writes it and exits 0; a recording with a
+    mismatch makes it exit 3 and name the operation."""
+    import copy
+    import json
+
+    from fa4num import gpu
+    from fa4num.gpu import verify
+    from fa4num.gpu.capture import golden_plan
+    recorded = json.loads(VERIFY_RUN.read_text())
+    plan = ({s.ptx.name for s in verify.exhaustive_plan()} | {s.ptx.name for s in verify.arith_plan()}
+            | {s.op.name for s in golden_plan()})
+    assert {r["op"] for r in recorded["results"]} == plan, "the plan changed since the H200 run: run it again"
+    monkeypatch.setattr(gpu, "gpu_missing", lambda: None)
+    for summary, status in ((recorded, 0), (copy.deepcopy(recorded), 3)):
+        if status:
+            bad = summary["results"][0]
+            bad["mismatches"], bad["examples"] = 1, [{"x": "0x3f800000", "gpu": "0x40000000", "emulator": "0x0"}]
+            summary["total_mismatches"] = 1
+        monkeypatch.setattr(verify, "verify", lambda summary=summary, **kw: summary)
+        assert cli.main(["gpu", "verify", "--out", str(tmp_path / str(status))]) == status
+        out = capsys.readouterr().out
+        assert f"{len(summary['results'])} comparisons, {int(bool(status))} with mismatches" in out
+        assert ("MISMATCH " + summary["results"][0]["op"] in out) == bool(status)
+        written = list((tmp_path / str(status)).glob("gpu_verify_NVIDIA_H200_*.json"))
+        assert len(written) == 1 and json.loads(written[0].read_text())["results"] == summary["results"]
