@@ -333,13 +333,14 @@ def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
     num, total = share * weight, weight
     # x in (-1, 0): every fp32 value of each binade 2^-(j+1) <= |x| < 2^-j, j = 0..23
     for j in range(24):
-        lo_bits = np.float32(2.0 ** -(j + 1)).view(np.uint32)
-        x = -np.arange(lo_bits, lo_bits + (1 << 23), dtype=np.uint32).view(np.float32)
+        if 2.0 ** -j <= _ONE_BELOW and _bf16_one_certain(c, 1.0 - 2.0 ** -j, 1.0 - 2.0 ** -(j + 1)):
+            parts[f"[-2^-{j},-2^-{j + 1})"] = 0.0
+            total += 2.0 ** -(j + 1)
+            continue
+        # -2^-(j+1) and below, as the bit patterns of 2^-(j+1) and up with the sign bit set
+        lo_bits = np.float32(-(2.0 ** -(j + 1))).view(np.uint32)
+        x = np.arange(lo_bits, lo_bits + (1 << 23), dtype=np.uint32).view(np.float32)
         if 2.0 ** -j <= _ONE_BELOW:
-            if _bf16_one_certain(c, 1.0 - 2.0 ** -j, 1.0 - 2.0 ** -(j + 1)):
-                parts[f"[-2^-{j},-2^-{j + 1})"] = 0.0
-                total += 2.0 ** -(j + 1)
-                continue
             ref = np.full(x.size, np.float32(1.0).view(np.uint32) >> 16, dtype=np.uint16)
         else:
             ref = _ref_bits(x)
