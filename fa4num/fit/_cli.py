@@ -124,7 +124,9 @@ def _cmd_fit(args) -> int:
     unit = exp2 and tuple(args.interval) == (0.0, 1.0) and args.error == "relative" and args.weight is None
     # the p(0) = 1 optimum the ratios are taken to is the fit's own optimum when the fit fixed c0 = 1 only
     optimum = result.optimum.max_error if fixed == {0: 1.0} and args.monomials is None else None
-    ours = reg.describe(result.coeffs, emulation=not args.quick, stored=True, rel_optimum=optimum) if unit else {}
+    own = (result.max_error, result.argmax, result.certified_bound) if result.certified_bound is not None else None
+    ours = reg.describe(result.coeffs, emulation=not args.quick, stored=True, rel_optimum=optimum,
+                        rel_error=own) if unit else {}
     fa4 = reg.fa4_sets().get(args.degree) if unit else None
     theirs = reg.describe(fa4, emulation=not args.quick, stored=True, rel_optimum=optimum) if fa4 else {}
     if target is not None and (same := _same_coeffs(result.coeffs, target, name)):

@@ -27,7 +27,7 @@ _EMULATION_METRICS = ("evaluated_rel_error", "evaluated_argmax", "bf16_mismatch_
 
 
 def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, stored: bool = False,
-             rel_optimum: float | None = None) -> dict:
+             rel_optimum: float | None = None, rel_error: tuple | None = None) -> dict:
     """Every metric of a 2^x coefficient set on [0, 1] (c0 first).
 
     max_rel_error / argmax     sup |p/2^x - 1| in real arithmetic (mpmath scan + refinement)
@@ -47,6 +47,9 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
     rel_optimum : float, optional
         The p(0)=1 real-coefficient optimum's error when the caller has it (a fit computes it), instead of a
         Remez run.
+    rel_error : (max_rel_error, argmax, certified_rel_bound), optional
+        The set's own relative error on [0, 1] and a rigorous bound of it, when the caller has them (a fit
+        of 2^x on [0, 1] with relative error computes them), instead of a second search and certificate.
     """
     coeffs = tuple(float(c) for c in coeffs)
     if stored:
@@ -59,10 +62,12 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
     t0 = time.perf_counter()
     rel = Problem(EXP2, 0.0, 1.0, n, {}, True)
     absolute = Problem(EXP2, 0.0, 1.0, n, {}, False)
-    e_rel, x_rel = sup_error(rel, coeffs)
+    if rel_error is None:
+        e_rel, x_rel = sup_error(rel, coeffs)
+        rel_error = (e_rel, x_rel, certify(rel, coeffs, extrema=[x_rel]).upper)
+    e_rel, x_rel, upper = rel_error
     e_abs, _ = sup_error(absolute, coeffs)
-    cert = certify(rel, coeffs, extrema=[x_rel])
-    out = {"max_rel_error": float(e_rel), "argmax": float(x_rel), "certified_rel_bound": cert.upper,
+    out = {"max_rel_error": float(e_rel), "argmax": float(x_rel), "certified_rel_bound": float(upper),
            "max_abs_error": float(e_abs)}
     if degree_optimum:
         if rel_optimum is None:
