@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-from fa4num.hw.mma import mma_chain, mma_operand
+from fa4num.hw.mma import mma_chain, mma_operand, sgemm
 from fa4num.softmax import scoremod as _scoremod
 from fa4num.softmax import sm90 as _sm90
 from fa4num.softmax import sm100 as _sm100
@@ -255,8 +255,7 @@ class _Ctx:
 
 def _gemm(a, b, c, ctx):
     if ctx.model == "blas":
-        out = np.asarray(a, np.float32) @ np.asarray(b, np.float32).T
-        return out if c is None else c + out
+        return sgemm(a, b, c)
     return mma_chain(a, b, c, model=ctx.model, arch=ctx.accum)
 
 
@@ -712,8 +711,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
     nonfinite : {"propagate", "raise"}
         "propagate" (default): NaN/inf in q/k/v give the kernel's bits; "raise": ValueError naming the input.
     **options
-        ``mode`` = "bitexact" (default) or "statistical" (fp32 BLAS GEMMs, numpy exp2/rcp/log2); kernel knobs
-        (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``; fa4-sm90 ``ffma_exponent``;
+        ``mode`` = "bitexact" (default) or "statistical" (fp32 GEMMs, :func:`fa4num.hw.mma.sgemm`; numpy
+        exp2/rcp/log2); kernel knobs (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``;
+        fa4-sm90 ``ffma_exponent``;
         fa4-sm100 ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``,
         ``ex2_emu_start_frg``, ``poly_degree``, ``coeffs``, ``use_2cta_instrs``, ``is_sm103``, ``fused_bias``).
         Each knob is checked where it enters (:func:`fa4num.attention.config.apply_overrides`): what FA4 refuses

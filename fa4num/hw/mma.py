@@ -334,6 +334,38 @@ def _chain_exact(ax, bx, c, out, chunk):
             out[i, j] = acc
 
 
+@njit(cache=True, nogil=True)
+def _sgemm_kernel(a, bt, out):
+    for i in range(a.shape[0]):
+        for k in range(a.shape[1]):
+            x = a[i, k]
+            for j in range(bt.shape[1]):
+                out[i, j] += x * bt[k, j]     # mul.rn then add.rn (no FMA contraction), k in order
+
+
+def sgemm(a, b, c=None) -> np.ndarray:
+    """float32 ``c + (a @ b.T)`` on one thread, without the GIL: each product rounded, added in k order from
+    0, and the sum added to c.
+
+    The statistical mode's GEMM for the many small tiles of attention: a multithreaded BLAS call on a
+    128 x 128 x 128 tile costs more in thread hand-offs (and, on a busy machine, in spinning threads) than the
+    arithmetic, and callers already run tiles in parallel. a: (M, K), b: (N, K), c: (M, N) or None; any real
+    dtype, converted to float32.
+
+    Examples
+    --------
+    >>> float(sgemm(np.ones((2, 3)), np.full((4, 3), 0.5), np.ones((2, 4)))[1, 2])
+    2.5
+    """
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"a and b must be (M, K) and (N, K); got {a.shape} and {b.shape}")
+    out = np.zeros((a.shape[0], b.shape[0]), np.float32)
+    _sgemm_kernel(np.ascontiguousarray(a), np.ascontiguousarray(b.T), out)
+    return out if c is None else (c + out).astype(np.float32)
+
+
 def chunk_elements(dtype, arch: str = "sm90") -> int:
     """K elements per fused sum for inputs of ``dtype`` (16 for 16-bit, 32 for 8-bit inputs)."""
     return ACCUMULATORS[arch].chunk_bytes // np.dtype(dtype).itemsize
@@ -434,4 +466,4 @@ def _values(x, role):
 
 
 __all__ = ["ACCUMULATORS", "Accumulator", "MODELS", "MmaOperand", "chunk_elements", "mma_chain", "mma_operand",
-           "split_exponents"]
+           "sgemm", "split_exponents"]
