@@ -6,6 +6,7 @@ the tables through experiments/paper_common.py).
 skip_threshold, skip_seqlen, rescales_per_row : skip-rate stores (experiments/results/**/study_skip_rate*)
 baselines     : experiments/results/h200_20261201/baselines_h200_fp64gpu.json
 bounds, exp2_error : experiments/results/paper_bounds.json (experiments/paper_bounds.py)
+bounds_validation : experiments/results/bounds/bounds_validation.json (experiments/bounds_validation.py)
 knobs_heatmap, sink : experiments/results/fa4_knobs.json (sink also paper_sink_jump.json)
 error_budget  : experiments/results/study_error_budget
 """
@@ -190,6 +191,42 @@ def exp2_error(b):
     _save(fig, "exp2_error")
 
 
+def bounds_validation(bv):
+    """Per case: the largest bound against the largest observed error, H200 kernel bits and the bit-exact emulator
+    corpus (experiments/bounds_validation.py), coloured by witness, SM90 circles and SM100 triangles."""
+    plt, pal = _plt()
+    rows = [r for r in bv["cases"] if "skipped" not in r and r.get("max_observed", 0) > 0 and "max_bound" in r]
+
+    def group(r):
+        if r.get("source") == "h200":
+            return pc.BV_GROUPS.get(r.get("golden_file_tag"), "H200 kernel")
+        return pc.BV_GROUPS.get(f"emulator_{r.get('family')}", f"emulator, {r.get('family')}")
+    groups = [g for g in pc.BV_GROUPS.values() if any(group(r) == g for r in rows)]
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    lo = min(r["max_observed"] for r in rows) / 2
+    hi = max(r["max_bound"] for r in rows) * 2
+    ax.fill_between([lo, hi], [lo, hi], [10 * lo, 10 * hi], color="0.9", lw=0,
+                    label="bound within 10$\\times$ observed")
+    ax.plot([lo, hi], [lo, hi], color="0.3", lw=0.8, ls="--", label="bound = observed")
+    for i, g in enumerate(groups):
+        for kern, mk in (("fa4-sm90", "o"), ("fa4-sm100", "^")):
+            sel = [r for r in rows if group(r) == g and r.get("kernel", "fa4-sm90") == kern]
+            if sel:
+                ax.scatter([r["max_observed"] for r in sel], [r["max_bound"] for r in sel], marker=mk, s=16,
+                           color=pal[i % len(pal)], alpha=0.8, lw=0,
+                           label=g if kern == "fa4-sm90" or not any(group(r) == g and r.get("kernel", "fa4-sm90")
+                                                                    == "fa4-sm90" for r in rows) else None)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("largest observed error of the case")
+    ax.set_ylabel("largest bound of the case")
+    ax.set_title("Attention bound vs observed (circles: SM90; triangles: SM100, emulated, never run on Blackwell)",
+                 fontsize=8)
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    _save(fig, "bounds_validation")
+
+
 def knobs_heatmap(k):
     plt, _ = _plt()
     import seaborn as sns
@@ -273,6 +310,8 @@ def error_budget(df):
 def main(argv=None) -> int:
     names = (argv if argv is not None else sys.argv[1:]) or ["skip_threshold", "skip_seqlen", "rescales_per_row",
                                                             "baselines", "bounds", "exp2_error", "knobs_heatmap", "sink",
+                                                            *(["bounds_validation"] if pc.BOUNDS_VALIDATION.exists()
+                                                              else []),
                                                             "error_budget"]
     t = None
     for n in names:
@@ -283,6 +322,8 @@ def main(argv=None) -> int:
             baselines(pc.baselines())
         elif n in ("bounds", "exp2_error"):
             globals()[n](pc.bounds())
+        elif n == "bounds_validation":
+            bounds_validation(pc.bounds_validation())
         elif n in ("knobs_heatmap", "sink"):
             globals()[n](pc.knobs())
         elif n == "error_budget":

@@ -224,6 +224,43 @@ def fit_table():
     return tex, m
 
 
+def bounds_validation(bv):
+    """Table and macros of the bound's validation (experiments/bounds_validation.py); empty before it exists."""
+    if bv is None:
+        return None, ""
+    sm = bv["summary"]
+    body = []
+    for key, label in pc.BV_GROUPS.items():
+        g = sm.get(key)
+        if not g or not g.get("cases"):
+            continue
+        viol = g["out_violations"] + g["lse_violations"]
+        n = f"{g['elements']:,}".replace(",", "{,}")
+        body.append(f"{label} & {g['cases']} & {n} & {viol} & {g['tightness_case_best']:.1f} & "
+                    f"{g['tightness_case_median']:.1f} & {g['tightness_case_worst']:.1f} & "
+                    f"{g['tightness_element_median_of_medians']:.1f} \\\\")
+    tex = ("\\begin{tabular}{lrrrrrrr}\n\\toprule\n"
+           " & & & & \\multicolumn{3}{c}{max bound / max observed, per case} & element \\\\\n"
+           "\\cmidrule(lr){5-7}\n"
+           "witness & cases & outputs & violations & best & median & worst & median \\\\\n\\midrule\n"
+           + "\n".join(body) + "\n\\bottomrule\n\\end{tabular}\n")
+    h, e, a = sm["h200"], sm["emulator"], sm["adversarial"]
+    m = macro("bvHCases", str(h["cases"]))
+    m += macro("bvHElements", f"{h['elements']:,}".replace(",", "{,}"))
+    m += macro("bvHViolations", str(h["out_violations"] + h["lse_violations"]))
+    m += macro("bvHMedian", f"{h['tightness_case_median']:.1f}")
+    m += macro("bvHWorst", f"{h['tightness_case_worst']:.1f}")
+    m += macro("bvECases", str(e["cases"]))
+    m += macro("bvEElements", f"{e['elements']:,}".replace(",", "{,}"))
+    m += macro("bvEViolations", str(e["out_violations"] + e["lse_violations"]))
+    m += macro("bvEMedian", f"{e['tightness_case_median']:.1f}")
+    m += macro("bvAdvCase", f"{a['best_observed_over_bound_case']:.3f}")
+    m += macro("bvAdvElement", f"{a['best_observed_over_bound_element']:.3f}")
+    m += macro("bvAdvViolations", str(a["violations"]))
+    m += macro("bvQuick", "yes" if bv.get("quick") else "no")
+    return tex, m
+
+
 def error_budget(df):
     from fa4num.study.summary import mean_ci
     df = df[df["mode"] == "statistical"]
@@ -300,8 +337,11 @@ def main(argv=None) -> int:
     m6 = misc(pc.knobs())
     eb_tex, m7 = error_budget(pc.error_budget())
     m6 += m7
+    bv_tex, m8 = bounds_validation(pc.bounds_validation())
+    m6 += m8
     for name, tex in (("skip", skip_tex), ("baselines", base_tex), ("exp2_bound", exp2_tex),
                       ("bounds_golden", gold_tex), ("goldens", gold2_tex), ("fit_exp2", fit_tex), ("error_budget", eb_tex),
+                      *((("bounds_validation", bv_tex),) if bv_tex else ()),
                       ("numbers2", m1 + m2 + m3 + m4 + m5 + m6)):
         (out / f"{name}.tex").write_text(HEADER + tex)
         print("wrote", out / f"{name}.tex")
