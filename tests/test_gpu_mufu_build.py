@@ -1,4 +1,6 @@
-"""``fa4num mufu build [--check]`` on the CPU, with the device replaced by recorded H200 output.
+"""GPU-only commands on the CPU, with the device replaced by recorded H200 output: ``fa4num mufu build [--check]``
+(below), ``fa4num gpu capture`` and ``fa4num gpu verify`` (at the end; ``gpu attention``'s FA4 path is in
+tests/test_gpu_attention_runners.py).
 
 The fake device answers the table inputs with the committed sm90 tables (measured on the H200: for these inputs
 the tables are the device's output) and an exhaustive range with the model's output, which the test first proves
