@@ -48,11 +48,12 @@ def test_the_public_api_has_examples():
 
 def test_the_readme_functions_have_numpydoc_sections():
     """The functions the README's API names carry Parameters, Returns and a runnable Examples section."""
-    from fa4num import bounds, fp, hw
+    from fa4num import attention, bounds, fp, hw
     from fa4num.ex2 import engine
     fns = (fp.fma, fp.add, fp.sub, fp.mul, fp.max, fp.min, fp.exp2_cr, fp.log2_cr, fp.rcp_cr, fp.ulp_distance,
            hw.mufu_ex2, hw.mufu_rcp, hw.mufu_lg2, engine.sweep, engine.fa4_implementation,
-           engine.mufu_implementation, bounds.exp2_error_bound, bounds.mufu_error_bounds)
+           engine.mufu_implementation, bounds.exp2_error_bound, bounds.mufu_error_bounds, bounds.attention_error_bound,
+           attention.forward, attention.backward)
     for fn in fns:
         doc = fn.__doc__ or ""
         missing = [s for s in ("Parameters", "Returns", "Examples") if f"{s}\n    ----" not in doc]

@@ -439,6 +439,13 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         permutation of the KV blocks: the order of their dQaccum adds in every query block, to enumerate
         what ``deterministic=False`` can produce).
 
+    Returns
+    -------
+    BackwardResult
+        ``dq``, ``dk``, ``dv`` in the shapes and dtypes of q, k, v (numpy or torch, like the inputs); ``dsink``
+        ((heads,), with a learnable sink); ``stats`` (:class:`BackwardStats`); the kernel, options, scale and
+        ``deterministic`` it ran with.
+
     Examples
     --------
     >>> import ml_dtypes
