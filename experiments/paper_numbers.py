@@ -258,6 +258,15 @@ def bounds_validation(bv):
     m += macro("bvAdvElement", f"{a['best_observed_over_bound_element']:.3f}")
     m += macro("bvAdvViolations", str(a["violations"]))
     m += macro("bvQuick", "yes" if bv.get("quick") else "no")
+    bb = pc.RESULTS / "bench_bounds.json"
+    if bb.exists():
+        # the bound's cost against the bit-exact forward of the same problem (benchmarks/bench_bounds.py)
+        d = json.loads(bb.read_text())
+        ks = d["kernels"]
+        for kern, tag in (("fa4-sm90", "SmNinety"), ("fa4-sm100", "SmHundred")):
+            if kern in ks:
+                m += macro(f"bbRatio{tag}", f"{ks[kern]['ratio_bound_vs_forward']:.2f}")
+        m += macro("bbShape", r"$" + r"\times".join(str(x) for x in d["shape"]) + "$")
     return tex, m
 
 
