@@ -38,7 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--registry", metavar="FILE",
                    help="add the set to this registry file instead (created if absent)")
     p.add_argument("--quick", action="store_true",
-                   help="skip the emulation metrics (exhaustive fp32 and bf16 sweeps, ~15 s per set)")
+                   help="skip the new set's emulation metrics (exhaustive fp32 and bf16 sweeps, seconds; FA4's "
+                        "come from the registry)")
     p.add_argument("--json", action="store_true", help="print the fit result as JSON instead of the table")
     p.set_defaults(func=_cmd_fit)
 
