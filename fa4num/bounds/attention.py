@@ -294,11 +294,18 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     rows = np.arange(sq)
     last = sk - 1 if not causal else np.minimum(rows + sk - sq, sk - 1)
     last = np.broadcast_to(last, (sq,)).astype(np.int64)
-    nvis = np.maximum(last + 1, 0)                       # keys 0..last are visible
-    nblk = -(-nvis // tn)                                # KV blocks processed per row
-    vis = col[None, :] <= last[:, None]
-    first_lo = (np.maximum(nblk - 1, 0) * tn)            # keys of the first processed block: [first_lo, last]
-    in_first = vis & (col[None, :] >= first_lo[:, None])
+    first = np.zeros(sq, np.int64)
+    nvis = np.maximum(last - first + 1, 0)               # keys first..last are visible
+    # KV blocks holding a visible key (block_info.py get_n_block_min_max; the tile's other blocks are fully
+    # masked for this row: P = 0 exactly and the max is unchanged, so they add no error)
+    nblk = np.where(nvis > 0, last // tn - first // tn + 1, 0)
+    first_lo = np.maximum(last // tn * tn, first)        # keys of the first processed block: [first_lo, last]
+    has = nvis > 0
+    log_ex2_col = np.where(emu_key, math.log1p(sw.relative) if sw is not None else 0.0, math.log1p(ex2_rel))
+    nresc = np.maximum(nblk - 1, 0)
+    nround_bias = 1 if (kernel == "fa4-sm90" or getattr(opts, "fused_bias", True)) else 2
+    fmul_x = kernel == "fa4-sm90" and not getattr(opts, "ffma_exponent", True)
+    emu_idx = np.flatnonzero(emu_key)
     for bb in range(b):
         for hh in range(h):
             kv = hh // h_per_kv
@@ -307,48 +314,23 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             V = va[bb, :, kv].astype(np.float64)
             aV = np.abs(V)
             vmax_all = max(vmax_all, float(aV.max(initial=0.0)))
-            S = Q @ K.T
-            A = np.abs(Q) @ np.abs(K).T
-            # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma), plus float64's own error (d 2^-52 A)
-            rho = _s_error(Q, K, S, A, gemm_s, opts.gemm) + d * 2.0 ** -52 * A
-            Sm = np.where(vis, S, -np.inf)
-            M = Sm.max(axis=1)
-            Mf = np.where(np.isfinite(M), M, 0.0)
-            rho_m = np.where(vis, rho, 0.0).max(axis=1, initial=0.0)
-            absS = np.where(vis, np.abs(S), 0.0).max(axis=1, initial=0.0)
-            F = np.where(in_first, S, -np.inf).max(axis=1)
-            F = np.where(np.isfinite(F), F, Mf)
-            gap = np.where(vis, Mf[:, None] - S, 0.0)          # >= 0
-            # --- exponent error per element (log2 units), softmax.py scale_subtract_rowmax / online_softmax ---
-            e_s = sl2 * rho + lam * d * 2.0 ** -52 * A
-            e_scale = dlam * gap
-            xmag = (gap + 2 * rho_m[:, None]) * sl2 + thr + off
-            bias_mag = (absS + rho_m) * sl2 + off
-            nround_bias = 1 if (kernel == "fa4-sm90" or getattr(opts, "fused_bias", True)) else 2
-            e_round = U32 * xmag + nround_bias * U32 * bias_mag[:, None]
-            if kernel == "fa4-sm90" and not getattr(opts, "ffma_exponent", True):
-                e_round = e_round + U32 * (np.abs(S) + rho) * sl2
-            # rescale factors (update_row_max / online_softmax row_scale): argument FADD + FMUL roundings summed
-            # over the telescoping rises of the stored max, and one MUFU ex2 per visited block after the first
-            rise = np.maximum(Mf - F, 0.0) + 2 * rho_m
-            e_resc_arg = 2.0000001 * U32 * sl2 * rise
-            nresc = np.maximum(nblk - 1, 0)
-            log_resc = e_resc_arg * math.log(2) + nresc * math.log1p(ex2_rel)
-            log_ex2 = np.where(emu_key[None, :], math.log1p(sw.relative) if sw is not None else 0.0,
-                               math.log1p(ex2_rel))
-            log_theta = (e_s + e_scale + e_round) * math.log(2) + log_ex2 + log_resc[:, None]
-            theta = np.where(vis, np.expm1(log_theta), 0.0) * _F64_SAFETY
-            # exact weights relative to the row max (S is float64 of exact products; its error is in theta)
-            with np.errstate(under="ignore"):
-                w = np.where(vis, np.exp2(-lam * gap), 0.0)
-            W = w.sum(axis=1)
-            has = nvis > 0
+            # sum over the visible keys of |V| per column, from prefix sums (the visible keys are a contiguous range)
+            cV = np.concatenate([np.zeros((1, d)), np.cumsum(aV, axis=0)])
+            # (+ the prefix sums' own float64 error, at most sk 2^-53 of the total each)
+            Vabs = np.where(has[:, None], cV[last + 1] - cV[np.minimum(first, sk)] + sk * 2.0 ** -52 * cV[last + 1],
+                            0.0)
+            # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma): S, |Q||K|^T and the chain's running bound
+            S, A, rho = _s_error(Q, K, gemm_s, opts.gemm, first, last)
+            # exponent (softmax.py scale_subtract_rowmax / online_softmax), rescales (update_row_max) and exp2 per
+            # element, in one fused pass (_weights documents each term)
+            w, wt, w2, ws, wx, Mf, rho_m, W, wth, theta_max, log_resc = _weights(
+                S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dlam, d * 2.0 ** -52, thr, off,
+                nround_bias, fmul_x, math.log1p(ex2_rel))
             Wd = np.where(has, W, 1.0)
-            ostar = (w @ V) / Wd[:, None]
-            G = w @ aV
-            H = (w * theta) @ aV
-            wth = (w * theta).sum(axis=1)
-            Vabs = vis.astype(np.float64) @ aV
+            wV = w @ np.concatenate([V, aV], axis=1)
+            ostar = wV[:, :d] / Wd[:, None]
+            G = wV[:, d:]
+            H = wt @ aV
             # normalisation constant c of the kernel's weights: c >= 2^(off - rho sl2); A_j <= (1+ex2)^blocks
             cinv = 2.0 ** (-off) * np.exp2(rho_m * sl2)
             a_up = np.exp(nresc * math.log1p(ex2_rel))
@@ -358,7 +340,7 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
                 raise ValueError("the weights' error bound exceeds 1/2 of the row sum: inputs too large for a "
                                  "first-order bound (|S| error times scale_log2 must stay well below 1)")
             # fp8/fp16 P must stay finite (cvt.rn.satfinite): P <= 2^(thr + off) (1 + theta) < max
-            pmax_est = 2.0 ** (thr + off) * (1 + float(theta.max(initial=0.0))) * np.exp2(2 * rho_m.max(initial=0) * sl2)
+            pmax_est = 2.0 ** (thr + off) * (1 + float(theta_max.max(initial=0.0))) * np.exp2(2 * rho_m.max(initial=0) * sl2)
             if pmax_est >= pmax:
                 raise ValueError(f"P can reach {pmax_est:.4g} >= the largest {dt} ({pmax}); saturation is not "
                                  "bounded here (lower rescale_threshold/max_offset)")
@@ -392,7 +374,7 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             cast = _cast_bound(ostar, err_o, out_dt)
             bound = cast * _F64_SAFETY
             # probabilistic: P-cast, row-sum and PV rounding errors random (Hoeffding / Higham-Mary gamma~)
-            w2v2 = np.sqrt((w * w * (1 + theta) ** 2) @ (V * V))
+            w2v2 = np.sqrt(w2 @ (V * V))
             t_p_prob = (lam_p * u_p * w2v2 + eta_pn[:, None] * Vabs) / denom[:, None]
             Dv = np.broadcast_to(D, (sq,)).astype(np.float64)
             g_D_prob = np.expm1(lam_p * np.sqrt(Dv) * U32 + Dv * U32 * U32 / (1 - U32)) * _F64_SAFETY
@@ -408,13 +390,11 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             out_x[bb, :, hh] = np.where(hm, ostar, 0.0)
             # terms (largest over elements), in units of out
             share = np.where(hm, 1.0, 0.0) / denom[:, None]
-            e_s_only = np.where(vis, np.expm1((e_s) * math.log(2)), 0.0)
-            _upd(terms, "s_gemm", (((w * e_s_only) @ aV) * share))
-            _upd(terms, "scale_exponent", (((w * np.where(vis, np.expm1((e_scale + e_round) * math.log(2)), 0))
-                                            @ aV) * share))
-            emu_w = w * emu_key[None, :]
-            _upd(terms, "exp2_software", ((emu_w @ aV) * share * (sw.relative if sw is not None else 0.0)))
-            _upd(terms, "exp2_mufu", (((w - emu_w) @ aV) * share * ex2_rel))
+            _upd(terms, "s_gemm", ((ws @ aV) * share))
+            _upd(terms, "scale_exponent", ((wx @ aV) * share))
+            G_emu = w[:, emu_idx] @ aV[emu_idx] if emu_idx.size else np.zeros_like(G)
+            _upd(terms, "exp2_software", (G_emu * share * (sw.relative if sw is not None else 0.0)))
+            _upd(terms, "exp2_mufu", ((G - G_emu) * share * ex2_rel))
             _upd(terms, "rescale", ((G * np.expm1(log_resc)[:, None]) * share))
             _upd(terms, "p_cast", t_p * hm)
             _upd(terms, "pv_gemm", t_pv * hm)
@@ -453,39 +433,140 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
                           options={k2: getattr(opts, k2) for k2 in vars(opts)})
 
 
-def _s_error(Q, K, S, A, g: _Gemm, gemm: str):
-    """Running bound of |S_kernel - S| through the chunk chain, from the computed partial sums S_k: chunk k
-    adds at most trunc * max(|C_k|, |terms|) (alignment truncation) + 2^-23 |C_{k+1}| (RZ to fp32) for the
-    wgmma model (one RN, 2^-24 |C_{k+1}|, for "exact"); |C_k| <= |S_k| + rho_k. BLAS: gamma_d A."""
-    if gemm == "blas":
-        return g.chain(1, A)
+def _s_error(Q, K, g: _Gemm, gemm: str, first, last):
+    """(S, A, rho) over the visible keys first[i]..last[i] of each row (0 elsewhere): S = Q K^T and A = |Q||K|^T
+    in float64, and rho >= |S_kernel - S| (the float64 evaluation error of S, d 2^-52 A, included).
+
+    rho follows the chunk chain with the partial sums S_k: chunk k adds at most trunc * max(|C_k|, |terms|)
+    (alignment truncation) + 2^-23 |C_{k+1}| (RZ to fp32) for the wgmma model (one RN, 2^-24 |C_{k+1}|, for
+    "exact"); |C_k| <= |S_k| + rho_k. BLAS: gamma_d A."""
     trunc = g.gamma - 2.0 ** -23 if gemm == "wgmma" else 0.0
     rz = 2.0 ** -23 if gemm == "wgmma" else 2.0 ** -24
-    rho = np.empty_like(S)
-    _s_error_kernel(np.ascontiguousarray(Q), np.ascontiguousarray(K), g.chunk, trunc, rz, g.eta, rho)
-    return rho * _F64_SAFETY
+    Kt = np.ascontiguousarray(K.T)
+    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, np.abs(Kt), g.chunk, trunc, rz, g.eta, first, last)
+    rho = g.chain(1, A) if gemm == "blas" else rho * _F64_SAFETY
+    return S, A, rho + Q.shape[1] * 2.0 ** -52 * A
 
 
 @njit(parallel=True, cache=True)
-def _s_error_kernel(Q, K, L, trunc, rz, eta, rho):
-    """rho[i, j] of _s_error: partial sums over chunks of L products, fused (no temporaries)."""
+def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last):
+    """S, A and the chunk chain's rho of _s_error, one row per task; the inner loops run over keys (contiguous in
+    Kt) with row-local accumulators, so they vectorise."""
     m, d = Q.shape
-    n = K.shape[0]
+    n = Kt.shape[1]
+    S = np.zeros((m, n))
+    A = np.zeros((m, n))
+    rho = np.zeros((m, n))
     for i in prange(m):
-        for j in range(n):
-            part = 0.0
-            r = 0.0
-            for k0 in range(0, d, L):
-                nxt = part
-                cab = 0.0
-                for kk in range(k0, min(k0 + L, d)):
-                    t = Q[i, kk] * K[j, kk]
-                    nxt += t
-                    cab += abs(t)
-                tr = trunc * (abs(part) + r + cab)
-                r += (tr + rz * (abs(nxt) + r + tr)) / (1 - rz) + eta
-                part = nxt
-            rho[i, j] = r
+        lo = first[i]
+        nn = last[i] + 1 - lo
+        if nn <= 0:
+            continue
+        part = np.zeros(nn)
+        r = np.zeros(nn)
+        a = np.zeros(nn)
+        t = np.empty(nn)
+        c = np.empty(nn)
+        for k0 in range(0, d, L):
+            t[:] = 0.0
+            c[:] = 0.0
+            for kk in range(k0, min(k0 + L, d)):
+                qv = Q[i, kk]
+                aq = abs(qv)
+                # 1-D row slices: indexing Kt[kk, lo + j] directly keeps numba from vectorising this loop
+                kr = Kt[kk, lo:lo + nn]
+                akr = aKt[kk, lo:lo + nn]
+                for j in range(nn):
+                    t[j] += qv * kr[j]
+                    c[j] += aq * akr[j]
+            for j in range(nn):
+                p = part[j]
+                rr = r[j]
+                tr = trunc * (abs(p) + rr + c[j])
+                nxt = p + t[j]
+                r[j] = rr + (tr + rz * (abs(nxt) + rr + tr)) / (1 - rz) + eta
+                part[j] = nxt
+                a[j] += c[j]
+        S[i, lo:lo + nn] = part
+        A[i, lo:lo + nn] = a
+        rho[i, lo:lo + nn] = r
+    return S, A, rho
+
+
+@njit(parallel=True, cache=True)
+def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dlam, d52, thr, off, nround_bias,
+             fmul_x, log1p_ex2):
+    """The softmax weights and their relative error bounds, per visible element (docs/bounds.md, section 3).
+
+    Per row: M (max S), rho_m (max rho), the first block's max F, and the rescale term
+    log_resc = (2^-24 sl2 (M - F + 2 rho_m)) ln 2 + nresc ln(1 + e_ex2) (update_row_max's FADD/FMUL telescoping
+    over the rises of the stored max, one MUFU ex2 per rescale). Per element, with gap = M - S >= 0:
+    the exponent error in log2 units e_s + e_scale + e_round, where e_s = sl2 rho + lambda d 2^-52 A (S GEMM),
+    e_scale = |sl2 - lambda| gap (scale_log2 in fp32), e_round = 2^-24 |x| + nround_bias 2^-24 |bias| (the FFMA
+    x = S sl2 - m sl2, softmax.py scale_subtract_rowmax; a separate FMUL adds 2^-24 |S sl2| when fmul_x), and
+    theta = 2^(e) (1 + e_exp2(column)) exp(log_resc) - 1; the exact weight w = 2^(-lambda gap).
+    Returns w, w theta, w^2 (1 + theta)^2, w (2^e_s - 1), w (2^(e_scale + e_round) - 1) (n x n, 0 where masked)
+    and per row M, rho_m, sum w, sum w theta, max theta, log_resc."""
+    m, n = S.shape
+    ln2 = math.log(2.0)
+    u = 2.0 ** -24
+    w = np.zeros((m, n))
+    wt = np.zeros((m, n))
+    w2 = np.zeros((m, n))
+    ws = np.zeros((m, n))
+    wx = np.zeros((m, n))
+    Mf = np.zeros(m)
+    rho_m = np.zeros(m)
+    W = np.zeros(m)
+    wth = np.zeros(m)
+    thmax = np.zeros(m)
+    log_resc = np.zeros(m)
+    for i in prange(m):
+        lo, hi = first[i], last[i] + 1
+        if hi <= lo:
+            continue
+        M = -np.inf
+        F = -np.inf
+        rm = 0.0
+        absS = 0.0
+        for j in range(lo, hi):
+            s = S[i, j]
+            M = max(M, s)
+            rm = max(rm, rho[i, j])
+            absS = max(absS, abs(s))
+            if j >= first_lo[i]:
+                F = max(F, s)
+        bias_mag = (absS + rm) * sl2 + off
+        rise = max(M - F, 0.0) + 2 * rm
+        lres = 2.0000001 * u * sl2 * rise * ln2 + nresc[i] * log1p_ex2
+        sw = 0.0
+        swt = 0.0
+        tmax = 0.0
+        for j in range(lo, hi):
+            s = S[i, j]
+            gap = M - s
+            es = sl2 * rho[i, j] + lam * d52 * A[i, j]
+            esc = dlam * gap
+            er = u * ((gap + 2 * rm) * sl2 + thr + off) + nround_bias * u * bias_mag
+            if fmul_x:
+                er += u * (abs(s) + rho[i, j]) * sl2
+            th = math.expm1((es + esc + er) * ln2 + log_ex2_col[j] + lres) * (1.0 + 2.0 ** -30)
+            ww = np.exp2(-lam * gap)
+            w[i, j] = ww
+            wt[i, j] = ww * th
+            w2[i, j] = ww * ww * (1 + th) * (1 + th)
+            ws[i, j] = ww * math.expm1(es * ln2)
+            wx[i, j] = ww * math.expm1((esc + er) * ln2)
+            sw += ww
+            swt += ww * th
+            tmax = max(tmax, th)
+        Mf[i] = M
+        rho_m[i] = rm
+        W[i] = sw
+        wth[i] = swt
+        thmax[i] = tmax
+        log_resc[i] = lres
+    return w, wt, w2, ws, wx, Mf, rho_m, W, wth, thmax, log_resc
 
 
 def _upd(terms, name, arr):
