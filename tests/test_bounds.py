@@ -9,7 +9,7 @@ import pytest
 from fa4num.attention import forward
 from fa4num.bounds import attention_error_bound, exp2_error_bound, mufu_error_bounds
 from fa4num.bounds._observed import observed_exp2
-from fa4num.bounds.validate import check, golden_cases
+from fa4num.bounds.validate import check, golden_cases, golden_options
 from fa4num.ex2 import Domain, fa4_implementation, sweep
 from fa4num.fit.registry import read
 
@@ -94,8 +94,7 @@ _GOLD = golden_cases()
 @pytest.mark.parametrize("case", _GOLD, ids=lambda c: f"{c[1].split('_h200')[0]}:{c[0]}")
 def test_attention_bound_holds_on_every_h200_golden_case(case):
     name, _f, spec, q, k, v, vals, idx, lse = case
-    c = check(q, k, v, vals, lse, name=name, source="h200", idx=idx, softmax_scale=spec.get("softmax_scale"),
-              causal=spec["causal"])
+    c = check(q, k, v, vals, lse, name=name, source="h200", idx=idx, **golden_options(spec))
     assert (c.out_violations, c.lse_violations) == (0, 0), c
     if c.max_observed > 0:
         assert c.ratio_max <= 10, c

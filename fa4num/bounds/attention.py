@@ -21,7 +21,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
-from fa4num.attention import config
+from fa4num.attention import config, masking
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
 from fa4num.softmax import LN2_F32, emulated_columns, scale_log2_of
 
@@ -93,7 +93,7 @@ def _as_array(x, name):
     return a
 
 
-def _options(kernel, dt, d, causal, sq, h_per_kv, batch, heads, options):
+def _options(kernel, dt, d, causal, sq, h_per_kv, batch, heads, options, local=False):
     """The kernel's knobs exactly as fa4num.attention.forward resolves them (public config tables)."""
     options = dict(options)
     mode = options.pop("mode", "bitexact")
@@ -102,11 +102,12 @@ def _options(kernel, dt, d, causal, sq, h_per_kv, batch, heads, options):
     if mode == "statistical":
         options = {"gemm": "blas", "mufu_arch": "libm", **options}
     if kernel == "fa4-sm90":
-        tm, tn = config.sm90_tile(d, causal)
+        tm, tn = config.sm90_tile(d, causal, local=local)
         opts = config.Sm90Options(tile_m=tm, tile_n=tn)
     else:
         opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv,
-                                     batch=batch, heads=heads, use_2cta_instrs=options.pop("use_2cta_instrs", None),
+                                     batch=batch, heads=heads, local=local,
+                                     use_2cta_instrs=options.pop("use_2cta_instrs", None),
                                      is_sm103=options.pop("is_sm103", False))
     opts = config.apply_overrides(opts, options)
     if kernel == "fa4-sm100" and opts.max_offset + opts.rescale_threshold >= config.LOG2_DTYPE_MAX[dt]:
@@ -194,7 +195,8 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     delta : float
         Failure probability per element of ``out_probabilistic`` (0 < delta < 1).
     **options
-        fa4num.attention.forward's options (rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...).
+        fa4num.attention.forward's options (window_size, rescale_threshold, max_offset, ex2_emu_freq, coeffs,
+        gemm, ...).
 
     Returns
     -------
@@ -237,7 +239,10 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(f"softmax_scale must be a finite positive float, got {softmax_scale}")
     h_per_kv = h // hk
-    opts = _options(kernel, dt, d, causal, sq, h_per_kv, b, h, options)
+    options = dict(options)
+    window = masking.resolve_window(bool(causal), options.pop("window_size", (None, None)))
+    causal = window.causal
+    opts = _options(kernel, dt, d, causal, sq, h_per_kv, b, h, options, local=window.local)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     sl2, lam, dlam, dln2 = _delta_lambda(scale)
     arch = "sm90" if kernel == "fa4-sm90" else "sm100"
@@ -291,10 +296,17 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     vmax_all = 0.0
     col = np.arange(sk)
     emu_key = emu_cols[col % tn]
-    rows = np.arange(sq)
-    last = sk - 1 if not causal else np.minimum(rows + sk - sq, sk - 1)
-    last = np.broadcast_to(last, (sq,)).astype(np.int64)
+    # visible keys of each row (masking.py, bottom-right aligned): one contiguous range first..last
+    diag = np.arange(sq, dtype=np.int64) + (sk - sq)
+    last = np.full(sq, sk - 1, np.int64)
     first = np.zeros(sq, np.int64)
+    if causal:
+        last = np.minimum(diag, sk - 1)
+    elif window.local:
+        if window.right is not None:
+            last = np.minimum(diag + window.right, sk - 1)
+        if window.left is not None:
+            first = np.maximum(diag - window.left, 0)
     nvis = np.maximum(last - first + 1, 0)               # keys first..last are visible
     # KV blocks holding a visible key (block_info.py get_n_block_min_max; the tile's other blocks are fully
     # masked for this row: P = 0 exactly and the max is unchanged, so they add no error)

@@ -4,7 +4,8 @@ and the emulator (fa4num.attention.forward) on any inputs.
 ``check(q, k, v, out, lse, ...)`` counts violations (|observed - exact| > bound) and reports the tightness
 (largest bound / largest observed error, and the median over elements of bound / observed).
 ``golden_checks()`` runs it on every H200 golden case the bound models (plain attention; the feature files'
-cases without softcap, windows, sinks, varlen or non-finite inputs, which the emulator does not run yet).
+cases without softcap, sinks, varlen or non-finite inputs, which the bound does not model yet; sliding windows
+are modelled).
 """
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from fa4num.attention import golden as attention_golden
 
 from .attention import attention_error_bound
 
-__all__ = ["BoundCheck", "check", "golden_checks", "GOLDEN_DIR"]
+__all__ = ["BoundCheck", "check", "golden_cases", "golden_checks", "golden_options", "GOLDEN_DIR"]
 
 # the plain cases are package data (fa4num/data/golden), the feature cases live in the checkout's tests/golden
 GOLDEN_DIR = attention_golden.GOLDEN_DIR
-_UNMODELLED = ("softcap", "window_size", "sink_mult", "varlen", "nonfinite", "backward")
+_UNMODELLED = ("softcap", "sink_mult", "varlen", "nonfinite", "backward")
 
 
 @dataclass(frozen=True)
@@ -130,14 +131,24 @@ def golden_cases(directory=None):
             idx = z[f"{name}.out_sample_idx"].astype(np.int64)
             vals = _bits_to(case["dtype"], z[f"{name}.out_sample_bits"])
             spec = {k2: case[k2] for k2 in inputs.CaseSpec.__dataclass_fields__ if k2 in case}
+            if case.get("window_size") is not None:
+                spec["window_size"] = tuple(case["window_size"])
             out.append((name, f.name, spec, arrays["q"], arrays["k"], arrays["v"], vals, idx, z[f"{name}.lse"]))
     return out
+
+
+def golden_options(spec: dict) -> dict:
+    """The keyword arguments FA4 ran a golden case with (softmax_scale, causal, window_size), for ``check``."""
+    opts = {"softmax_scale": spec.get("softmax_scale"), "causal": spec["causal"]}
+    if spec.get("window_size") is not None:
+        opts["window_size"] = tuple(spec["window_size"])
+    return opts
 
 
 def golden_checks(directory=None) -> list[BoundCheck]:
     """BoundCheck of ``kernel="fa4-sm90"`` for every modelled H200 golden case (GPU values only)."""
     res = []
     for name, _f, spec, q, k, v, vals, idx, lse in golden_cases(directory):
-        res.append(check(q, k, v, vals, lse, name=name, source="h200", idx=idx,
-                         softmax_scale=spec.get("softmax_scale"), causal=spec["causal"], kernel="fa4-sm90"))
+        res.append(check(q, k, v, vals, lse, name=name, source="h200", idx=idx, kernel="fa4-sm90",
+                         **golden_options(spec)))
     return res
