@@ -167,3 +167,19 @@ def test_cli_bounds(capsys):
     assert "relative bound" in capsys.readouterr().out
     assert main(["bounds", "attention", "--shape", "1,32,1,32"]) == 0
     assert "ratio" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kernel,causal,window", [("fa4-sm90", False, (20, 5)), ("fa4-sm100", True, (33, None)),
+                                                  ("fa4-sm100", False, (None, 0))])
+def test_attention_bound_holds_with_sliding_windows(kernel, causal, window):
+    q, k, v = _inputs(11, 260, 150, 64, qmult=2.0, outlier=True)    # seqlen_q > seqlen_k: the first rows see nothing
+    opts = {"window_size": window} if kernel == "fa4-sm90" else {"window_size": window, "ex2_emu_freq": 2,
+                                                                 "ex2_emu_start_frg": 0}
+    r = forward(q, k, v, kernel=kernel, causal=causal, **opts)
+    c = check(q, k, v, r.out, r.lse, kernel=kernel, causal=causal, **opts)
+    assert (c.out_violations, c.lse_violations) == (0, 0), c
+    b = attention_error_bound(q, k, v, kernel=kernel, causal=causal, **opts)
+    # rows whose window is empty: out 0 and LSE -inf in both the kernel and the bound's exact attention
+    empty = ~np.isfinite(b.lse_exact)
+    assert empty.any() and not empty.all()
+    assert (np.asarray(r.lse)[empty] == -np.inf).all() and (b.out[:, empty[0, 0]] == 0).all()
