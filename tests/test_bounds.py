@@ -183,3 +183,27 @@ def test_attention_bound_holds_with_sliding_windows(kernel, causal, window):
     empty = ~np.isfinite(b.lse_exact)
     assert empty.any() and not empty.all()
     assert (np.asarray(r.lse)[empty] == -np.inf).all() and (b.out[:, empty[0, 0]] == 0).all()
+
+
+@pytest.mark.parametrize("kernel,sink_scale", [("fa4-sm90", 3.0), ("fa4-sm100", 3.0), ("fa4-sm100", 40.0)])
+def test_attention_bound_holds_with_a_learnable_sink(kernel, sink_scale):
+    q, k, v = _inputs(13, 200, 130, 64, heads=2, qmult=2.0)   # causal with seqlen_q > seqlen_k: rows with no key
+    sink = np.array([sink_scale, -sink_scale], np.float32)
+    opts = {"learnable_sink": sink} if kernel == "fa4-sm90" else {"learnable_sink": sink, "ex2_emu_freq": 2,
+                                                                  "ex2_emu_start_frg": 0}
+    r = forward(q, k, v, kernel=kernel, causal=True, **opts)
+    c = check(q, k, v, r.out, r.lse, kernel=kernel, causal=True, **opts)
+    assert (c.out_violations, c.lse_violations) == (0, 0), c
+    b = attention_error_bound(q, k, v, kernel=kernel, causal=True, **opts)
+    empty = ~np.isfinite(_softmax_lse(q, k, causal=True))
+    assert empty.any() and (b.lse_exact[:, :, empty] == sink[None, :, None]).all()
+    with pytest.raises(ValueError, match="learnable_sink"):
+        attention_error_bound(q, k, v, kernel=kernel, learnable_sink=np.zeros(3, np.float32))
+
+
+def _softmax_lse(q, k, *, causal):
+    s = np.einsum("bihd,bjhd->bhij", q.astype(np.float64), k.astype(np.float64))[0, 0]
+    sq, sk = s.shape
+    if causal:
+        s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq, s, -np.inf)
+    return s.max(axis=1)

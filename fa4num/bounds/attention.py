@@ -23,7 +23,7 @@ from numba import njit, prange
 
 from fa4num.attention import config, masking
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
-from fa4num.softmax import LN2_F32, emulated_columns, scale_log2_of
+from fa4num.softmax import LN2_F32, LOG2_E_F32, emulated_columns, scale_log2_of
 
 from .exp2 import exp2_error_bound, mufu_error_bounds
 
@@ -242,6 +242,13 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     options = dict(options)
     window = masking.resolve_window(bool(causal), options.pop("window_size", (None, None)))
     causal = window.causal
+    sink = options.pop("learnable_sink", None)
+    if sink is not None:
+        sink = np.asarray(sink.detach().cpu().numpy() if hasattr(sink, "detach") else sink)
+        if sink.shape != (h,) or not np.issubdtype(sink.dtype, np.floating) or not np.isfinite(sink).all():
+            raise ValueError(f"learnable_sink must be a finite float array of shape (heads,) = ({h},), got shape "
+                             f"{sink.shape} dtype {sink.dtype}")
+        sink = sink.astype(np.float32).astype(np.float64)
     opts = _options(kernel, dt, d, causal, sq, h_per_kv, b, h, options, local=window.local)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     sl2, lam, dlam, dln2 = _delta_lambda(scale)
@@ -338,7 +345,14 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             w, wt, w2, ws, wx, Mf, rho_m, W, wth, theta_max, log_resc = _weights(
                 S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dlam, d * 2.0 ** -52, thr, off,
                 nround_bias, fmul_x, math.log1p(ex2_rel))
-            Wd = np.where(has, W, 1.0)
+            # learnable sink (softmax.py apply_learnable_sink / Softmax.finalize): one more weight in the row sum,
+            # with no value (docs/bounds.md, section 5.6)
+            w_s, th_s, e_empty = _sink_weight(None if sink is None else sink[hh], Mf, rho_m, has, kernel=kernel,
+                                              lam=lam, sl2=sl2, dlam=dlam, thr=thr, off=off, ex2_rel=ex2_rel,
+                                              lg2_abs=lg2_abs, dln2=dln2)
+            Wd = np.where(has, W + w_s, 1.0)
+            wth = wth + w_s * th_s
+            n_eta = nvis + (sink is not None)                   # weights that carry an absolute error
             wV = w @ np.concatenate([V, aV], axis=1)
             ostar = wV[:, :d] / Wd[:, None]
             G = wV[:, d:]
@@ -347,7 +361,7 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             cinv = 2.0 ** (-off) * np.exp2(rho_m * sl2)
             a_up = np.exp(nresc * math.log1p(ex2_rel))
             eta_w = eta_exp * cinv * a_up                       # absolute error of a normalised weight
-            tau = (wth + nvis * eta_w) / Wd
+            tau = (wth + n_eta * eta_w) / Wd
             if np.any(tau[has] >= 0.5):
                 raise ValueError("the weights' error bound exceeds 1/2 of the row sum: inputs too large for a "
                                  "first-order bound (|S| error times scale_log2 must stay well below 1)")
@@ -358,7 +372,7 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
                                  "bounded here (lower rescale_threshold/max_offset)")
             denom = Wd * (1 - tau)
             # ô - o*: consistent weight errors (the same w_j (1 + theta_j) in numerator and row sum)
-            t_w = (H + np.abs(ostar) * wth[:, None] + eta_w[:, None] * (Vabs + nvis[:, None] * np.abs(ostar))) \
+            t_w = (H + np.abs(ostar) * wth[:, None] + eta_w[:, None] * (Vabs + n_eta[:, None] * np.abs(ostar))) \
                 / denom[:, None]
             Gp = G + H + eta_w[:, None] * Vabs
             # P cast (apply_exp2_convert / cvt.rn.bf16x2.f32): numerator only, the row sum adds fp32 P
@@ -377,6 +391,7 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
                 D = nblk * (tn // 8 + 1) + 3
             if opts.gemm == "blas":
                 D = D + nblk
+            D = D + (sink is not None)                          # row_sum + P_sink
             g_D = np.expm1(D * math.log1p(U32)) * _F64_SAFETY
             # final scale (correction epilogue / finalize): rcp.approx then FMUL RN
             eps = (1 + rcp_rel) * (1 + U32) / (1 - g_D) - 1
@@ -419,19 +434,22 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             lw = -np.log2(1 - tau)
             lr = -np.log2(1 - g_D)
             # exponents of the row sum: c W (1 +- ...) with W in [1, n], c in [2^(off - rho sl2), 2^(off+thr+..)]
-            emax = np.ceil(np.log2(np.maximum(nvis, 1)) + off + thr + 2 * rho_m * sl2 + 1)
+            n_w = np.maximum(nvis, 1) + w_s * (1 + th_s)        # W (1 + ...) <= nvis (+ the sink's weight)
+            emax = np.ceil(np.log2(n_w) + off + thr + 2 * rho_m * sl2 + 1)
             emin = np.floor(off - rho_m * sl2 - 1)
             lg2e = np.array([lg2_abs(int(max(abs(a), abs(c)))) for a, c in zip(emax, emin)]) if sq else np.zeros(0)
             lscale = np.abs(Mf) * dlam
             core = lw + lr + lg2e + lscale
             t1 = (np.abs(lse_star) / math.log(2) + core) * (1 + 2.0 ** -22)   # |m sl2 + lg2 - off| upper
-            lg_mag = np.log2(np.maximum(nvis, 1)) + off + thr + 2 + core
+            lg_mag = np.log2(n_w) + off + thr + 2 + core
             nround = 2 if kernel == "fa4-sm90" else 3
             rnd = U32 * t1 * math.log(2) * (nround - 1) + dln2 * t1 + U32 * (np.abs(lse_star) + core) \
-                + (U32 * lg_mag * math.log(2) if kernel == "fa4-sm100" else 0.0)
+                + (U32 * lg_mag * math.log(2) if kernel == "fa4-sm100" else 0.0) \
+                + (U32 * (t1 + lg_mag) * math.log(2) if kernel == "fa4-sm90" and sink is not None else 0.0)
             lb = (core * math.log(2) + rnd) * _F64_SAFETY
-            lse_b[bb, hh] = np.where(has, lb, 0.0)
-            lse_x[bb, hh] = lse_star
+            lse_b[bb, hh] = np.where(has, lb, e_empty)
+            # a row with no visible key: out 0, and LSE = the sink when there is one
+            lse_x[bb, hh] = np.where(has, lse_star, -np.inf if sink is None else sink[hh])
             for n, val in (("weights", lw * math.log(2)), ("row_sum", lr * math.log(2)),
                            ("lg2", lg2e * math.log(2)), ("scale", lscale * math.log(2)), ("roundings", rnd)):
                 lterms[n] = max(lterms[n], float(np.max(np.where(has, val, 0.0), initial=0.0)))
@@ -579,6 +597,36 @@ def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dla
         thmax[i] = tmax
         log_resc[i] = lres
     return w, wt, w2, ws, wx, Mf, rho_m, W, wth, thmax, log_resc
+
+
+def _sink_weight(sigma, Mf, rho_m, has, *, kernel, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2):
+    """The learnable sink's exact weight w_s = 2^(sigma log2 e - lambda M) (relative to the row max, like w),
+    the relative error bound theta_s of the kernel's P_sink / c, and the LSE bound of rows with no key.
+
+    Kernel (Softmax.finalize on SM90, apply_learnable_sink on SM100): P_sink = ex2.approx(x_s) with
+    x_s = RN(RN(sigma LOG2_E) - RN(m sl2)) (SM90) or RN(fma(sigma, LOG2_E, -RN(m sl2)) + max_offset) (SM100).
+    x_s - log2(c w_s) = sigma (LOG2_E_F32 - log2 e) + (lambda - sl2) M + roundings (2^-24 of |sigma LOG2_E|,
+    |m sl2| and twice |x_s|); the stored max m lies within rho_m + thr/sl2 of M."""
+    n = Mf.shape[0]
+    if sigma is None:
+        return np.zeros(n), np.zeros(n), np.zeros(n)
+    log2e = 1.0 / math.log(2)
+    l2e_err = abs(float(LOG2_E_F32) - log2e) * (1 + 2.0 ** -40)
+    with np.errstate(over="ignore"):
+        lw = sigma * log2e - lam * Mf                      # log2 w_s
+    mag_ms = (np.abs(Mf) + rho_m) * sl2 + thr
+    mag_x = np.abs(lw) + dlam * np.abs(Mf) + sl2 * rho_m + thr + off
+    e = abs(sigma) * l2e_err + dlam * np.abs(Mf) + U32 * (abs(sigma) * log2e + mag_ms + 2 * mag_x) * (1 + 2.0 ** -20)
+    th = np.expm1(e * math.log(2) + math.log1p(ex2_rel)) * _F64_SAFETY
+    if np.any(has & (lw + thr + off + 1 >= 126)):
+        raise ValueError("learnable_sink: the sink's P would overflow fp32 (sink far above the scaled logits)")
+    w_s = np.where(has, np.exp2(np.minimum(lw, 126.0)), 0.0)
+    # no key: LSE = RN(RN(RN(sigma LOG2_E) + lg2(1)) LN2) (SM90) or RN(fma(RN(sigma RN(LOG2_E / sl2)), sl2,
+    # RN(lg2(2^off) - off)) LN2) (SM100): at most 8 roundings of magnitude |sigma| (1 + 2^-20), the two
+    # constants' errors and lg2's
+    rel = (abs(float(LOG2_E_F32) * float(LN2_F32) - 1) + 8 * U32) * (1 + 2.0 ** -20) + dln2 * log2e
+    e_empty = abs(sigma) * rel + 2 * lg2_abs(int(abs(off)) + 1) * math.log(2) * (1 + 2.0 ** -20)
+    return w_s, np.where(has, th, 0.0), np.where(has, 0.0, e_empty * _F64_SAFETY)
 
 
 def _upd(terms, name, arr):
