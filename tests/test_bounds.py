@@ -207,3 +207,20 @@ def _softmax_lse(q, k, *, causal):
     if causal:
         s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq, s, -np.inf)
     return s.max(axis=1)
+
+
+@pytest.mark.parametrize("kernel", ["fa4-sm90", "fa4-sm100"])
+def test_attention_bound_holds_on_varlen_batches(kernel):
+    cu_q, cu_k = np.array([0, 70, 71, 230], np.int32), np.array([0, 90, 150, 300], np.int32)
+    q, k, v = (a[0] for a in _inputs(17, 230, 300, 64, heads=2, qmult=2.0, outlier=True))
+    opts = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=160, max_seqlen_k=150)
+    r = forward(q, k, v, kernel=kernel, causal=True, **opts)
+    c = check(q, k, v, r.out, r.lse, kernel=kernel, causal=True, **opts)
+    assert (c.out_violations, c.lse_violations) == (0, 0), c
+    # each sequence is its own problem: the bound of a sequence alone is the varlen bound's slice
+    b = attention_error_bound(q, k, v, kernel=kernel, causal=True, **opts)
+    one = attention_error_bound(q[None, 71:230], k[None, 150:300], v[None, 150:300], kernel=kernel, causal=True)
+    assert b.out.shape == q.shape and b.lse.shape == (2, 230)
+    np.testing.assert_allclose(b.out_exact[71:230], one.out_exact[0])
+    with pytest.raises(ValueError, match="cu_seqlens_k"):
+        attention_error_bound(q, k, v, kernel=kernel, cu_seqlens_q=cu_q)

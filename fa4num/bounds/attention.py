@@ -93,7 +93,7 @@ def _as_array(x, name):
     return a
 
 
-def _options(kernel, dt, d, causal, sq, h_per_kv, batch, heads, options, local=False):
+def _options(kernel, dt, d, causal, sq, h_per_kv, batch, heads, options, local=False, varlen_q=False):
     """The kernel's knobs exactly as fa4num.attention.forward resolves them (public config tables)."""
     options = dict(options)
     mode = options.pop("mode", "bitexact")
@@ -106,7 +106,7 @@ def _options(kernel, dt, d, causal, sq, h_per_kv, batch, heads, options, local=F
         opts = config.Sm90Options(tile_m=tm, tile_n=tn)
     else:
         opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv,
-                                     batch=batch, heads=heads, local=local,
+                                     batch=batch, heads=heads, local=local, varlen_q=varlen_q,
                                      use_2cta_instrs=options.pop("use_2cta_instrs", None),
                                      is_sm103=options.pop("is_sm103", False))
     opts = config.apply_overrides(opts, options)
@@ -195,8 +195,8 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     delta : float
         Failure probability per element of ``out_probabilistic`` (0 < delta < 1).
     **options
-        fa4num.attention.forward's options (window_size, rescale_threshold, max_offset, ex2_emu_freq, coeffs,
-        gemm, ...).
+        fa4num.attention.forward's options (window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k,
+        v (varlen), rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...).
 
     Returns
     -------
@@ -214,6 +214,69 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     >>> bool((np.abs(out - b.out_exact) <= b.out).all())
     True
     """
+    cu_q, cu_k = options.pop("cu_seqlens_q", None), options.pop("cu_seqlens_k", None)
+    max_q = options.pop("max_seqlen_q", None)
+    options.pop("max_seqlen_k", None)
+    if cu_q is None and cu_k is None:
+        return _bound_dense(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel, delta=delta,
+                            **options)
+    return _bound_varlen(q, k, v, cu_q, cu_k, max_q, softmax_scale=softmax_scale, causal=causal, kernel=kernel,
+                         delta=delta, **options)
+
+
+def _seqlens(cu, name, total):
+    if cu is None:
+        raise ValueError(f"{name} must be given with the other cu_seqlens (varlen q and k, as FA4's varlen cases)")
+    a = np.asarray(cu.detach().cpu().numpy() if hasattr(cu, "detach") else cu)
+    if a.ndim != 1 or a.size < 2 or not np.issubdtype(a.dtype, np.integer) or a[0] != 0 or a[-1] != total \
+            or np.any(np.diff(a) < 0):
+        raise ValueError(f"{name} must be a non-decreasing int array from 0 to {total}, got {a!r}")
+    return a.astype(np.int64)
+
+
+def _bound_varlen(q, k, v, cu_q, cu_k, max_q, *, softmax_scale, causal, kernel, delta, **options):
+    """Varlen (flash_attn_varlen_func): every sequence is its own attention problem with its own masks and KV
+    blocks (seqlen_info.py offsets), bounded one by one with the kernel's varlen configuration."""
+    qa, ka, va = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
+    for name, a in (("q", qa), ("k", ka), ("v", va)):
+        if a.ndim != 3:
+            raise ValueError(f"{name} must be 3-D (total, heads, head_dim) with cu_seqlens, got shape {a.shape}")
+    cq = _seqlens(cu_q, "cu_seqlens_q", qa.shape[0])
+    ck = _seqlens(cu_k, "cu_seqlens_k", ka.shape[0])
+    if cq.size != ck.size:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size} and {ck.size}")
+    lq, lk = np.diff(cq), np.diff(ck)
+    if np.any((lk == 0) & (lq > 0)):
+        raise ValueError("cu_seqlens_k: a sequence with queries and no key is not modelled by the bound")
+    cfg_sq = int(lq.max(initial=0)) if max_q is None else int(max_q)
+    h, d = qa.shape[1], qa.shape[2]
+    out = np.zeros(qa.shape)
+    out_p = np.zeros(qa.shape)
+    out_x = np.zeros(qa.shape)
+    lse = np.zeros((h, qa.shape[0]))
+    lse_x = np.full((h, qa.shape[0]), -np.inf)
+    parts = []
+    for i in range(lq.size):
+        if lq[i] == 0:
+            continue
+        sq_, sk_ = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
+        p = _bound_dense(qa[None, sq_], ka[None, sk_], va[None, sk_], softmax_scale=softmax_scale, causal=causal,
+                         kernel=kernel, delta=delta, cfg_seqlen_q=cfg_sq, varlen_q=True, **options)
+        out[sq_], out_p[sq_], out_x[sq_] = p.out[0], p.out_probabilistic[0], p.out_exact[0]
+        lse[:, sq_], lse_x[:, sq_] = p.lse[0], p.lse_exact[0]
+        parts.append(p)
+    if not parts:
+        raise ValueError("cu_seqlens_q: every sequence is empty")
+    merge = {n: max(p.terms[n] for p in parts) for n in parts[0].terms}
+    lmerge = {n: max(p.lse_terms[n] for p in parts) for n in parts[0].lse_terms}
+    ap = max((p.a_priori for p in parts), key=lambda a: a["bound"])
+    return AttentionBound(out=out, lse=lse, out_probabilistic=out_p, out_exact=out_x, lse_exact=lse_x, terms=merge,
+                          lse_terms=lmerge, a_priori=ap, kernel=kernel, delta=delta, options=parts[0].options)
+
+
+def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=None, varlen_q=False, **options):
+    """attention_error_bound for 4-D q, k, v; ``cfg_seqlen_q``/``varlen_q``: the kernel configuration of a
+    varlen call (SM100 tuning)."""
     if kernel not in config.KERNELS:
         raise ValueError(f"kernel must be one of {config.KERNELS}, got {kernel!r}")
     if not (isinstance(delta, float) and 0.0 < delta < 1.0):
@@ -249,7 +312,8 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             raise ValueError(f"learnable_sink must be a finite float array of shape (heads,) = ({h},), got shape "
                              f"{sink.shape} dtype {sink.dtype}")
         sink = sink.astype(np.float32).astype(np.float64)
-    opts = _options(kernel, dt, d, causal, sq, h_per_kv, b, h, options, local=window.local)
+    opts = _options(kernel, dt, d, causal, sq if cfg_seqlen_q is None else cfg_seqlen_q, h_per_kv, b, h, options,
+                    local=window.local, varlen_q=varlen_q)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     sl2, lam, dlam, dln2 = _delta_lambda(scale)
     arch = "sm90" if kernel == "fa4-sm90" else "sm100"
@@ -285,9 +349,12 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     u_p, eta_p, pmax = P_FORMATS[dt]
     out_dt = "bfloat16" if dt.startswith("float8") else dt
     u_o = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}[out_dt]
-    gemm_s = _gemm_model(opts.gemm, arch, dt, d)
-    pv_k = tn if opts.gemm != "blas" else -(-sk // tn) * tn
-    gemm_pv = _gemm_model(opts.gemm, arch, dt, pv_k)
+    # the gemm option names a tensor-core model and its accumulator table ("tcgen05" = the wgmma model with
+    # Blackwell's table), config.GEMM_IMPL
+    gemm, gemm_arch = config.GEMM_IMPL[opts.gemm]
+    gemm_s = _gemm_model(gemm, gemm_arch, dt, d)
+    pv_k = tn if gemm != "blas" else -(-sk // tn) * tn
+    gemm_pv = _gemm_model(gemm, gemm_arch, dt, pv_k)
     lam_p = math.sqrt(2.0 * math.log(6.0 / delta))   # Hoeffding, delta/3 for each of three random sums
 
     out_b = np.zeros((b, sq, h, d))
@@ -339,7 +406,7 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             Vabs = np.where(has[:, None], cV[last + 1] - cV[np.minimum(first, sk)] + sk * 2.0 ** -52 * cV[last + 1],
                             0.0)
             # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma): S, |Q||K|^T and the chain's running bound
-            S, A, rho = _s_error(Q, K, gemm_s, opts.gemm, first, last)
+            S, A, rho = _s_error(Q, K, gemm_s, gemm, first, last)
             # exponent (softmax.py scale_subtract_rowmax / online_softmax), rescales (update_row_max) and exp2 per
             # element, in one fused pass (_weights documents each term)
             w, wt, w2, ws, wx, Mf, rho_m, W, wth, theta_max, log_resc = _weights(
@@ -379,7 +446,7 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
             eta_pn = eta_p * cinv * a_up
             t_p = (u_p * Gp + eta_pn[:, None] * Vabs) / denom[:, None]
             # PV GEMM chain (tiled_mma_pv) with the O rescales RN(O * acc_scale) in between (correction_rescale)
-            nch = nblk * -(-tn // gemm_pv.chunk) if opts.gemm != "blas" else np.minimum(nblk, 1)
+            nch = nblk * -(-tn // gemm_pv.chunk) if gemm != "blas" else np.minimum(nblk, 1)
             T_abs = (1 + u_p) * Gp + eta_pn[:, None] * Vabs
             nch = np.broadcast_to(nch, (sq,)).astype(np.float64)
             t_pv = gemm_pv.chain(nch[:, None], T_abs, U32, nresc[:, None]) / denom[:, None]
@@ -389,7 +456,7 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
                 D = nblk * (tn // 4) + 2
             else:
                 D = nblk * (tn // 8 + 1) + 3
-            if opts.gemm == "blas":
+            if gemm == "blas":
                 D = D + nblk
             D = D + (sink is not None)                          # row_sum + P_sink
             g_D = np.expm1(D * math.log1p(U32)) * _F64_SAFETY

@@ -4,8 +4,8 @@ and the emulator (fa4num.attention.forward) on any inputs.
 ``check(q, k, v, out, lse, ...)`` counts violations (|observed - exact| > bound) and reports the tightness
 (largest bound / largest observed error, and the median over elements of bound / observed).
 ``golden_checks()`` runs it on every H200 golden case the bound models (plain attention; the feature files'
-cases without softcap, varlen or non-finite inputs, which the bound does not model yet; sliding windows and
-learnable sinks are modelled).
+cases without softcap or non-finite inputs, which the bound does not model yet; sliding windows, learnable sinks
+and varlen are modelled).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ __all__ = ["BoundCheck", "check", "golden_cases", "golden_checks", "golden_optio
 
 # the plain cases are package data (fa4num/data/golden), the feature cases live in the checkout's tests/golden
 GOLDEN_DIR = attention_golden.GOLDEN_DIR
-_UNMODELLED = ("softcap", "varlen", "nonfinite", "backward")
+_UNMODELLED = ("softcap", "nonfinite", "backward")
 
 
 @dataclass(frozen=True)
@@ -135,18 +135,21 @@ def golden_cases(directory=None):
                 spec["window_size"] = tuple(case["window_size"])
             if "learnable_sink" in arrays:
                 spec["learnable_sink"] = arrays["learnable_sink"]
+            if "cu_seqlens_q" in arrays:
+                spec.update(cu_seqlens_q=arrays["cu_seqlens_q"], cu_seqlens_k=arrays["cu_seqlens_k"])
             out.append((name, f.name, spec, arrays["q"], arrays["k"], arrays["v"], vals, idx, z[f"{name}.lse"]))
     return out
 
 
 def golden_options(spec: dict) -> dict:
-    """The keyword arguments FA4 ran a golden case with (softmax_scale, causal, window_size, learnable_sink), for
-    ``check``."""
+    """The keyword arguments FA4 ran a golden case with (softmax_scale, causal, window_size, learnable_sink,
+    cu_seqlens_q/k), for ``check``."""
     opts = {"softmax_scale": spec.get("softmax_scale"), "causal": spec["causal"]}
     if spec.get("window_size") is not None:
         opts["window_size"] = tuple(spec["window_size"])
-    if spec.get("learnable_sink") is not None:
-        opts["learnable_sink"] = spec["learnable_sink"]
+    for key in ("learnable_sink", "cu_seqlens_q", "cu_seqlens_k"):
+        if spec.get(key) is not None:
+            opts[key] = spec[key]
     return opts
 
 
