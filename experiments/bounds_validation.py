@@ -20,7 +20,7 @@ A violation is an element (or LSE) whose observed error exceeds its bound; there
 case: largest bound / largest observed error (the issue's acceptance measure on the H200 cases: median over
 cases <= 10), and per element the median of bound / observed.
 
-    python experiments/bounds_validation.py            # ~10 min on 2 cores
+    python experiments/bounds_validation.py            # 3 min on 2 idle cores (12 min at load 10)
     python experiments/bounds_validation.py --quick    # CI-sized: smaller corpus, short search (~2 min)
 Writes experiments/results/bounds/bounds_validation.json and tightness.pdf / tightness.png beside it.
 """
