@@ -100,6 +100,69 @@ def test_attention_bound_holds_on_every_h200_golden_case(case):
         assert c.ratio_max <= 10, c
 
 
+def test_h200_golden_covers_softcap_nonfinite_and_odd_scales():
+    """No forward golden case is skipped: the 8 softcap ones are bounded finitely, and every element the kernel
+    returned non-finite has bound +inf (the golden test above counts any other non-finite result a violation)."""
+    softcap = [c for c in _GOLD if c[2].get("softcap")]
+    assert len(softcap) == 8
+    odd = [c for c in _GOLD if c[0].startswith(("nonfinite_", "scale_negative", "scale_huge"))]
+    assert len(odd) == 10
+    for name, _f, spec, q, k, v, vals, idx, lse in softcap[:2] + odd[:5]:
+        c = check(q, k, v, vals, lse, name=name, source="h200", idx=idx, **golden_options(spec))
+        nonfinite = int((~np.isfinite(np.asarray(vals, np.float64))).sum())
+        assert (c.out_violations, c.lse_violations) == (0, 0) and c.unbounded >= nonfinite, c
+        if spec.get("softcap"):
+            assert c.unbounded == 0 and 1 < c.ratio_max <= 10, c
+        if (spec.get("softmax_scale") or 1) < 0:
+            assert c.unbounded == c.elements, c
+
+
+@pytest.mark.parametrize("kernel,opts", [("fa4-sm90", {"softcap": 5.0}),
+                                         ("fa4-sm90", {"softcap": 30.0, "window_size": (40, 3)}),
+                                         ("fa4-sm100", {"softcap": 15.0, "ex2_emu_freq": 2, "ex2_emu_start_frg": 0})])
+def test_attention_bound_holds_with_softcap(kernel, opts):
+    q, k, v = _inputs(19, 96, 200, 64, qmult=3.0, outlier=True)
+    r = forward(q, k, v, kernel=kernel, causal=True, **opts)
+    c = check(q, k, v, r.out, r.lse, kernel=kernel, causal=True, **opts)
+    assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
+    b = attention_error_bound(q, k, v, kernel=kernel, causal=True, **opts)
+    assert b.terms["softcap"] > 0
+    # the exact attention is that of the capped scores cap tanh(S scale / cap)
+    cap = opts["softcap"]
+    s = cap * np.tanh(np.einsum("bihd,bjhd->bhij", q.astype(np.float64), k.astype(np.float64)) / 8.0 / cap)
+    sq, sk = s.shape[-2:]
+    s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq, s, -np.inf)
+    if "window_size" in opts:
+        s = np.where(np.arange(sk)[None, :] >= np.arange(sq)[:, None] + sk - sq - 40, s, -np.inf)
+    lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    np.testing.assert_allclose(b.lse_exact, lse, rtol=1e-12)
+
+
+def test_attention_bound_with_non_finite_inputs_and_odd_scales():
+    q, k, v = _inputs(23, 64, 150, 32, heads=2)
+    q[0, 5, 1, 3] = np.nan
+    k[0, 40, 0, 0] = np.inf
+    v[0, 100, 1, 7] = -np.inf
+    r = forward(q, k, v, causal=True)
+    b = attention_error_bound(q, k, v, causal=True)
+    c = check(q, k, v, r.out, r.lse, causal=True, bound=b)
+    assert (c.out_violations, c.lse_violations) == (0, 0), c
+    bad = ~np.isfinite(np.asarray(r.out, np.float64))
+    assert bad.any() and np.isinf(b.out[bad]).all() and np.isnan(b.out_exact[bad]).all()
+    # head 0: every row sees key 40 (causal, seqlen_k - seqlen_q = 86), so none is bounded; head 1 keeps a finite
+    # bound off the NaN query's row and V's column 7
+    assert np.isinf(b.out[0, :, 0]).all() and np.isinf(b.out[0, :, 1, 7]).all()
+    assert np.isfinite(b.out[0, 6:, 1, :7]).all() and np.isfinite(b.out[0, :5, 1, 8:]).all()
+    # a negative scale: exact attention of -q and |scale|, no finite bound; a huge one: rows past the analysis
+    q, k, v = _inputs(29, 32, 64, 32)
+    neg, pos = attention_error_bound(q, k, v, softmax_scale=-0.1), attention_error_bound(-q, k, v, softmax_scale=0.1)
+    np.testing.assert_array_equal(neg.out_exact, pos.out_exact)
+    assert np.isinf(neg.out).all() and np.isinf(neg.lse).all()
+    r = forward(q, k, v, softmax_scale=1e30)
+    c = check(q, k, v, r.out, r.lse, softmax_scale=1e30)
+    assert (c.out_violations, c.lse_violations) == (0, 0) and c.unbounded > 0, c
+
+
 def _inputs(seed, sq, sk, d, *, dtype=ml_dtypes.bfloat16, qmult=1.0, outlier=False, heads=1):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((1, sq, heads, d), dtype=np.float32) * np.float32(qmult)
@@ -156,7 +219,9 @@ def test_attention_bound_rejects_bad_arguments():
     with pytest.raises(ValueError, match="delta"):
         attention_error_bound(q, k, v, delta=2.0)
     with pytest.raises(ValueError, match="softmax_scale"):
-        attention_error_bound(q, k, v, softmax_scale=-1.0)
+        attention_error_bound(q, k, v, softmax_scale=0.0)
+    with pytest.raises(ValueError, match="softcap"):
+        attention_error_bound(q, k, v, softcap=-1.0)
     with pytest.raises(ValueError, match="unknown option"):
         attention_error_bound(q, k, v, bogus=1)
 

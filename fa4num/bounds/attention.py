@@ -22,6 +22,8 @@ import numpy as np
 from numba import njit, prange
 
 from fa4num.attention import config, masking
+from fa4num.attention.forward import check_softcap
+from fa4num.hw import tanh_table
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
 from fa4num.softmax import LN2_F32, LOG2_E_F32, emulated_columns, scale_log2_of
 
@@ -48,6 +50,9 @@ _F64_SAFETY = 1.0 + 2.0 ** -30
 _PTX_EX2_REL = 2 * 2.0 ** -23
 _PTX_RCP_REL = 2.0 ** -23
 _PTX_LG2_ABS = 2.0 ** -22
+# tanh.approx.f32 where no measured table exists: the PTX ISA's maximum relative error (the H200 table measures
+# 2^-16.5, see _tanh_abs_error)
+_PTX_TANH_REL = 2.0 ** -10.987
 
 
 @dataclass
@@ -60,8 +65,12 @@ class AttentionBound:
     out_exact           the real-arithmetic attention (float64, its evaluation error is inside the bound)
     lse_exact           its LSE
     terms               per source, the largest contribution over the elements (absolute units of out):
-                        s_gemm, scale_exponent, exp2_mufu, exp2_software, rescale, p_cast, row_sum, pv_gemm,
+                        s_gemm, softcap, scale_exponent, exp2_mufu, exp2_software, rescale, p_cast, row_sum, pv_gemm,
                         rcp, out_cast; lse_terms likewise for the LSE
+    Elements with no finite bound (docs/bounds.md, section 5.8) have ``out``/``lse`` = +inf: rows that see a
+    non-finite q, k or v value, rows where the kernel's fp32 arithmetic can overflow (huge softmax_scale) and
+    every element for a negative softmax_scale; their ``out_exact``/``lse_exact`` are NaN where the exact value
+    is undefined (a NaN or infinite input in the row's visible keys, its query or the value column).
     a_priori            closed-form normwise bound on max |out - exact| (see ``a_priori_bound``)
     """
     out: np.ndarray
@@ -217,11 +226,13 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     cu_q, cu_k = options.pop("cu_seqlens_q", None), options.pop("cu_seqlens_k", None)
     max_q = options.pop("max_seqlen_q", None)
     options.pop("max_seqlen_k", None)
-    if cu_q is None and cu_k is None:
-        return _bound_dense(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel, delta=delta,
-                            **options)
-    return _bound_varlen(q, k, v, cu_q, cu_k, max_q, softmax_scale=softmax_scale, causal=causal, kernel=kernel,
-                         delta=delta, **options)
+    # rows without a finite bound (docs/bounds.md, section 5.8) carry inf and NaN through the float64 evaluation
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if cu_q is None and cu_k is None:
+            return _bound_dense(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel, delta=delta,
+                                **options)
+        return _bound_varlen(q, k, v, cu_q, cu_k, max_q, softmax_scale=softmax_scale, causal=causal,
+                             kernel=kernel, delta=delta, **options)
 
 
 def _seqlens(cu, name, total):
@@ -296,13 +307,29 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     if ka.shape != va.shape or ka.shape[0] != b or ka.shape[3] != d or hk < 1 or h % hk:
         raise ValueError(f"k and v must be (batch, seqlen_k, heads_kv, head_dim) with heads % heads_kv == 0 "
                          f"matching q {qa.shape}; got {ka.shape} and {va.shape}")
-    for name, a in (("q", qa), ("k", ka), ("v", va)):
-        if not np.isfinite(a.astype(np.float32)).all():
-            raise ValueError(f"{name} contains NaN or inf; no finite bound exists")
-    if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale > 0):
-        raise ValueError(f"softmax_scale must be a finite positive float, got {softmax_scale}")
+    if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale != 0):
+        raise ValueError(f"softmax_scale must be a finite nonzero float, got {softmax_scale}")
+    if softmax_scale is not None and softmax_scale < 0:
+        # FA4 subtracts the row max of S, not of S * scale: with a negative scale its exponents are positive
+        # (masked -inf scores give +inf), outside this analysis. The exact attention is that of -q and |scale|
+        # (softcap's tanh is odd); no finite bound is claimed (docs/bounds.md, section 5.8)
+        p = _bound_dense(-qa, ka, va, softmax_scale=-softmax_scale, causal=causal, kernel=kernel, delta=delta,
+                         cfg_seqlen_q=cfg_seqlen_q, varlen_q=varlen_q, **options)
+        for a in (p.out, p.out_probabilistic, p.lse):
+            a[...] = np.inf
+        p.terms = dict.fromkeys(p.terms, math.inf)
+        p.lse_terms = dict.fromkeys(p.lse_terms, math.inf)
+        p.a_priori = {**p.a_priori, "bound": math.inf}
+        return p
+    # non-finite inputs: bounded with zeros in their place, then every element they reach is unbounded (+inf)
+    # and its exact value undefined (NaN) -- docs/bounds.md, section 5.8
+    bad_q, bad_k, bad_v = (~np.isfinite(a.astype(np.float32)) for a in (qa, ka, va))
+    bad_q, bad_k = bad_q.any(axis=3), bad_k.any(axis=3)
+    if bad_q.any() or bad_k.any() or bad_v.any():
+        qa, ka, va = (np.where(np.isfinite(a.astype(np.float32)), a, np.zeros((), a.dtype)) for a in (qa, ka, va))
     h_per_kv = h // hk
     options = dict(options)
+    softcap = check_softcap(options.pop("softcap", 0.0))
     window = masking.resolve_window(bool(causal), options.pop("window_size", (None, None)))
     causal = window.causal
     sink = options.pop("learnable_sink", None)
@@ -315,8 +342,10 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     opts = _options(kernel, dt, d, causal, sq if cfg_seqlen_q is None else cfg_seqlen_q, h_per_kv, b, h, options,
                     local=window.local, varlen_q=varlen_q)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    sl2, lam, dlam, dln2 = _delta_lambda(scale)
+    # with a score_mod the softmax runs on the modified score with scale_log2 = LOG2_E (compute_softmax_scale_log2)
+    sl2, lam, dlam, dln2 = _delta_lambda(1.0 if softcap else scale)
     arch = "sm90" if kernel == "fa4-sm90" else "sm100"
+    tanh_err = _tanh_abs_error(opts.mufu_arch) if softcap else None
 
     # --- per-kernel constants -------------------------------------------------------------------------------
     thr = float(getattr(opts, "rescale_threshold", 0.0))
@@ -362,8 +391,8 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     out_x = np.zeros((b, sq, h, d))
     lse_b = np.zeros((b, h, sq))
     lse_x = np.full((b, h, sq), -np.inf)
-    names = ("s_gemm", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast", "row_sum", "pv_gemm",
-             "rcp", "out_cast")
+    names = ("s_gemm", "softcap", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast", "row_sum",
+             "pv_gemm", "rcp", "out_cast")
     terms = {n: 0.0 for n in names}
     lse_names = ("weights", "row_sum", "lg2", "scale", "roundings")
     lterms = {n: 0.0 for n in lse_names}
@@ -407,14 +436,23 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
                             0.0)
             # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma): S, |Q||K|^T and the chain's running bound
             S, A, rho = _s_error(Q, K, gemm_s, gemm, first, last)
+            # fp32 overflow of S (or of S * scale before the soft cap, or of the exponent): no finite bound
+            s_mag = (A.max(axis=1, initial=0.0) + rho.max(axis=1, initial=0.0)) * (1 + 2.0 ** -20)
+            fits = s_mag * max(1.0, abs(scale) if softcap else 1.0) < 2.0 ** 126
+            if softcap:
+                # score_mod (utils.create_softcap_scoremod): S <- RN(cap tanh.approx(RN(RN(S scale) / cap)))
+                S, rho, rho_sc = _softcap_scores(S, A, rho, softcap=softcap, scale=scale, d=d, tanh_err=tanh_err)
+                A = np.zeros_like(A)
             # exponent (softmax.py scale_subtract_rowmax / online_softmax), rescales (update_row_max) and exp2 per
             # element, in one fused pass (_weights documents each term)
             w, wt, w2, ws, wx, Mf, rho_m, W, wth, theta_max, log_resc = _weights(
                 S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dlam, d * 2.0 ** -52, thr, off,
                 nround_bias, fmul_x, math.log1p(ex2_rel))
+            fits &= (np.abs(S).max(axis=1, initial=0.0) + rho_m) * sl2 + thr + off < 2.0 ** 126
             # learnable sink (softmax.py apply_learnable_sink / Softmax.finalize): one more weight in the row sum,
             # with no value (docs/bounds.md, section 5.6)
-            w_s, th_s, e_empty = _sink_weight(None if sink is None else sink[hh], Mf, rho_m, has, kernel=kernel,
+            w_s, th_s, e_empty = _sink_weight(None if sink is None else sink[hh], Mf, rho_m, has & fits,
+                                              kernel=kernel,
                                               lam=lam, sl2=sl2, dlam=dlam, thr=thr, off=off, ex2_rel=ex2_rel,
                                               lg2_abs=lg2_abs, dln2=dln2)
             Wd = np.where(has, W + w_s, 1.0)
@@ -429,11 +467,12 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
             a_up = np.exp(nresc * math.log1p(ex2_rel))
             eta_w = eta_exp * cinv * a_up                       # absolute error of a normalised weight
             tau = (wth + n_eta * eta_w) / Wd
-            if np.any(tau[has] >= 0.5):
-                raise ValueError("the weights' error bound exceeds 1/2 of the row sum: inputs too large for a "
-                                 "first-order bound (|S| error times scale_log2 must stay well below 1)")
+            # rows whose weights' error bound reaches 1/2 of the row sum (|S| error times scale_log2 not well below
+            # 1, e.g. a huge softmax_scale) or whose fp32 arithmetic can overflow get no finite bound
+            ok = has & fits & (tau < 0.5)
             # fp8/fp16 P must stay finite (cvt.rn.satfinite): P <= 2^(thr + off) (1 + theta) < max
-            pmax_est = 2.0 ** (thr + off) * (1 + float(theta_max.max(initial=0.0))) * np.exp2(2 * rho_m.max(initial=0) * sl2)
+            pmax_est = 2.0 ** (thr + off) * (1 + float(theta_max[ok].max(initial=0.0))) * \
+                np.exp2(2 * rho_m[ok].max(initial=0) * sl2)
             if pmax_est >= pmax:
                 raise ValueError(f"P can reach {pmax_est:.4g} >= the largest {dt} ({pmax}); saturation is not "
                                  "bounded here (lower rescale_threshold/max_offset)")
@@ -484,6 +523,9 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
             out_x[bb, :, hh] = np.where(hm, ostar, 0.0)
             # terms (largest over elements), in units of out
             share = np.where(hm, 1.0, 0.0) / denom[:, None]
+            if softcap:
+                ws = w * np.expm1(np.maximum(rho - rho_sc, 0.0) * sl2 * math.log(2))
+                _upd(terms, "softcap", ((w * np.expm1(rho_sc * sl2 * math.log(2))) @ aV) * share)
             _upd(terms, "s_gemm", ((ws @ aV) * share))
             _upd(terms, "scale_exponent", ((wx @ aV) * share))
             G_emu = w[:, emu_idx] @ aV[emu_idx] if emu_idx.size else np.zeros_like(G)
@@ -502,8 +544,8 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
             lr = -np.log2(1 - g_D)
             # exponents of the row sum: c W (1 +- ...) with W in [1, n], c in [2^(off - rho sl2), 2^(off+thr+..)]
             n_w = np.maximum(nvis, 1) + w_s * (1 + th_s)        # W (1 + ...) <= nvis (+ the sink's weight)
-            emax = np.ceil(np.log2(n_w) + off + thr + 2 * rho_m * sl2 + 1)
-            emin = np.floor(off - rho_m * sl2 - 1)
+            emax = np.where(ok, np.ceil(np.log2(n_w) + off + thr + 2 * rho_m * sl2 + 1), 0)
+            emin = np.where(ok, np.floor(off - rho_m * sl2 - 1), 0)
             lg2e = np.array([lg2_abs(int(max(abs(a), abs(c)))) for a, c in zip(emax, emin)]) if sq else np.zeros(0)
             lscale = np.abs(Mf) * dlam
             core = lw + lr + lg2e + lscale
@@ -519,15 +561,98 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
             lse_x[bb, hh] = np.where(has, lse_star, -np.inf if sink is None else sink[hh])
             for n, val in (("weights", lw * math.log(2)), ("row_sum", lr * math.log(2)),
                            ("lg2", lg2e * math.log(2)), ("scale", lscale * math.log(2)), ("roundings", rnd)):
-                lterms[n] = max(lterms[n], float(np.max(np.where(has, val, 0.0), initial=0.0)))
-    ap = a_priori_bound(head_dim=d, seqlen_k=sk, threshold=thr, max_offset=off, dtype=dt, kernel=kernel,
-                        exp2_relative=max(ex2_rel, sw.relative if sw is not None else 0.0),
-                        qk_abs_max=float(np.abs(qa.astype(np.float64)).max(initial=0) *
-                                         np.abs(ka.astype(np.float64)).max(initial=0)),
-                        v_abs_max=vmax_all, scale_log2=sl2, tile_n=tn)
+                lterms[n] = max(lterms[n], float(np.max(np.where(ok, val, 0.0), initial=0.0)))
+            # no finite bound (docs/bounds.md, section 5.8): rows past the analysis' limits, what non-finite inputs reach
+            unb = has & ~ok
+            out_b[bb, unb, hh] = np.inf
+            out_p[bb, unb, hh] = np.inf
+            lse_b[bb, hh, unb] = np.inf
+            kv_bad = np.concatenate([[0], np.cumsum(bad_k[bb, :, kv])])
+            undef = bad_q[bb, :, hh] | (has & (kv_bad[last + 1] - kv_bad[np.minimum(first, sk)] > 0))
+            # a non-finite V[j, c] reaches column c of every row: the PV GEMM multiplies it by the P = 0 of the rows
+            # whose tile visits j's block with j masked (0 * inf = NaN), and the exact value of rows that see j
+            undef_v = undef[:, None] | bad_v[bb, :, kv].any(axis=0)[None, :]
+            for a, val in ((out_b, np.inf), (out_p, np.inf), (out_x, np.nan)):
+                a[bb, :, hh] = np.where(undef_v, val, a[bb, :, hh])
+            lse_b[bb, hh, undef] = np.inf
+            lse_x[bb, hh, undef] = np.nan
+    try:
+        ap = a_priori_bound(head_dim=d, seqlen_k=sk, threshold=thr, max_offset=off, dtype=dt, kernel=kernel,
+                            exp2_relative=max(ex2_rel, sw.relative if sw is not None else 0.0),
+                            qk_abs_max=float(np.abs(qa.astype(np.float64)).max(initial=0) *
+                                             np.abs(ka.astype(np.float64)).max(initial=0)),
+                            v_abs_max=vmax_all, scale_log2=sl2, tile_n=tn)
+    except OverflowError:
+        ap = {"bound": math.inf, "terms": {}, "formula": "overflows (huge softmax_scale)"}
+    if softcap:
+        ap = {"bound": math.inf, "terms": {}, "formula": "not derived with softcap"}
     return AttentionBound(out=out_b, lse=lse_b, out_probabilistic=out_p, out_exact=out_x, lse_exact=lse_x,
                           terms=terms, lse_terms=lterms, a_priori=ap, kernel=kernel, delta=delta,
                           options={k2: getattr(opts, k2) for k2 in vars(opts)})
+
+
+@functools.lru_cache(maxsize=8)
+def _tanh_abs_error(arch: str) -> np.ndarray:
+    """e[E] >= |tanh.approx.f32(y) - tanh(y)| for every fp32 y with |y| < 2^(E - 126) (E = 0..254), computed from
+    the measured table of ``arch`` (fa4num.hw.tanh_table): per binade, identity |y - tanh y| <= |y|^3 / 3 at its
+    top; const and table entries are constant over an interval of inputs on which tanh is monotone, so their
+    largest error is at the interval's ends; plus 2^-52 for float64's tanh; then the running maximum over E.
+    Without a table (another arch, or libm): the PTX ISA's relative error, e[E] = 2^-10.987 min(1, 2^(E-126))."""
+    E = np.arange(255)
+    top = np.ldexp(1.0, E - 126)
+    t = None if arch == "libm" else tanh_table(arch)
+    if t is None:
+        return _PTX_TANH_REL * np.minimum(1.0, top)
+    err = np.zeros((2, 255))
+
+    def val(sign, e, m):
+        bits = (np.uint32(sign) << np.uint32(31)) | (np.uint32(e) << np.uint32(23)) | m.astype(np.uint32)
+        return np.abs(bits.view(np.float32).astype(np.float64))
+
+    for sgn in (0, 1):
+        for e in range(255):
+            kind = int(t["kind"][sgn, e])
+            if kind == 0:                                   # identity
+                err[sgn, e] = val(sgn, e, np.array([0x7FFFFF]))[0] ** 3 / 3
+                continue
+            if kind == 1:                                   # const
+                out = np.abs(np.array([t["const"][sgn, e]], np.uint32).view(np.float32).astype(np.float64))
+                lo, hi = val(sgn, e, np.array([0])), val(sgn, e, np.array([0x7FFFFF]))
+            else:                                           # table: groups of 2^drop mantissas
+                drop = int(t["drop"][sgn, e])
+                g = np.arange(1 << (23 - drop), dtype=np.int64)
+                out = np.abs(t["table"][t["offset"][sgn, e] + g].view(np.float32).astype(np.float64))
+                lo, hi = val(sgn, e, g << drop), val(sgn, e, ((g + 1) << drop) - 1)
+            err[sgn, e] = max(np.abs(out - np.tanh(lo)).max(), np.abs(out - np.tanh(hi)).max())
+    return np.maximum.accumulate(err.max(axis=0) * (1 + 2.0 ** -40) + 2.0 ** -52)
+
+
+def _softcap_scores(S, A, rho, *, softcap, scale, d, tanh_err):
+    """(S', rho', rho_sc): the exact soft-capped score S' = cap tanh(S scale / cap) (float64), a bound rho' on
+    |S'_kernel - S'| and its part rho_sc from the soft cap's own operations (docs/bounds.md, section 5.7).
+
+    Kernel (utils.create_softcap_scoremod, fa4num.softmax.scoremod): x = RN(S_k s32), y = RN(x / c32) (div.rn),
+    t = tanh.approx(y), S'_k = RN(c32 t), with s32, c32 the fp32 scale and cap. With a = s32/c32,
+    b = |s32/c32 - scale/cap| and |S_k - S| <= rho:
+      |y - z| <= dz = rho a + (|S| + rho) b + (|S| + rho) a gamma_2          (z = S scale / cap)
+      |S'_k - S'| <= |c32 - cap| + cap min(dz, 2) + c32 e_tanh(|z| + dz) + 2^-24 c32 (min(1, |tanh z| + dz) + e_tanh)
+    (|tanh'| <= 1), plus the float64 evaluation of S' (cap |dS| scale / cap + 2^-50 cap (1 + |z|))."""
+    u = U32
+    s32, c32 = float(np.float32(scale)), float(np.float32(softcap))
+    a = s32 / c32 * (1 + 2.0 ** -52)
+    b = abs(s32 / c32 - scale / softcap) + 2.0 ** -51 * abs(scale / softcap)
+    z = S * (scale / softcap)
+    Sx = softcap * np.tanh(z)
+    aS = np.abs(S) + rho
+    g2 = 2 * u + u * u
+    dz = (rho * a + aS * b + aS * a * g2) * (1 + 2.0 ** -40)
+    f64 = d * 2.0 ** -52 * A * abs(scale) + 2.0 ** -50 * softcap * (1 + np.abs(z))
+    yup = (np.abs(z) + dz + f64 / softcap) * (1 + 2.0 ** -40)
+    ea = tanh_err[np.clip(np.frexp(yup)[1] + 126, 0, 254)]
+    own = abs(c32 - softcap) + softcap * np.minimum(aS * (b + a * g2), 2.0) + c32 * ea \
+        + u * c32 * (np.minimum(1.0, np.abs(np.tanh(z)) + dz + 2.0 ** -50) + ea)
+    prop = softcap * np.minimum(rho * a, 2.0)
+    return Sx, (own + prop + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY
 
 
 def _s_error(Q, K, g: _Gemm, gemm: str, first, last):

@@ -7,7 +7,7 @@ model lives in fa4num.hw.mma. Measuring tables on a GPU is fa4num.gpu's job (``f
 """
 from .mufu import MufuTables, load_tables, mufu_ex2, mufu_lg2, mufu_rcp, table_provenance
 from .tables import available_archs
-from .tanh import mufu_tanh, tanh_table_available
+from .tanh import mufu_tanh, tanh_table, tanh_table_available
 
 __all__ = ["mufu_ex2", "mufu_rcp", "mufu_lg2", "load_tables", "MufuTables", "table_provenance", "available_archs",
-           "mufu_tanh", "tanh_table_available"]
+           "mufu_tanh", "tanh_table", "tanh_table_available"]

@@ -47,6 +47,12 @@ def _load(arch: str):
     return None
 
 
+def tanh_table(arch: str = "sm90"):
+    """The measured table of ``arch`` as arrays (kind, drop, const, offset: (2, 256) by sign and exponent field;
+    table: the entries), or None; for analyses that need every output, such as error bounds."""
+    return _load(arch)
+
+
 def tanh_table_available(arch: str = "sm90") -> bool:
     """Whether a measured, self-checked tanh.approx.f32 table exists for ``arch``."""
     return _load(arch) is not None
