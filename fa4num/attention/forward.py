@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
-from fa4num.hw.mma import mma_chain, mma_operand, sgemm
+from fa4num.hw.mma import mma_chain, mma_operand
 from fa4num.softmax import scoremod as _scoremod
 from fa4num.softmax import sm90 as _sm90
 from fa4num.softmax import sm100 as _sm100
@@ -253,9 +253,18 @@ class _Ctx:
     tanh_arch: str
 
 
+def _blas_gemm(a, b, c):
+    import torch
+    ta = torch.from_numpy(np.asarray(a, np.float32))
+    tb = torch.from_numpy(np.asarray(b, np.float32)).T
+    if c is None:
+        return (ta @ tb).numpy()
+    return torch.addmm(torch.from_numpy(np.asarray(c, np.float32)), ta, tb).numpy()
+
+
 def _gemm(a, b, c, ctx):
     if ctx.model == "blas":
-        return sgemm(a, b, c)
+        return _blas_gemm(a, b, c)
     return mma_chain(a, b, c, model=ctx.model, arch=ctx.accum)
 
 
@@ -303,6 +312,18 @@ def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(conv(p)).view(_NP_DTYPES[dt]).reshape(p.shape), p > limit
 
 
+def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_cast_p` for the fp32 BLAS GEMM: P rounded to bf16/fp16 (round to nearest even, as cvt.rn) but
+    kept in float32, through torch's vectorised conversion."""
+    if dt not in ("bfloat16", "float16"):
+        p_q, sat = _cast_p(p, dt)
+        return np.asarray(p_q, np.float32), sat
+    import torch
+    tp = torch.from_numpy(np.ascontiguousarray(p, np.float32))
+    limit = float(ml_dtypes.finfo(_NP_DTYPES[dt]).max)
+    return tp.to(torch.bfloat16 if dt == "bfloat16" else torch.float16).float().numpy(), p > limit
+
+
 def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0):
     """One M block of rows (a tile, or one split of it): returns (O normalised fp32 (R, dv), LSE (R,), row
     counters dict). qr: (R, d) q rows; kv: the head's :class:`_KVBlocks`; qpos: (R,) their query index in the
@@ -330,7 +351,10 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
             s = _scoremod.softcap_scores(s, softcap=ctx.softcap, softmax_scale=ctx.softmax_scale,
                                          arch=ctx.tanh_arch)
         vis = _masking.visible(qpos[:, None], cols[None, :], seqlen_q=sq, seqlen_k=sk, window=ctx.window)
-        s = np.where(vis, s, np.float32(-np.inf)).astype(np.float32)
+        if vis.all():
+            s = np.asarray(s, np.float32)
+        else:
+            s = np.where(vis, s, np.float32(-np.inf)).astype(np.float32)
         is_first = i == 0
         prev_stored = state.row_max.copy()
         with np.errstate(invalid="ignore"):
@@ -356,7 +380,7 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
             rescale = np.repeat(want.reshape(-1, 32).any(axis=1), 32)[:r]
         with np.errstate(invalid="ignore"):
             cnt["rescales_done"] += (~is_first) & np.isfinite(prev_stored) & (state.row_max > prev_stored)
-        p_q, sat = _cast_p(p, ctx.dt)
+        p_q, sat = _cast_p_blas(p, ctx.dt) if ctx.model == "blas" else _cast_p(p, ctx.dt)
         cnt["p_saturated"] += sat.sum(axis=1).astype(np.int32)
         with np.errstate(invalid="ignore", over="ignore"):
             if not is_first:
@@ -372,6 +396,46 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
 
 
 _POOL = []
+_MERGE_ROWS = 8192
+
+
+def _map_runs(fn, items) -> list:
+    """:func:`_map_blocks` for the statistical mode's runs, with torch on one thread meanwhile: our threads
+    already share the runs, and torch's OpenMP threads spinning next to numba's on the same cores slow both
+    down several times over."""
+    import numba
+    import torch
+
+    def one_thread(x):
+        # numba's parallel loops on this worker only (set_num_threads is thread-local): no oversubscription
+        n = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            return fn(x)
+        finally:
+            numba.set_num_threads(n)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _map_blocks(one_thread, items)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _merge_blocks(nmb, ranges, *, max_blocks) -> list:
+    """[(first, end)] runs of consecutive M blocks that visit the same KV blocks (``ranges(mb)`` equal), at most
+    about one per thread and at most ``max_blocks`` each: the statistical mode runs each as one tall tile (its
+    rows are independent and its arithmetic row-wise), so that numpy's per-call costs are paid once per KV
+    block of a run instead of once per tile."""
+    import numba
+    per = max(1, min(max_blocks, -(-nmb // numba.get_num_threads())))
+    out, start = [], 0
+    for mb in range(1, nmb + 1):
+        if mb == nmb or mb - start >= per or ranges(mb) != ranges(start):
+            out.append((start, mb))
+            start = mb
+    return out
 
 
 def _map_blocks(fn, items) -> list:
@@ -711,8 +775,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
     nonfinite : {"propagate", "raise"}
         "propagate" (default): NaN/inf in q/k/v give the kernel's bits; "raise": ValueError naming the input.
     **options
-        ``mode`` = "bitexact" (default) or "statistical" (fp32 GEMMs, :func:`fa4num.hw.mma.sgemm`; numpy
-        exp2/rcp/log2); kernel knobs (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``;
+        ``mode`` = "bitexact" (default) or "statistical" (fp32 GEMMs through torch; numpy
+        exp2/rcp/log2; M tiles with the same KV blocks run as one tall tile per thread); kernel knobs (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``;
         fa4-sm90 ``ffma_exponent``;
         fa4-sm100 ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``,
         ``ex2_emu_start_frg``, ``poly_degree``, ``coeffs``, ``use_2cta_instrs``, ``is_sm103``, ``fused_bias``).
@@ -811,9 +875,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
                 cnt_all = {n: np.zeros(nrows, np.int32) for n in ("rescale_events", "rescales_done",
                                                                    "p_saturated", "kv_blocks")}
                 cnt_all["max_lag"] = np.zeros(nrows, np.float32)
-                def run_mb(mb):
+                def run_mb(item):
                     # run to completion (below) before the loop variables it reads move on
-                    rs = slice(mb * opts.tile_m, min((mb + 1) * opts.tile_m, nrows))
+                    mb, mb_end = item
+                    rs = slice(mb * opts.tile_m, min(mb_end * opts.tile_m, nrows))
                     qr = seq.q[rows_q[rs], rows_h[rs]]
                     sink_rows = None if sink is None else sink[rows_h[rs]]
                     parts = []
@@ -832,7 +897,17 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
                     cnt["max_lag"] = np.max([p[2]["max_lag"] for p in parts], axis=0)
                     return rs, o_mb, l_mb, cnt
 
-                for rs, o_mb, l_mb, cnt in _map_blocks(run_mb, range(-(-nrows // opts.tile_m))):
+                nmb = -(-nrows // opts.tile_m)
+                if model == "blas":
+                    items = _merge_blocks(nmb, lambda mb: tuple(
+                        _masking.n_block_range(mb, tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq, seqlen_k=sk,
+                                               window=window, qhead_per_kvhead_packgqa=ng, split_idx=split,
+                                               num_splits=num_splits) for split in range(num_splits)),
+                        max_blocks=_MERGE_ROWS // opts.tile_m)
+                    done = _map_runs(run_mb, items)
+                else:
+                    done = _map_blocks(run_mb, [(mb, mb + 1) for mb in range(nmb)])
+                for rs, o_mb, l_mb, cnt in done:
                     o_all[rs], l_all[rs] = o_mb, l_mb
                     for n, val in cnt.items():
                         cnt_all[n][rs] = val

@@ -74,15 +74,15 @@ def fadd_reduce(p: np.ndarray, init) -> np.ndarray:
     n = p.shape[1]
     if n % 8:
         raise ValueError(f"row length must be a multiple of 8 for the arch-100 reduction, got {n}")
-    acc = [p[:, m].copy() for m in range(8)]
+    p = f32(p)
+    acc = p[:, :8].copy()      # the eight accumulators side by side: the same adds, one array op per step
     if init is not None:
-        acc[0] = f32(init) + p[:, 0]
-        acc[1] = np.float32(0) + p[:, 1]
+        acc[:, 0] = f32(init) + p[:, 0]
+        acc[:, 1] = np.float32(0) + p[:, 1]
     for i in range(8, n, 8):
-        for m in range(8):
-            acc[m] = acc[m] + p[:, i + m]
-    a0, a1 = acc[0] + acc[2], acc[1] + acc[3]
-    a4, a5 = acc[4] + acc[6], acc[5] + acc[7]
+        acc += p[:, i:i + 8]
+    a0, a1 = acc[:, 0] + acc[:, 2], acc[:, 1] + acc[:, 3]
+    a4, a5 = acc[:, 4] + acc[:, 6], acc[:, 5] + acc[:, 7]
     a0, a1 = a0 + a4, a1 + a5
     return a0 + a1
 
