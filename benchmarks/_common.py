@@ -44,6 +44,20 @@ def fresh_process_json(code: str, *, env: dict | None = None) -> dict:
     return res
 
 
+def interleaved_seconds(contenders: dict, rounds: int) -> dict[str, list[float]]:
+    """Wall seconds of each zero-argument callable, ``rounds`` times, interleaved round by round (one untimed
+    warm-up call each first), so that a load spike on a shared machine stretches every contender alike."""
+    times = {name: [] for name in contenders}
+    for fn in contenders.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def write_result(result: dict, path: str | Path, before: dict) -> Path:
     """Attach provenance and the machine state before/after, write JSON, return the path."""
     from fa4num.provenance import provenance

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
-from _common import fresh_process_json, machine_state, write_result
+from _common import fresh_process_json, interleaved_seconds, machine_state, write_result
 from fa4num.attention import backward, forward, inputs
 
 _FIRST_CALL = """
@@ -57,14 +56,7 @@ def main(argv=None) -> int:
         "forward_bitexact": lambda: forward(q, k, v, causal=args.causal),
         "backward_bitexact": lambda: backward(q, k, v, fw.out, dout, fw.lse, causal=args.causal),
     }
-    times = {name: [] for name in contenders}
-    for fn in contenders.values():
-        fn()
-    for _ in range(args.rounds):
-        for name, fn in contenders.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
+    times = interleaved_seconds(contenders, args.rounds)
     med = {name: statistics.median(t) for name, t in times.items()}
     ratio = med["backward_bitexact"] / med["forward_bitexact"]
     result = {"shape": [b, s, h, d], "causal": args.causal, "rounds": args.rounds, "warm_median_seconds": med,

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
-from _common import machine_state, write_result
+from _common import interleaved_seconds, machine_state, write_result
 from fa4num.attention import forward, inputs
 from fa4num.bounds import attention_error_bound
 
@@ -43,14 +42,7 @@ def main(argv=None) -> int:
             "forward_bitexact": lambda: forward(q, k, v, causal=args.causal, kernel=kernel),
             "attention_error_bound": lambda: attention_error_bound(q, k, v, causal=args.causal, kernel=kernel),
         }
-        times = {name: [] for name in contenders}
-        for fn in contenders.values():
-            fn()
-        for _ in range(args.rounds):
-            for name, fn in contenders.items():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+        times = interleaved_seconds(contenders, args.rounds)
         med = {name: statistics.median(t) for name, t in times.items()}
         ratio = med["attention_error_bound"] / med["forward_bitexact"]
         kernels[kernel] = {"seconds": times, "median_seconds": med, "ratio_bound_vs_forward": ratio,
