@@ -306,12 +306,16 @@ def test_bad_cu_seqlens(cu, match):
         forward(q[0], k[0], v[0], cu_seqlens_q=np.int32(cu), cu_seqlens_k=np.int32([0, 20]))
 
 
-def test_window_wider_than_the_sequence_masks_nothing():
-    """FA4 accepts it (no check in interface.py): such a side simply hides no key."""
+def test_window_as_wide_as_the_sequence_masks_nothing_and_wider_is_refused():
+    """left = seqlen_k and right = seqlen_q are the widest sides accepted; they hide no key (masked_by_window
+    is 0, the bits are those of no window). One more on either side is refused, naming window_size."""
     q, k, v = _qkv(sq=20, sk=30)
-    wide = forward(q, k, v, window_size=(1000, 1000))
+    wide = forward(q, k, v, window_size=(30, 20))
     full = forward(q, k, v)
     assert np.array_equal(_bits(wide.out), _bits(full.out)) and (wide.stats.masked_by_window == 0).all()
+    for ws, side in (((31, 20), "left"), ((30, 21), "right")):
+        with pytest.raises(ValueError, match=f"window_size {side} must be in"):
+            forward(q, k, v, window_size=ws)
 
 
 def test_split_kv_on_sm100_only_and_seqlen_k_zero():

@@ -1,7 +1,7 @@
 """Bad feature options give the same clear ValueError, naming the argument, from every entry point that takes
 them: forward, backward and the two fp64 references (issue 10's list: a window too large, a sink of the wrong
-shape, cu_seqlens not increasing, softcap < 0); and a window wider than the sequence, which FA4 accepts, is
-accepted everywhere and masks nothing."""
+shape, cu_seqlens not increasing, softcap < 0). A window side wider than the sequence masks nothing; FA4 accepts
+it, fa4num refuses it (pass None: the same bits, tested here), and a window as wide as the sequence is accepted."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fa4num.attention import backward, forward
+from fa4num.attention.masking import check_window_range, resolve_window
 from fa4num.attention.reference import attention_fp64, backward_fp64
 
 BF16 = ml_dtypes.bfloat16
@@ -37,8 +38,11 @@ def _call(entry, varlen=False, **kw):
 
 ENTRIES = ["forward", "backward", "attention_fp64", "backward_fp64"]
 BAD = {
-    # FA4 adds window sizes to Int32 row offsets: past 2^31 - 1 - seqlen_q - seqlen_k - 512 they would wrap
-    "window-overflows-int32": (dict(window_size=(2 ** 31 - 100, 0)), r"window_size left must be in \[0, \d+\]"),
+    # the sequences are 20 long: a left side above seqlen_k, or a right side above seqlen_q, masks nothing
+    "window-left-wider-than-sequence": (dict(window_size=(21, 0)), r"window_size left must be in \[0, 20\] \(seqlen_k"),
+    "window-right-wider-than-sequence": (dict(window_size=(3, 4096)),
+                                         r"window_size right must be in \[0, 20\] \(seqlen_q"),
+    "window-int32-max": (dict(window_size=(2 ** 31 - 100, 0)), r"window_size left must be in \[0, 20\]"),
     "window-negative-side": (dict(window_size=(-1, 4)), "window_size left must be >= 0"),
     "sink-wrong-shape": (dict(learnable_sink=np.zeros(3, np.float32)), r"learnable_sink .*shape \(heads,\) = \(2,\)"),
     "sink-not-float": (dict(learnable_sink=np.zeros(2, np.int32)), "learnable_sink must be a float array"),
@@ -64,15 +68,36 @@ def test_cu_seqlens_not_increasing(entry, cu):
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
-def test_window_wider_than_the_sequence_is_accepted_and_masks_nothing(entry):
-    """FA4 accepts a window wider than the sequence (interface.py checks nothing; the mask then hides no key on
-    that side), and models with a fixed window run on shorter sequences all the time: a ValueError here would
-    refuse what the kernel computes. So it is accepted, and equals attention without that bound."""
-    wide, full = _arrays(entry, _call(entry, window_size=(4096, 4096))), _arrays(entry, _call(entry))
+def test_window_as_wide_as_the_sequence_is_accepted_and_equals_none(entry):
+    """The widest accepted window (left = seqlen_k, right = seqlen_q) masks nothing: the same bits as no bound,
+    which is what the refusal of a wider window tells the user to pass instead; a narrow one differs."""
+    wide, full = _arrays(entry, _call(entry, window_size=(20, 20))), _arrays(entry, _call(entry))
     for a, b in zip(wide, full):
         assert np.array_equal(np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64))
     narrow = _arrays(entry, _call(entry, window_size=(3, 3)))
     assert not np.array_equal(np.asarray(narrow[0]).astype(np.float64), np.asarray(full[0]).astype(np.float64))
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_window_bound_is_the_longest_sequence_not_max_seqlen(entry):
+    """Varlen: a window between the shorter and the longer sequence still masks keys of the longer one and is
+    accepted; the bound is the longest actual sequence, not a larger declared max_seqlen_k."""
+    cu = np.int32([0, 12, 40])
+    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, window_size=(25, 0))
+    if entry in ("forward", "attention_fp64"):
+        kw.update(max_seqlen_q=64, max_seqlen_k=64)
+    _call(entry, varlen=True, **kw)
+    with pytest.raises(ValueError, match=r"window_size left must be in \[0, 28\]"):
+        _call(entry, varlen=True, **{**kw, "window_size": (29, 0)})
+
+
+def test_window_past_int32_offsets_is_refused():
+    """FA4 adds window sizes to Int32 row offsets: with sequences near 2^30 tokens even a window inside the
+    sequence could wrap (checked on the function, since such arrays do not fit in memory)."""
+    w = resolve_window(False, (1000, 0))
+    check_window_range(w, seqlen_q=2 ** 20, seqlen_k=2 ** 20)
+    with pytest.raises(ValueError, match="FA4 adds it to Int32 row offsets, which would wrap"):
+        check_window_range(w, seqlen_q=2 ** 30, seqlen_k=2 ** 30)
 
 
 def _arrays(entry, result):

@@ -110,6 +110,59 @@ def backward_cases(holdout: bool) -> list[dict]:
     ]
 
 
+def wide_window_cases(backward: bool) -> list[dict]:
+    """Windows with a side wider than the sequence (left > seqlen_k or right > seqlen_q): FA4 accepts them,
+    fa4num refuses them and tells the user to pass None for that side. These cases record what FA4 computes,
+    so that a test can show the None call gives the same bits (tests/test_window_refusal_golden.py)."""
+    if backward:
+        return [
+            _c("bwd_wide_causal_d128", sq=240, sk=300, causal=True, window_size=[4096, 0], backward=True,
+               seed=3001),
+            _c("bwd_wide_sym_d64", d=64, sq=200, sk=260, window_size=[261, 201], backward=True, seed=3002),
+        ]
+    return [
+        _c("wide_causal_d128", sq=300, sk=300, causal=True, window_size=[5000, 0], seed=3011),
+        _c("wide_both_nc_d128", sq=200, sk=333, window_size=[4096, 4096], seed=3012),
+        _c("wide_left_d64", d=64, sq=230, sk=333, window_size=[334, 30], seed=3013),
+        _c("wide_right_d128", sq=190, sk=260, window_size=[40, 191], seed=3014),
+        _c("wide_varlen_gqa_d128", h=4, hk=2, window_size=[151, 16], sink_mult=2.0,
+           varlen={"seqlens_q": [90, 150], "seqlens_k": [120, 150]}, sq=0, sk=0, seed=3015),
+    ]
+
+
+def narrowed(case: dict) -> dict:
+    """The case with each window side wider than the (longest) sequence replaced by None, the call fa4num's
+    refusal asks for instead."""
+    vl = case.get("varlen")
+    sq = max(vl["seqlens_q"]) if vl else case["seqlen_q"]
+    sk = max(vl["seqlens_k"]) if vl else case["seqlen_k"]
+    left, right = case["window_size"]
+    return {**case, "window_size": [None if left is not None and left > sk else left,
+                                    None if right is not None and right > sq else right]}
+
+
+def compare_wide_with_none(path, prov, torch):
+    """On the GPU itself: FA4 with the wide window against FA4 with the narrowed (None) window, every bit of
+    out, LSE and (backward cases) dq/dk/dv."""
+    rows = []
+    for case in wide_window_cases(False) + wide_window_cases(True):
+        arrays = inputs.make_feature_inputs(case)
+        grad = bool(case.get("backward"))
+        a = _call(case, arrays, torch, grad=grad)
+        b = _call(narrowed(case), arrays, torch, grad=grad)
+        ta = [a[0], a[1].float()] + (list(a[2]) if grad else [])
+        tb = [b[0], b[1].float()] + (list(b[2]) if grad else [])
+        equal = all(torch.equal(x.view(torch.int16) if x.element_size() == 2 else x.view(torch.int32),
+                                y.view(torch.int16) if y.element_size() == 2 else y.view(torch.int32))
+                    for x, y in zip(ta, tb))
+        rows.append({"name": case["name"], "window_size": case["window_size"],
+                     "narrowed": narrowed(case)["window_size"], "arrays": ["out", "lse"] + (["dq", "dk", "dv"]
+                                                                                            if grad else []),
+                     "bit_equal": bool(equal)})
+        print(f"{case['name']}: wide vs None bit-equal={equal}", flush=True)
+    path.write_text(json.dumps({"provenance": prov, "cases": rows}, indent=1))
+
+
 def _provenance(torch, rev):
     def ver(p):
         try:
@@ -255,7 +308,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--rev", default=None)
-    ap.add_argument("--parts", default="fwd,bwd,baselines")
+    ap.add_argument("--parts", default="fwd,bwd,baselines", help="any of fwd,bwd,baselines,wide")
     ap.add_argument("--nd-reps", type=int, default=5)
     ap.add_argument("--skip", default="", help="comma-separated file tags to skip, e.g. features_dev")
     args = ap.parse_args()
@@ -272,6 +325,12 @@ def main() -> int:
         if "bwd" in parts:
             capture(backward_cases(hold), out / f"fa4_sm90_bwd_{tag}_h200.npz", prov, torch, backward=True,
                     nd_reps=0 if hold else args.nd_reps)
+    if "wide" in parts:
+        capture(wide_window_cases(False), out / "fa4_sm90_wide_window_h200.npz", prov, torch, backward=False,
+                nd_reps=0)
+        capture(wide_window_cases(True), out / "fa4_sm90_bwd_wide_window_h200.npz", prov, torch, backward=True,
+                nd_reps=0)
+        compare_wide_with_none(out / "wide_window_vs_none_h200.json", prov, torch)
     if "baselines" in parts:
         baselines(out / "baselines_h200.json", torch)
     return 0

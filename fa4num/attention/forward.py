@@ -702,7 +702,10 @@ def prepare_forward(qa, ka, va, *, softmax_scale=None, causal=False, kernel="fa4
         raise ValueError(f"num_splits must be <= {MAX_SPLITS} (the combine kernel's limit), got {num_splits}")
     varlen_q = cu_seqlens_q is not None
     msk = max((s.k.shape[0] for s in seqs), default=0) if max_seqlen_k is None else int(max_seqlen_k)
-    _masking.check_window_range(window, seqlen_q=msq, seqlen_k=msk)
+    # the longest sequences themselves (max_seqlen_q/k may be declared larger): a window side wider than these
+    # masks nothing and is refused
+    _masking.check_window_range(window, seqlen_q=max((s.q.shape[0] for s in seqs), default=0),
+                                seqlen_k=max((s.k.shape[0] for s in seqs), default=0))
     page_size = ka.shape[1] if page_table is not None else None
     if pack_gqa is not None and not isinstance(pack_gqa, (bool, np.bool_)):
         raise ValueError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
@@ -755,9 +758,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
         >= 0; 0 disables. score <- softcap * tanh(score * scale / softcap) (tanh.approx.f32).
     window_size : (left, right)
         Sliding window (None = unbounded side), bottom-right aligned like causal; see
-        :func:`fa4num.attention.masking.resolve_window`. A window wider than the sequence masks nothing and
-        is accepted, as FA4 accepts it (models with a fixed window run on shorter sequences); a side too large
-        for the kernel's Int32 mask arithmetic raises (:func:`fa4num.attention.masking.check_window_range`).
+        :func:`fa4num.attention.masking.resolve_window`. A left side above seqlen_k or a right side above
+        seqlen_q (the longest sequence) masks nothing; FA4 accepts it, fa4num raises a ValueError naming
+        ``window_size`` (pass None: the same bits); see :func:`fa4num.attention.masking.check_window_range`.
     learnable_sink : array (heads,), optional
         One extra softmax logit per q head (natural-log units, not scaled) with no value row.
     pack_gqa : bool, optional

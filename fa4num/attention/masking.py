@@ -7,10 +7,10 @@ seqlen_q``, key ``j`` is visible from query ``i`` iff ``j < seqlen_k`` and
 the window (None, 0). ``interface.py`` ``_resolve_causal_local_window`` puts the options in canonical form
 (:func:`resolve_window`); ``mask.py`` ``AttentionMask.apply_mask`` (SM90) and ``apply_mask_sm100`` apply them
 and ``block_info.py`` ``BlockInfo.get_n_block_min_max`` / ``get_m_block_min_max`` bound the KV (query) blocks
-a tile visits. Windows larger than the sequence are legal in FA4 and simply mask nothing on that side
-(fa4num accepts them too: a model with a fixed window, such as Mistral's 4096, runs on shorter sequences all the
-time); only a window so large that the kernel's Int32 index arithmetic would wrap is refused
-(:func:`check_window_range`).
+a tile visits. A window side larger than the sequence masks nothing on that side; FA4 accepts it, fa4num
+refuses it (:func:`check_window_range`) so that a window meant for longer sequences is not silently a no-op:
+pass None for "no bound", which FA4 computes with the same bits (tested). A window so large that the kernel's
+Int32 index arithmetic would wrap is refused too.
 """
 from __future__ import annotations
 
@@ -80,36 +80,66 @@ _MAX_TILE = 512
 
 
 def check_window_range(window: Window, *, seqlen_q: int, seqlen_k: int) -> None:
-    """Refuse a window that FA4's Int32 mask arithmetic cannot hold; accept any other, however wide.
+    """Refuse a window side larger than the sequence or beyond FA4's Int32 mask arithmetic.
 
-    ``mask.py`` ``AttentionMask.apply_mask`` adds ``window_size_right`` to (and subtracts ``window_size_left``
-    from) the Int32 ``causal_row_offset = 1 + seqlen_k - n_block * tile_n - seqlen_q`` plus the row index, and
-    ``BlockInfo.get_m_block_min_max`` adds ``window_size_left`` to ``(n_block + 1) * tile_n + seqlen_q -
-    seqlen_k``: a side larger than ``2**31 - 1 - seqlen_q - seqlen_k - 512`` could wrap there, and the kernel
-    would mask keys it should show. A window wider than the sequence but inside that range is what FA4
-    accepts and masks nothing on that side; ``None`` says "no bound" without any limit.
+    With FA4's bottom-right alignment the left side limits ``diag - j``, at most ``seqlen_k - 1``, and the
+    right side limits ``j - diag``, at most ``seqlen_q - 1`` (``diag = i + seqlen_k - seqlen_q``): a left side
+    above ``seqlen_k`` or a right side above ``seqlen_q`` (the longest sequence, for varlen) masks nothing.
+    FA4 (``interface.py``) accepts it; fa4num refuses it, naming the argument, because such a window is most
+    likely a model's window applied to a shorter sequence by mistake, and ``None`` ("no bound") gives the same
+    bits. ``mask.py`` ``AttentionMask.apply_mask`` also adds ``window_size_right`` to (and subtracts
+    ``window_size_left`` from) the Int32 ``causal_row_offset = 1 + seqlen_k - n_block * tile_n - seqlen_q``
+    plus the row index, and ``BlockInfo.get_m_block_min_max`` adds ``window_size_left`` to ``(n_block + 1) *
+    tile_n + seqlen_q - seqlen_k``: a side above ``2**31 - 1 - seqlen_q - seqlen_k - 512`` could wrap there
+    (only reachable with sequences near 2**30 tokens).
 
     Raises
     ------
     ValueError
-        naming ``window_size`` and the allowed range.
+        naming ``window_size``, the side and the allowed range.
 
     Examples
     --------
-    >>> check_window_range(resolve_window(False, (4096, 0)), seqlen_q=100, seqlen_k=100)   # wider: accepted
-    >>> check_window_range(resolve_window(False, (2**31 - 1, 0)), seqlen_q=100, seqlen_k=100)
+    >>> check_window_range(resolve_window(False, (100, 0)), seqlen_q=100, seqlen_k=100)   # as wide as it: ok
+    >>> check_window_range(resolve_window(False, (4096, 0)), seqlen_q=100, seqlen_k=100)
     Traceback (most recent call last):
     ...
-    ValueError: window_size left must be in [0, 2147482935] (or None for no bound) with seqlen_q=100 and seqlen_k=100: FA4 adds it to Int32 row offsets, which would wrap; got 2147483647
+    ValueError: window_size left must be in [0, 100] (seqlen_k, the longest key sequence), got 4096: a wider window masks nothing on that side; pass None for no bound (the same bits; masking.without_wide_sides does it)
     """
     if not window.local:
         return
-    limit = INT32_MAX - int(seqlen_q) - int(seqlen_k) - _MAX_TILE
-    for side, w in (("left", window.left), ("right", window.right)):
-        if w is not None and w > limit:
-            raise ValueError(f"window_size {side} must be in [0, {limit}] (or None for no bound) with "
-                             f"seqlen_q={seqlen_q} and seqlen_k={seqlen_k}: FA4 adds it to Int32 row offsets, "
-                             f"which would wrap; got {w}")
+    wrap = INT32_MAX - int(seqlen_q) - int(seqlen_k) - _MAX_TILE
+    for side, w, name, n in (("left", window.left, "seqlen_k", int(seqlen_k)),
+                             ("right", window.right, "seqlen_q", int(seqlen_q))):
+        if w is None:
+            continue
+        if w > n:
+            raise ValueError(f"window_size {side} must be in [0, {n}] ({name}, the longest "
+                             f"{'key' if side == 'left' else 'query'} sequence), got {w}: a wider window masks "
+                             f"nothing on that side; pass None for no bound (the same bits; "
+                             f"masking.without_wide_sides does it)")
+        if w > wrap:
+            raise ValueError(f"window_size {side} must be in [0, {wrap}] with seqlen_q={seqlen_q} and "
+                             f"seqlen_k={seqlen_k}: FA4 adds it to Int32 row offsets, which would wrap; got {w}")
+
+
+def without_wide_sides(window_size, *, seqlen_q: int, seqlen_k: int) -> tuple:
+    """``window_size`` with each side wider than the sequence replaced by None (no bound), the call that
+    :func:`check_window_range`'s refusal asks for: left above ``seqlen_k`` or right above ``seqlen_q`` (the
+    longest sequence, for varlen) masks nothing, and FA4 gives the same bits either way (checked on the H200,
+    ``tests/test_window_refusal_golden.py``). Use it explicitly when applying a model's fixed window to
+    shorter sequences.
+
+    Examples
+    --------
+    >>> without_wide_sides((4096, 0), seqlen_q=100, seqlen_k=100)
+    (None, 0)
+    >>> without_wide_sides((64, 4096), seqlen_q=100, seqlen_k=100)
+    (64, None)
+    """
+    left, right = _check_window_size(window_size)
+    return (None if left is not None and left > seqlen_k else left,
+            None if right is not None and right > seqlen_q else right)
 
 
 def visible(rows, cols, *, seqlen_q: int, seqlen_k: int, window: Window) -> np.ndarray:

@@ -100,7 +100,7 @@ def attention_fp64(q, k, v, *, softmax_scale=None, causal=False, softcap=0.0, wi
     Returns (out float64 in q's layout with head_dim_v, lse float64 (batch, heads, seqlen_q) or (heads,
     total_q) with ``cu_seqlens_q``). Options as :func:`fa4num.attention.forward`, checked as it checks them
     (a ValueError names the bad one): ``softcap`` > 0 with the exact tanh, bottom-right aligned causal and
-    ``window_size`` masks (a window wider than the sequence masks nothing, as in FA4), ``learnable_sink`` as an
+    ``window_size`` masks (a side wider than the sequence is refused, as in ``forward``), ``learnable_sink`` as an
     extra logit per head with no value row, varlen (``cu_seqlens_q/k``, ``max_seqlen_q/k`` at least the
     longest sequence), paged KV, fp8 descales (S scaled by q_descale * k_descale, O by v_descale, per (batch,
     kv head)). ``pack_gqa`` (None, True or False) only changes how the kernel tiles the heads, not the exact
