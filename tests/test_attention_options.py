@@ -106,3 +106,17 @@ def _arrays(entry, result):
     if entry == "attention_fp64":
         return result
     return result.dq, result.dk, result.dv
+
+
+def test_the_bound_checks_the_window_like_forward():
+    """attention_error_bound takes forward's options and refuses the same windows; for varlen against the
+    longest sequence (a window wider than the shorter sequence alone is accepted, as by forward)."""
+    from fa4num.bounds import attention_error_bound
+    q, k, v, _ = _inputs()
+    with pytest.raises(ValueError, match=r"window_size left must be in \[0, 20\]"):
+        attention_error_bound(q, k, v, window_size=(21, 0))
+    qv, kv, vv, _ = _inputs(varlen=True)
+    cu = np.int32([0, 12, 40])
+    attention_error_bound(qv, kv, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, window_size=(25, 0))
+    with pytest.raises(ValueError, match=r"window_size left must be in \[0, 28\]"):
+        attention_error_bound(qv, kv, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, window_size=(29, 0))

@@ -68,3 +68,14 @@ def test_torch_tiles_agree_with_one_tile(kernel, causal, sq, sk, h, hk, tile):
     assert (o1 - o2).abs().max() <= 2.0 ** -7 * o1.abs().max()
     assert (o1 != o2).float().mean() < 0.01
     assert torch.allclose(one.lse, tiled.lse, atol=1e-5, rtol=0)
+
+
+def test_takes_the_ml_dtypes_arrays_forward_takes():
+    """forward takes ml_dtypes bf16 numpy arrays; forward_torch takes the same arrays (their bits, reinterpreted)
+    and gives what it gives for the equal torch tensors."""
+    import ml_dtypes
+    from fa4num.attention import forward_torch
+    a = np.random.default_rng(3).standard_normal((1, 40, 2, 64)).astype(ml_dtypes.bfloat16)
+    t = torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    got, want = forward_torch(a, a, a, causal=True), forward_torch(t, t, t, causal=True)
+    assert got.out.dtype == torch.bfloat16 and torch.equal(got.out, want.out) and torch.equal(got.lse, want.lse)

@@ -338,6 +338,22 @@ def _pick_backend(backend, dev, setup):
     return run
 
 
+# ml_dtypes arrays (what fa4num.attention.forward takes) have no torch counterpart in torch.as_tensor: move
+# their bits (same width, same encoding) and reinterpret them
+_ML_TO_TORCH = {"bfloat16": ("int16", "bfloat16"), "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
+                "float8_e5m2": ("uint8", "float8_e5m2")}
+
+
+def _as_tensor(x, torch):
+    if isinstance(x, torch.Tensor):
+        return x
+    a = np.asarray(x)
+    if a.dtype.name in _ML_TO_TORCH:
+        raw, name = _ML_TO_TORCH[a.dtype.name]
+        return torch.from_numpy(np.ascontiguousarray(a).view(raw)).view(getattr(torch, name))
+    return torch.as_tensor(a)
+
+
 def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
                   window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None,
                   cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, page_table=None, nonfinite="raise",
@@ -379,7 +395,7 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     ((1, 64, 2, 64), torch.bfloat16, (1, 2, 64), 47)
     """
     import torch
-    q, k, v = (x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in (q, k, v))
+    q, k, v = (_as_tensor(x, torch) for x in (q, k, v))
     if not isinstance(max_tile_elems, int) or max_tile_elems < 1 << 16:
         raise ValueError(f"max_tile_elems must be an int >= 65536, got {max_tile_elems!r}")
     if "num_splits" in options:

@@ -260,6 +260,10 @@ def _bound_varlen(q, k, v, cu_q, cu_k, max_q, *, softmax_scale, causal, kernel, 
     if np.any((lk == 0) & (lq > 0)):
         raise ValueError("cu_seqlens_k: a sequence with queries and no key is not modelled by the bound")
     cfg_sq = int(lq.max(initial=0)) if max_q is None else int(max_q)
+    # the forward's window check, against the longest sequences (per sequence below, a window wider than a
+    # short sequence is legal: it is not wider than the batch's longest)
+    masking.check_window_range(masking.resolve_window(bool(causal), options.get("window_size", (None, None))),
+                               seqlen_q=int(lq.max(initial=0)), seqlen_k=int(lk.max(initial=0)))
     h, d = qa.shape[1], qa.shape[2]
     out = np.zeros(qa.shape)
     out_p = np.zeros(qa.shape)
@@ -331,6 +335,8 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     options = dict(options)
     softcap = check_softcap(options.pop("softcap", 0.0))
     window = masking.resolve_window(bool(causal), options.pop("window_size", (None, None)))
+    if not varlen_q:
+        masking.check_window_range(window, seqlen_q=sq, seqlen_k=sk)
     causal = window.causal
     sink = options.pop("learnable_sink", None)
     if sink is not None:
