@@ -323,22 +323,136 @@ def min(a, b, *, ftz=False):  # noqa: A001 -- the PTX name
 
 
 def add_f32x2(a, b, *, rounding="rn", ftz=False):
-    """PTX ``add{.rnd}{.ftz}.f32x2 d, a, b`` (sm_100+): operands of shape (..., 2), element [..., 0] is the low
-    32-bit half of the .b64 register (``mov.b64 r, {x, y}`` puts x there). Two independent fp32 adds."""
+    """PTX ``add{.rnd}{.ftz}.f32x2 d, a, b`` (sm_100+): two independent fp32 adds, one per 32-bit half.
+
+    Element [..., 0] is the low 32-bit half of the .b64 register (``mov.b64 r, {x, y}`` puts x there); each half
+    is rounded once, as ``add`` rounds it, and the halves never interact.
+
+    Parameters
+    ----------
+    a, b : float32 arrays (or torch float32 tensors, or exact Python numbers)
+        Broadcast to a shape (..., 2): [..., 0] is the low half of the .b64 register, [..., 1] the high half.
+    rounding : {"rn", "rz", "rm", "rp"}
+        PTX's rounding modifier, applied to both halves.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands and results become zeros of their sign.
+
+    Returns
+    -------
+    float32 array of the broadcast shape (a tensor on the inputs' device for tensor inputs)
+
+    Raises
+    ------
+    ValueError
+        When an operand is not float32, the operands do not broadcast to a shape ending in 2, or rounding / ftz
+        is not one of the allowed values.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> add_f32x2(np.array([1.0, 2.0], np.float32), np.float32(2 ** -24), rounding="rp")   # each half rounds up
+    array([1.0000001, 2.0000002], dtype=float32)
+    """
     return _run(_add_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)), pair=True)
 
 
 def sub_f32x2(a, b, *, rounding="rn", ftz=False):
-    """PTX ``sub{.rnd}{.ftz}.f32x2`` (sm_100+): two independent fp32 subtractions, halves as in add_f32x2."""
+    """PTX ``sub{.rnd}{.ftz}.f32x2 d, a, b`` (sm_100+): two independent fp32 subtractions a - b.
+
+    Halves as in add_f32x2; each rounded once.
+
+    Parameters
+    ----------
+    a, b : float32 arrays (or torch float32 tensors, or exact Python numbers)
+        Broadcast to a shape (..., 2): [..., 0] is the low half of the .b64 register, [..., 1] the high half.
+    rounding : {"rn", "rz", "rm", "rp"}
+        PTX's rounding modifier, applied to both halves.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands and results become zeros of their sign.
+
+    Returns
+    -------
+    float32 array of the broadcast shape (a tensor on the inputs' device for tensor inputs)
+
+    Raises
+    ------
+    ValueError
+        When an operand is not float32, the operands do not broadcast to a shape ending in 2, or rounding / ftz
+        is not one of the allowed values.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sub_f32x2(np.array([[1.0, 2.0]], np.float32), np.array([[2 ** -24, 2 ** -23]], np.float32), rounding="rz")
+    array([[0.99999994, 1.9999999 ]], dtype=float32)
+    """
     return _run(_sub_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)), pair=True)
 
 
 def mul_f32x2(a, b, *, rounding="rn", ftz=False):
-    """PTX ``mul{.rnd}{.ftz}.f32x2`` (sm_100+): two independent fp32 products, halves as in add_f32x2."""
+    """PTX ``mul{.rnd}{.ftz}.f32x2 d, a, b`` (sm_100+): two independent fp32 products.
+
+    Halves as in add_f32x2; each rounded once.
+
+    Parameters
+    ----------
+    a, b : float32 arrays (or torch float32 tensors, or exact Python numbers)
+        Broadcast to a shape (..., 2): [..., 0] is the low half of the .b64 register, [..., 1] the high half.
+    rounding : {"rn", "rz", "rm", "rp"}
+        PTX's rounding modifier, applied to both halves.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands and results become zeros of their sign.
+
+    Returns
+    -------
+    float32 array of the broadcast shape (a tensor on the inputs' device for tensor inputs)
+
+    Raises
+    ------
+    ValueError
+        When an operand is not float32, the operands do not broadcast to a shape ending in 2, or rounding / ftz
+        is not one of the allowed values.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([2 ** -70, 2 ** -70], np.float32)
+    >>> mul_f32x2(x, x), mul_f32x2(x, x, ftz=True)   # 2^-140 is subnormal: .ftz flushes it
+    (array([7.17e-43, 7.17e-43], dtype=float32), array([0., 0.], dtype=float32))
+    """
     return _run(_mul_loop, ("a", "b"), (a, b), (check_rounding(rounding), check_ftz(ftz)), pair=True)
 
 
 def fma_f32x2(a, b, c, *, rounding="rn", ftz=False):
-    """PTX ``fma{.rnd}{.ftz}.f32x2`` (sm_100+): two independent fused multiply-adds, halves as in add_f32x2.
-    FA4's Horner steps (``fma_packed_f32x2`` in flash_attn/cute/utils.py) use the .rn form."""
+    """PTX ``fma{.rnd}{.ftz}.f32x2 d, a, b, c`` (sm_100+): two independent fused multiply-adds a * b + c.
+
+    Halves as in add_f32x2; each rounded once. FA4's Horner steps (``fma_packed_f32x2`` in
+    flash_attn/cute/utils.py) use the .rn form.
+
+    Parameters
+    ----------
+    a, b, c : float32 arrays (or torch float32 tensors, or exact Python numbers)
+        Broadcast to a shape (..., 2): [..., 0] is the low half of the .b64 register, [..., 1] the high half.
+    rounding : {"rn", "rz", "rm", "rp"}
+        PTX's rounding modifier, applied to both halves.
+    ftz : bool
+        PTX's ``.ftz``: subnormal operands and results become zeros of their sign.
+
+    Returns
+    -------
+    float32 array of the broadcast shape (a tensor on the inputs' device for tensor inputs)
+
+    Raises
+    ------
+    ValueError
+        When an operand is not float32, the operands do not broadcast to a shape ending in 2, or rounding / ftz
+        is not one of the allowed values.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> e = np.float32(1 + 2 ** -12)
+    >>> fma_f32x2(np.array([e, e], np.float32), e, np.array([-1.0, 0.0], np.float32))   # 2^-11 + 2^-24 kept
+    array([4.8834085e-04, 1.0004883e+00], dtype=float32)
+    """
     return _run(_fma_loop, ("a", "b", "c"), (a, b, c), (check_rounding(rounding), check_ftz(ftz)), pair=True)

@@ -214,19 +214,83 @@ def to_bf16(x):
 
 
 def to_fp16(x):
-    """float32 -> float16 as ``cvt.rn.f16.f32``: round to nearest even, overflow to inf, subnormals kept."""
+    """float32 -> float16 as ``cvt.rn.f16.f32``: round to nearest even, overflow to inf, subnormals kept,
+    NaN -> NAN_BITS["fp16"].
+
+    Parameters
+    ----------
+    x : float32 array, torch float32 tensor, or Python numbers exact in float32
+        Values to convert (any shape); a float64 array or an inexact number raises ValueError (no silent rounding).
+
+    Returns
+    -------
+    numpy float16 array of x's shape (a torch.float16 tensor on x's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When x is not float32 (see Parameters).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> to_fp16(np.array([1 + 2 ** -11, 65520.0, 2 ** -24], np.float32))   # tie to even, overflow, subnormal
+    array([1.e+00,    inf, 6.e-08], dtype=float16)
+    """
     return _narrow(x, "fp16")
 
 
 def to_e4m3(x):
-    """float32 -> fp8 e4m3 (e4m3fn) as one half of ``cvt.rn.satfinite.e4m3x2.f32``: round to nearest even,
-    saturate to ±448 (±inf too), NaN -> NaN. Returns an ml_dtypes.float8_e4m3fn array."""
+    """float32 -> fp8 e4m3 (e4m3fn) as ``cvt.rn.satfinite.e4m3x2.f32``: (one half of it) round to nearest even,
+    saturate to ±448 (±inf too, e4m3fn has no inf), NaN -> NaN (bits NAN_BITS["e4m3"]).
+
+    Parameters
+    ----------
+    x : float32 array, torch float32 tensor, or Python numbers exact in float32
+        Values to convert (any shape); a float64 array or an inexact number raises ValueError (no silent rounding).
+
+    Returns
+    -------
+    ml_dtypes.float8_e4m3fn array of x's shape (a torch.float8_e4m3fn tensor on x's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When x is not float32 (see Parameters).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> to_e4m3(np.array([1.0625, 1000.0, -np.inf], np.float32)).astype(np.float32)   # tie to even, saturation
+    array([   1.,  448., -448.], dtype=float32)
+    """
     return _narrow(x, "e4m3")
 
 
 def to_e5m2(x):
-    """float32 -> fp8 e5m2 as one half of ``cvt.rn.satfinite.e5m2x2.f32``: round to nearest even, saturate to
-    ±57344 (±inf too), NaN -> NaN. Returns an ml_dtypes.float8_e5m2 array."""
+    """float32 -> fp8 e5m2 as ``cvt.rn.satfinite.e5m2x2.f32``: (one half of it) round to nearest even, saturate
+    to ±57344 (±inf too, as .satfinite asks), NaN -> NaN (bits NAN_BITS["e5m2"]).
+
+    Parameters
+    ----------
+    x : float32 array, torch float32 tensor, or Python numbers exact in float32
+        Values to convert (any shape); a float64 array or an inexact number raises ValueError (no silent rounding).
+
+    Returns
+    -------
+    ml_dtypes.float8_e5m2 array of x's shape (a torch.float8_e5m2 tensor on x's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When x is not float32 (see Parameters).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> to_e5m2(np.array([1.125, 1e6, np.inf], np.float32)).astype(np.float32)   # tie to even, saturation
+    array([1.0000e+00, 5.7344e+04, 5.7344e+04], dtype=float32)
+    """
     return _narrow(x, "e5m2")
 
 
@@ -244,22 +308,114 @@ def _pack(a, b, fmt):
 
 
 def to_bf16x2(a, b):
-    """``cvt.rn.bf16x2.f32 d, a, b``: d[31:16] = bf16(a), d[15:0] = bf16(b). Returns uint32 (int32 tensor)."""
+    """``cvt.rn.bf16x2.f32 d, a, b``: d[31:16] = bf16(a), d[15:0] = bf16(b).
+
+    Each half is rounded as ``to_bf16`` does; a goes to the upper half, as PTX orders the operands.
+
+    Parameters
+    ----------
+    a, b : float32 arrays, torch float32 tensors, or Python numbers exact in float32
+        Broadcast together.
+
+    Returns
+    -------
+    uint32 array of the broadcast shape (an int32 tensor on a's device when an input is a tensor)
+
+    Raises
+    ------
+    ValueError
+        When a or b is not float32, or they cannot be broadcast together.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> hex(int(to_bf16x2(np.float32(1.0), np.float32(-2.0))))
+    '0x3f80c000'
+    """
     return _pack(a, b, "bf16")
 
 
 def to_fp16x2(a, b):
-    """``cvt.rn.f16x2.f32 d, a, b``: d[31:16] = f16(a), d[15:0] = f16(b). Returns uint32 (int32 tensor)."""
+    """``cvt.rn.f16x2.f32 d, a, b``: d[31:16] = fp16(a), d[15:0] = fp16(b).
+
+    Each half is rounded as ``to_fp16`` does; a goes to the upper half, as PTX orders the operands.
+
+    Parameters
+    ----------
+    a, b : float32 arrays, torch float32 tensors, or Python numbers exact in float32
+        Broadcast together.
+
+    Returns
+    -------
+    uint32 array of the broadcast shape (an int32 tensor on a's device when an input is a tensor)
+
+    Raises
+    ------
+    ValueError
+        When a or b is not float32, or they cannot be broadcast together.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> hex(int(to_fp16x2(np.float32(1.0), np.float32(-2.0))))
+    '0x3c00c000'
+    """
     return _pack(a, b, "fp16")
 
 
 def to_e4m3x2(a, b):
-    """``cvt.rn.satfinite.e4m3x2.f32 d, a, b``: d[15:8] = e4m3(a), d[7:0] = e4m3(b). Returns uint16."""
+    """``cvt.rn.satfinite.e4m3x2.f32 d, a, b``: d[15:8] = e4m3(a), d[7:0] = e4m3(b).
+
+    Each half is rounded as ``to_e4m3`` does; a goes to the upper half, as PTX orders the operands.
+
+    Parameters
+    ----------
+    a, b : float32 arrays, torch float32 tensors, or Python numbers exact in float32
+        Broadcast together.
+
+    Returns
+    -------
+    uint16 array of the broadcast shape (an int16 tensor on a's device when an input is a tensor)
+
+    Raises
+    ------
+    ValueError
+        When a or b is not float32, or they cannot be broadcast together.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> [hex(d) for d in to_e4m3x2(np.array([1.0, 448.0], np.float32), np.float32(1e4)).tolist()]   # 1e4 saturates
+    ['0x387e', '0x7e7e']
+    """
     return _pack(a, b, "e4m3")
 
 
 def to_e5m2x2(a, b):
-    """``cvt.rn.satfinite.e5m2x2.f32 d, a, b``: d[15:8] = e5m2(a), d[7:0] = e5m2(b). Returns uint16."""
+    """``cvt.rn.satfinite.e5m2x2.f32 d, a, b``: d[15:8] = e5m2(a), d[7:0] = e5m2(b).
+
+    Each half is rounded as ``to_e5m2`` does; a goes to the upper half, as PTX orders the operands.
+
+    Parameters
+    ----------
+    a, b : float32 arrays, torch float32 tensors, or Python numbers exact in float32
+        Broadcast together.
+
+    Returns
+    -------
+    uint16 array of the broadcast shape (an int16 tensor on a's device when an input is a tensor)
+
+    Raises
+    ------
+    ValueError
+        When a or b is not float32, or they cannot be broadcast together.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> hex(int(to_e5m2x2(np.float32(1.0), np.float32(-np.inf))))   # -inf saturates to -57344
+    '0x3cfb'
+    """
     return _pack(a, b, "e5m2")
 
 
@@ -297,22 +453,114 @@ def _widen(x, fmt):
 
 
 def from_bf16(x):
-    """bfloat16 -> float32, exact: the bits shifted left by 16 (as FA4/CUTLASS widen bf16; NaN payload kept)."""
+    """bfloat16 -> float32, exact (every bfloat16 value is a float32): the bits shifted left by 16, as
+    FA4/CUTLASS widen bf16, so a NaN keeps its sign and payload.
+
+    Parameters
+    ----------
+    x : ml_dtypes.bfloat16 array or torch.bfloat16 tensor
+        Values to widen (any shape); any other dtype raises ValueError (no implicit conversion).
+
+    Returns
+    -------
+    float32 array of x's shape (a float32 tensor on x's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When x does not have the dtype above.
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes
+    >>> from_bf16(np.array([1.5, -0.0], ml_dtypes.bfloat16))
+    array([ 1.5, -0. ], dtype=float32)
+    >>> hex(int(from_bf16(np.array([0xFFC1], np.uint16).view(ml_dtypes.bfloat16)).view(np.uint32)[0]))  # payload kept
+    '0xffc10000'
+    """
     return _widen(x, "bf16")
 
 
 def from_fp16(x):
-    """float16 -> float32 (``cvt.f32.f16``), exact; NaN -> NAN_FROM_NARROW."""
+    """float16 -> float32, exact (every float16 value is a float32): ``cvt.f32.f16``; a NaN becomes
+    NAN_FROM_NARROW (0x7FFFFFFF, as the H200 writes it).
+
+    Parameters
+    ----------
+    x : numpy float16 array or torch.float16 tensor
+        Values to widen (any shape); any other dtype raises ValueError (no implicit conversion).
+
+    Returns
+    -------
+    float32 array of x's shape (a float32 tensor on x's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When x does not have the dtype above.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from_fp16(np.array([2 ** -24, 65504.0], np.float16))
+    array([5.9604645e-08, 6.5504000e+04], dtype=float32)
+    >>> hex(int(from_fp16(np.array([np.nan], np.float16)).view(np.uint32)[0]))
+    '0x7fffffff'
+    """
     return _widen(x, "fp16")
 
 
 def from_e4m3(x):
-    """fp8 e4m3 -> float32, exact; NaN -> NAN_FROM_NARROW."""
+    """fp8 e4m3 (e4m3fn) -> float32, exact (every e4m3 value is a float32): the values PTX's only path
+    (``cvt.rn.f16x2.e4m3x2`` then ``cvt.f32.f16``) gives; a NaN becomes NAN_FROM_NARROW.
+
+    Parameters
+    ----------
+    x : ml_dtypes.float8_e4m3fn array or torch.float8_e4m3fn tensor
+        Values to widen (any shape); any other dtype raises ValueError (no implicit conversion).
+
+    Returns
+    -------
+    float32 array of x's shape (a float32 tensor on x's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When x does not have the dtype above.
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes
+    >>> from_e4m3(np.array([448.0, 2 ** -9], ml_dtypes.float8_e4m3fn))
+    array([4.480000e+02, 1.953125e-03], dtype=float32)
+    """
     return _widen(x, "e4m3")
 
 
 def from_e5m2(x):
-    """fp8 e5m2 -> float32, exact; NaN -> NAN_FROM_NARROW."""
+    """fp8 e5m2 -> float32, exact (every fp8 e5m2 value is a float32): the values PTX's only path
+    (``cvt.rn.f16x2.e5m2x2`` then ``cvt.f32.f16``) gives; a NaN becomes NAN_FROM_NARROW.
+
+    Parameters
+    ----------
+    x : ml_dtypes.float8_e5m2 array or torch.float8_e5m2 tensor
+        Values to widen (any shape); any other dtype raises ValueError (no implicit conversion).
+
+    Returns
+    -------
+    float32 array of x's shape (a float32 tensor on x's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When x does not have the dtype above.
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes
+    >>> from_e5m2(np.array([57344.0, -np.inf], ml_dtypes.float8_e5m2))
+    array([57344.,   -inf], dtype=float32)
+    """
     return _widen(x, "e5m2")
 
 
@@ -335,20 +583,112 @@ def _unpack(d, fmt, name):
 
 
 def from_bf16x2(d):
-    """Unpack ``cvt.rn.bf16x2.f32 d, a, b`` results: returns (a, b) as float32, a from d[31:16]."""
+    """Unpack ``cvt.rn.bf16x2.f32 d, a, b`` results: returns (a, b) as float32, a from d[31:16], b from d[15:0].
+
+    Each half is widened as ``from_bf16`` widens it (exact).
+
+    Parameters
+    ----------
+    d : uint32 array, or a signed integer array / tensor of the same width
+        Packed pairs (any shape).
+
+    Returns
+    -------
+    (a, b) : tuple of float32 arrays of d's shape (tensors on d's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When d is not an integer array of 32 bits.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from_bf16x2(to_bf16x2(np.float32(1.0), np.float32(-3.0)))
+    (np.float32(1.0), np.float32(-3.0))
+    """
     return _unpack(d, "bf16", "d")
 
 
 def from_fp16x2(d):
-    """Unpack f16x2: returns (a, b) as float32, a from d[31:16]."""
+    """Unpack ``cvt.rn.f16x2.f32 d, a, b`` results: returns (a, b) as float32, a from d[31:16], b from d[15:0].
+
+    Each half is widened as ``from_fp16`` widens it (exact).
+
+    Parameters
+    ----------
+    d : uint32 array, or a signed integer array / tensor of the same width
+        Packed pairs (any shape).
+
+    Returns
+    -------
+    (a, b) : tuple of float32 arrays of d's shape (tensors on d's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When d is not an integer array of 32 bits.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from_fp16x2(np.array([0x3C00C000], np.uint32))
+    (array([1.], dtype=float32), array([-2.], dtype=float32))
+    """
     return _unpack(d, "fp16", "d")
 
 
 def from_e4m3x2(d):
-    """Unpack e4m3x2: returns (a, b) as float32, a from d[15:8]."""
+    """Unpack ``cvt.rn.satfinite.e4m3x2.f32 d, a, b`` results: (a, b) as float32, a from d[15:8], b from d[7:0].
+
+    Each half is widened as ``from_e4m3`` widens it (exact).
+
+    Parameters
+    ----------
+    d : uint16 array, or a signed integer array / tensor of the same width
+        Packed pairs (any shape).
+
+    Returns
+    -------
+    (a, b) : tuple of float32 arrays of d's shape (tensors on d's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When d is not an integer array of 16 bits.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from_e4m3x2(to_e4m3x2(np.array([0.5], np.float32), np.float32(1000.0)))   # 1000 saturated to 448
+    (array([0.5], dtype=float32), array([448.], dtype=float32))
+    """
     return _unpack(d, "e4m3", "d")
 
 
 def from_e5m2x2(d):
-    """Unpack e5m2x2: returns (a, b) as float32, a from d[15:8]."""
+    """Unpack ``cvt.rn.satfinite.e5m2x2.f32 d, a, b`` results: (a, b) as float32, a from d[15:8], b from d[7:0].
+
+    Each half is widened as ``from_e5m2`` widens it (exact).
+
+    Parameters
+    ----------
+    d : uint16 array, or a signed integer array / tensor of the same width
+        Packed pairs (any shape).
+
+    Returns
+    -------
+    (a, b) : tuple of float32 arrays of d's shape (tensors on d's device for a tensor input)
+
+    Raises
+    ------
+    ValueError
+        When d is not an integer array of 16 bits.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from_e5m2x2(np.array([0x3CC0], np.uint16))
+    (array([1.], dtype=float32), array([-2.], dtype=float32))
+    """
     return _unpack(d, "e5m2", "d")

@@ -55,9 +55,35 @@ _EXP2_BF16_CUT = float(_BF16_QMIN - 2)
 # --- rounding a float64 approximation once, with the midpoint test ------------------------------------------
 @njit(cache=True)
 def round_f64(y, prec, qmin, k_ulp):
-    """Round positive finite float64 y to nearest even with ``prec`` bits and smallest quantum 2^qmin (unbounded
-    exponent above: the caller maps >= 2^128 to inf). Returns (rounded float64, hard): hard means a midpoint of
-    the target lies within k_ulp ulp64(y) of y, so an approximation error that large could change the result."""
+    """Round positive finite float64 y to nearest even with ``prec`` bits and smallest quantum 2^qmin.
+
+    The exponent is unbounded above (the caller maps results >= 2^128 to inf); below, results are quantised to
+    2^qmin (gradual underflow). Numba scalar kernel.
+
+    Parameters
+    ----------
+    y : float64
+        Positive, finite.
+    prec : int
+        Target precision in bits (24 for float32, 8 for bfloat16: TARGETS).
+    qmin : int
+        Exponent of the target's smallest subnormal (-149 for float32, -133 for bfloat16).
+    k_ulp : float or int
+        Half-width, in ulp64(y), of the window around a target midpoint that makes the result "hard".
+
+    Returns
+    -------
+    (rounded, hard) : (float64, bool)
+        hard means a midpoint of the target lies within k_ulp ulp64(y) of y, so an approximation error that large
+        could change the result.
+
+    Examples
+    --------
+    >>> round_f64(1.0 + 2.0 ** -24, 24, -149, 64)   # an exact float32 midpoint: ties to even, and hard
+    (1.0, True)
+    >>> round_f64(1.0 + 2.0 ** -22, 24, -149, 64)
+    (1.000000238418579, False)
+    """
     e1 = math.frexp(y)[1]  # y in [2^(e1-1), 2^e1)
     qe = e1 - prec
     if qe < qmin:
@@ -70,8 +96,29 @@ def round_f64(y, prec, qmin, k_ulp):
 
 @njit(cache=True)
 def round_f64_fast(y, prec, qmin, k_ulp):
-    """round_f64 on the bits of y where the result is normal in the target (the common case): the low 53 - prec
-    bits of y's significand are its distance past the last kept bit, in ulp64."""
+    """round_f64 on the bits of y where the result is normal in the target (falls back to round_f64 below).
+
+    The low 53 - prec bits of y's significand are its distance past the last kept bit, in ulp64, so the midpoint
+    test and the rounding are integer operations. Numba scalar kernel; same arguments and result as round_f64.
+
+    Parameters
+    ----------
+    y : float64
+        Positive, finite.
+    prec, qmin : int
+        Target precision and smallest-subnormal exponent (TARGETS).
+    k_ulp : int
+        Midpoint window half-width in ulp64.
+
+    Returns
+    -------
+    (rounded, hard) : (float64, bool)
+
+    Examples
+    --------
+    >>> round_f64_fast(1.0 + 2.0 ** -24, 24, -149, 64), round_f64_fast(1.0 + 3 * 2.0 ** -24, 24, -149, 64)
+    ((1.0, True), (1.000000238418579, True))
+    """
     b = f64_to_u64(y)
     if (b >> np.uint64(52)) < np.uint64(1023 + qmin + prec - 1):  # below the target's smallest normal
         return round_f64(y, prec, qmin, k_ulp)
@@ -145,13 +192,51 @@ def rcp_rounded(x, prec, qmin):
 
 @njit(cache=True)
 def rcp_cr_f32(x):
-    """Correctly rounded 1/x to float32 (numba scalar); returns (value, True) -- never needs the slow path."""
+    """Correctly rounded 1/x to float32; never needs the slow path (see rcp_rounded), so ok is True.
+
+    Numba scalar kernel (callable from Python too), for use inside other njit loops such as the exhaustive sweep.
+
+    Parameters
+    ----------
+    x : float32
+
+    Returns
+    -------
+    (value, ok) : (float32, bool)
+        value is RN_f32(1/x) (±0 -> ±inf, ±inf -> ±0); ok is False only when x needed the slow path and the
+        hard-case table lacks it (then use the array function rcp_cr, which asks gmpy2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rcp_cr_f32(np.float32(3.0)), rcp_cr_f32(np.float32(-0.0))
+    ((0.3333333432674408, True), (-inf, True))
+    """
     return rcp_rounded(x, _F32_PREC, _F32_QMIN), True
 
 
 @njit(cache=True)
 def rcp_cr_bf16(x):
-    """Correctly rounded 1/x to bfloat16, held in a float32 (numba scalar); returns (value, True)."""
+    """Correctly rounded 1/x to bfloat16, held exactly in a float32; ok is always True.
+
+    Numba scalar kernel (callable from Python too), for use inside other njit loops such as the exhaustive sweep.
+
+    Parameters
+    ----------
+    x : float32
+
+    Returns
+    -------
+    (value, ok) : (float32, bool)
+        value is RN_bf16(1/x) as a float32; ok is False only when x needed the slow path and the
+        hard-case table lacks it (then use the array function rcp_cr(x, "bfloat16"), which asks gmpy2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rcp_cr_bf16(np.float32(3.0))
+    (0.333984375, True)
+    """
     return rcp_rounded(x, _BF16_PREC, _BF16_QMIN), True
 
 
@@ -176,7 +261,26 @@ _LOG2_BF16_X, _LOG2_BF16_Y = _TABLES["log2_bfloat16"]
 
 @njit(cache=True)
 def exp2_cr_f32(x):
-    """Correctly rounded 2^x to float32 (numba scalar); returns (value, ok)."""
+    """Correctly rounded 2^x to float32 (round to nearest even, gradual underflow, overflow to inf).
+
+    Numba scalar kernel (callable from Python too), for use inside other njit loops such as the exhaustive sweep.
+
+    Parameters
+    ----------
+    x : float32
+
+    Returns
+    -------
+    (value, ok) : (float32, bool)
+        value is RN_f32(2^x); ok is False only when x needed the slow path and the
+        hard-case table lacks it (then use the array function exp2_cr, which asks gmpy2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> exp2_cr_f32(np.float32(-1.5)), exp2_cr_f32(np.float32(128.0))
+    ((0.3535533845424652, True), (inf, True))
+    """
     v, hard = exp2_approx(x, _F32_PREC, _F32_QMIN, _EXP2_F32_CUT, K_RUN)
     if hard:
         return _lookup(_EXP2_F32_X, _EXP2_F32_Y, x)
@@ -185,7 +289,27 @@ def exp2_cr_f32(x):
 
 @njit(cache=True)
 def exp2_cr_bf16(x):
-    """Correctly rounded 2^x to bfloat16, held in a float32 (numba scalar); returns (value, ok)."""
+    """Correctly rounded 2^x to bfloat16, held exactly in a float32 (its bits >> 16 are the bf16 bits).
+
+    Numba scalar kernel (callable from Python too), for use inside other njit loops such as the exhaustive sweep.
+
+    Parameters
+    ----------
+    x : float32
+
+    Returns
+    -------
+    (value, ok) : (float32, bool)
+        value is RN_bf16(2^x) as a float32; ok is False only when x needed the slow path and the
+        hard-case table lacks it (then use the array function exp2_cr(x, "bfloat16"), which asks gmpy2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> v, ok = exp2_cr_bf16(np.float32(0.01))
+    >>> float(v), ok, hex(int(np.float32(v).view(np.uint32)))
+    (1.0078125, True, '0x3f810000')
+    """
     v, hard = exp2_approx(x, _BF16_PREC, _BF16_QMIN, _EXP2_BF16_CUT, K_RUN)
     if hard:
         return _lookup(_EXP2_BF16_X, _EXP2_BF16_Y, x)
@@ -198,12 +322,28 @@ _LN2 = math.log(2.0)
 
 @njit(cache=True, inline="always")
 def exp2_cr_f32_bf16(x):
-    """Correctly rounded 2^x to float32 and to bfloat16 from one libm call (numba scalar, for sweeps that need
-    both); returns (fp32 2^x, bf16 2^x held in a float32, float64 2^x, ok).
+    """Correctly rounded 2^x to float32 and to bfloat16 from one libm call, for sweeps that need both.
 
     The float64 value is libm's exp2 (for relative errors; 1 + x ln2 where |x| < 2^-26, no libm call below the
-    underflow cut). ok is False when a hard case is not in the tables (then use :func:`exp2_cr`, which asks
-    gmpy2); the results equal exp2_cr_f32 and exp2_cr_bf16 wherever ok."""
+    underflow cut). The results equal exp2_cr_f32 and exp2_cr_bf16 wherever ok. Numba scalar kernel (inlined into
+    the njit loops that call it; callable from Python too).
+
+    Parameters
+    ----------
+    x : float32
+
+    Returns
+    -------
+    (r32, rbf16, y, ok) : (float32, float32, float64, bool)
+        RN_f32(2^x); RN_bf16(2^x) held in a float32; libm's float64 2^x; ok is False when a hard case is not in the
+        tables (then use :func:`exp2_cr`, which asks gmpy2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> exp2_cr_f32_bf16(np.float32(0.5))
+    (1.4142135381698608, 1.4140625, 1.4142135623730951, True)
+    """
     if x != x:
         nan = u32_to_f32(CANONICAL_NAN_BITS)
         return nan, nan, np.float64(np.nan), True
@@ -233,7 +373,26 @@ def exp2_cr_f32_bf16(x):
 
 @njit(cache=True)
 def log2_cr_f32(x):
-    """Correctly rounded log2(x) to float32 (numba scalar); returns (value, ok)."""
+    """Correctly rounded log2(x) to float32 (x < 0 -> NaN, ±0 -> -inf, 1 -> +0).
+
+    Numba scalar kernel (callable from Python too), for use inside other njit loops such as the exhaustive sweep.
+
+    Parameters
+    ----------
+    x : float32
+
+    Returns
+    -------
+    (value, ok) : (float32, bool)
+        value is RN_f32(log2 x); ok is False only when x needed the slow path and the
+        hard-case table lacks it (then use the array function log2_cr, which asks gmpy2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> log2_cr_f32(np.float32(8.0)), log2_cr_f32(np.float32(3.0))
+    ((3.0, True), (1.5849624872207642, True))
+    """
     v, hard = log2_approx(x, _F32_PREC, _F32_QMIN, K_RUN)
     if hard:
         return _lookup(_LOG2_F32_X, _LOG2_F32_Y, x)
@@ -242,7 +401,26 @@ def log2_cr_f32(x):
 
 @njit(cache=True)
 def log2_cr_bf16(x):
-    """Correctly rounded log2(x) to bfloat16, held in a float32 (numba scalar); returns (value, ok)."""
+    """Correctly rounded log2(x) to bfloat16, held exactly in a float32.
+
+    Numba scalar kernel (callable from Python too), for use inside other njit loops such as the exhaustive sweep.
+
+    Parameters
+    ----------
+    x : float32
+
+    Returns
+    -------
+    (value, ok) : (float32, bool)
+        value is RN_bf16(log2 x) as a float32; ok is False only when x needed the slow path and the
+        hard-case table lacks it (then use the array function log2_cr(x, "bfloat16"), which asks gmpy2).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> log2_cr_bf16(np.float32(3.0))
+    (1.5859375, True)
+    """
     v, hard = log2_approx(x, _BF16_PREC, _BF16_QMIN, K_RUN)
     if hard:
         return _lookup(_LOG2_BF16_X, _LOG2_BF16_Y, x)

@@ -39,7 +39,31 @@ def _as_numpy(x):
 
 
 def as_bits(x) -> np.ndarray:
-    """The bit patterns of a float32 / bfloat16 / float16 / fp8 array, as unsigned integers of the same width."""
+    """The bit patterns of a float32 / bfloat16 / float16 / fp8 array, as unsigned integers of the same width.
+
+    A view, not a copy, for numpy inputs; a torch tensor is copied to the CPU first.
+
+    Parameters
+    ----------
+    x : array or torch tensor of dtype float32, bfloat16, float16, float8_e4m3fn or float8_e5m2
+
+    Returns
+    -------
+    uint32 / uint16 / uint8 array of x's shape
+
+    Raises
+    ------
+    ValueError
+        When x has another dtype (float64 included).
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes
+    >>> [hex(b) for b in as_bits(np.array([1.0, -0.0], np.float32)).tolist()]
+    ['0x3f800000', '0x80000000']
+    >>> as_bits(np.array([1.0], ml_dtypes.bfloat16)), as_bits(np.array([448.0], ml_dtypes.float8_e4m3fn))
+    (array([16256], dtype=uint16), array([126], dtype=uint8))
+    """
     arr = _as_numpy(x)
     if arr.dtype not in _BITS:
         raise ValueError(f"x must have dtype one of {sorted(_BY_NAME)}, got {arr.dtype}")
@@ -47,7 +71,32 @@ def as_bits(x) -> np.ndarray:
 
 
 def from_bits(bits, dtype="float32") -> np.ndarray:
-    """The values with the given bit patterns (unsigned or signed integers of the format's width)."""
+    """The values with the given bit patterns: the inverse of as_bits.
+
+    Parameters
+    ----------
+    bits : integer array (unsigned or signed) with the format's width (4 bytes for float32, 2 for bfloat16 /
+        float16, 1 for fp8)
+    dtype : {"float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"}
+        The format to read the bits as.
+
+    Returns
+    -------
+    array of bits' shape with that dtype (float32, ml_dtypes.bfloat16, ...), a view of a contiguous copy
+
+    Raises
+    ------
+    ValueError
+        When dtype is not one of the above, or bits is not an integer array of the format's width.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from_bits(np.array([0x3F800000, 0x7F800000, 1], np.uint32))   # 1, inf, the smallest subnormal
+    array([1.e+00,    inf, 1.e-45], dtype=float32)
+    >>> from_bits(np.array([0x3FC0], np.uint16), "bfloat16")
+    array([1.5], dtype=bfloat16)
+    """
     if dtype not in _BY_NAME:
         raise ValueError(f"dtype must be one of {sorted(_BY_NAME)}, got {dtype!r}")
     target = np.dtype(_BY_NAME[dtype])
