@@ -85,12 +85,28 @@ def load_tables(arch: str = "sm90", path=None) -> MufuTables:
 
 
 def table_provenance(arch: str = "sm90") -> dict:
-    """Provenance of the GPU run that measured ``arch``'s tables.
+    """Provenance of the GPU run that measured ``arch``'s MUFU tables (GPU, driver, packages, date, checks).
+
+    Parameters
+    ----------
+    arch : str
+        Architecture of a shipped table set (:func:`fa4num.hw.available_archs`).
+
+    Returns
+    -------
+    dict
+        The provenance JSON stored in the table file (keys such as "gpu", "date", "code_revision", "packages").
+
+    Raises
+    ------
+    ValueError
+        When no table set exists for ``arch``.
 
     Examples
     --------
-    >>> "gpu" in table_provenance("sm90")
-    True
+    >>> p = table_provenance("sm90")
+    >>> p["gpu"]["name"], p["gpu"]["capability"]
+    ('NVIDIA H200', 'sm_90')
     """
     return load_tables(arch).provenance
 
@@ -99,6 +115,35 @@ def table_provenance(arch: str = "sm90") -> dict:
 # Each takes the input's fp32 bits (uint32) and the table arrays it reads, and returns the result's bits.
 @njit(cache=True, inline="always")
 def ex2_ftz_bits(b, tpos, tneg):
+    """``ex2.approx.ftz.f32`` (bare MUFU.EX2) on bits: 2^x from the measured tables.
+
+    t = trunc(|x| 2^23) = k 2^23 + g; the result is ex2_pos[g] * 2^k (x >= 0) or ex2_neg[g] * 2^-k (x < 0);
+    results below 2^-126 flush to +0, from 2^128 on they are +inf.
+
+    Scalar numba kernel on bits (public: fa4num.gpu's fused checks inline it into their own loops); the array
+    function wraps it in a threaded loop.
+
+    Parameters
+    ----------
+    b : uint32
+        The input's fp32 bits.
+    tpos, tneg : uint32 arrays of 2^23 entries
+        The "ex2_pos" / "ex2_neg" tables of a MufuTables (results for g 2^-23 and -g 2^-23).
+
+    Returns
+    -------
+    uint32
+        The result's fp32 bits (NaN results: the canonical 0x7FFFFFFF).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = load_tables("sm90")
+    >>> hex(ex2_ftz_bits(np.uint32(0x3F800000), t["ex2_pos"], t["ex2_neg"]))   # 2^1
+    '0x40000000'
+    >>> hex(ex2_ftz_bits(np.float32(-130.0).view(np.uint32), t["ex2_pos"], t["ex2_neg"]))   # flushed to +0
+    '0x0'
+    """
     E = (b >> 23) & 0xFF
     M = b & 0x7FFFFF
     if E == 0xFF and M != 0:
@@ -127,6 +172,34 @@ def ex2_ftz_bits(b, tpos, tneg):
 
 @njit(cache=True, inline="always")
 def rcp_ftz_bits(b, trcp):
+    """``rcp.approx.ftz.f32`` (bare MUFU.RCP) on bits: rcp(m 2^e) = rcp[m] 2^-e.
+
+    Subnormal inputs count as zero (-> signed inf); results below 2^-126 flush to signed zero.
+
+    Scalar numba kernel on bits (public: fa4num.gpu's fused checks inline it into their own loops); the array
+    function wraps it in a threaded loop.
+
+    Parameters
+    ----------
+    b : uint32
+        The input's fp32 bits.
+    trcp : uint32 array of 2^23 entries
+        The "rcp" table of a MufuTables (rcp(1.m) for each 23-bit mantissa m).
+
+    Returns
+    -------
+    uint32
+        The result's fp32 bits (NaN results: the canonical 0x7FFFFFFF).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = load_tables("sm90")
+    >>> hex(rcp_ftz_bits(np.float32(4.0).view(np.uint32), t["rcp"]))
+    '0x3e800000'
+    >>> hex(rcp_ftz_bits(np.uint32(0x00000001), t["rcp"]))   # a subnormal counts as +0: +inf
+    '0x7f800000'
+    """
     s = b & np.uint32(0x80000000)
     E = np.int64((b >> 23) & 0xFF)
     M = b & 0x7FFFFF
@@ -166,6 +239,35 @@ def _rz_int_plus_fixed52(k, frac):
 
 @njit(cache=True, inline="always")
 def lg2_ftz_bits(b, l0, lm1):
+    """``lg2.approx.ftz.f32`` (bare MUFU.LG2) on bits: RZ of the fixed-point sum e + F(m).
+
+    For e < 0 the hardware negates in one's complement, hence lg2(0.5) = -(1 - 2^-23); x < 0 gives NaN, 0 and
+    subnormals -inf.
+
+    Scalar numba kernel on bits (public: fa4num.gpu's fused checks inline it into their own loops); the array
+    function wraps it in a threaded loop.
+
+    Parameters
+    ----------
+    b : uint32
+        The input's fp32 bits.
+    l0, lm1 : uint32 arrays of 2^23 entries
+        The "lg2_e0" / "lg2_e-1" tables of a MufuTables (outputs on [1, 2) and [0.5, 1)).
+
+    Returns
+    -------
+    uint32
+        The result's fp32 bits (NaN results: the canonical 0x7FFFFFFF).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = load_tables("sm90")
+    >>> float(np.uint32(lg2_ftz_bits(np.float32(0.5).view(np.uint32), t["lg2_e0"], t["lg2_e-1"])).view(np.float32))
+    -0.9999998807907104
+    >>> hex(lg2_ftz_bits(np.float32(-1.0).view(np.uint32), t["lg2_e0"], t["lg2_e-1"]))   # x < 0: NaN
+    '0x7fffffff'
+    """
     E = np.int64((b >> 23) & 0xFF)
     M = b & 0x7FFFFF
     if E == 0xFF and M != 0:
@@ -188,13 +290,60 @@ def lg2_ftz_bits(b, l0, lm1):
 
 @njit(cache=True, inline="always")
 def canonical_nan_bits(r):
-    """NVIDIA's canonical NaN for any NaN an fp32 instruction (FMUL/FADD/MUFU) produces."""
+    """NVIDIA's canonical NaN for any NaN an fp32 instruction (FMUL/FADD/MUFU) produces.
+
+    Scalar numba kernel on bits.
+
+    Parameters
+    ----------
+    r : uint32
+        fp32 result bits.
+
+    Returns
+    -------
+    uint32
+        0x7FFFFFFF when r is a NaN (any sign or payload), else r.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> hex(canonical_nan_bits(np.uint32(0xFFC00000))), hex(canonical_nan_bits(np.uint32(0x7F800000)))
+    ('0x7fffffff', '0x7f800000')
+    """
     return np.uint32(0x7FFFFFFF) if ((r >> 23) & 0xFF) == 0xFF and (r & 0x7FFFFF) != 0 else r
 
 
 @njit(cache=True, inline="always")
 def ex2_bits(b, tpos, tneg):
     # ptxas: FSETP.GEU p, x, -126; @!p FMUL x, x, 0.5; MUFU.EX2 y, x; @!p FMUL y, y, y
+    """``ex2.approx.f32`` (no .ftz) on bits: what ptxas emits around MUFU.EX2.
+
+    If x < -126 (FSETP.GEU, so not for NaN): y = MUFU.EX2(x * 0.5), result y * y (FMUL, RN, subnormals kept);
+    else as ex2_ftz_bits.
+
+    Scalar numba kernel on bits (public: fa4num.gpu's fused checks inline it into their own loops); the array
+    function wraps it in a threaded loop.
+
+    Parameters
+    ----------
+    b : uint32
+        The input's fp32 bits.
+    tpos, tneg : uint32 arrays of 2^23 entries
+        The "ex2_pos" / "ex2_neg" tables of a MufuTables (results for g 2^-23 and -g 2^-23).
+
+    Returns
+    -------
+    uint32
+        The result's fp32 bits (NaN results: the canonical 0x7FFFFFFF).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = load_tables("sm90")
+    >>> r = ex2_bits(np.float32(-130.0).view(np.uint32), t["ex2_pos"], t["ex2_neg"])
+    >>> float(np.uint32(r).view(np.float32)) == 2.0 ** -130   # kept: y * y is not flushed
+    True
+    """
     x = _f32(b)
     if x < np.float32(-126.0):
         y = _f32(ex2_ftz_bits(_b32(x * np.float32(0.5)), tpos, tneg))
@@ -205,6 +354,33 @@ def ex2_bits(b, tpos, tneg):
 @njit(cache=True, inline="always")
 def rcp_bits(b, trcp):
     # ptxas: s = |x| < 2^-126 ? 2^24 : 1; s = |x| > 2^126 ? 0.25 : s; FMUL; MUFU.RCP; FMUL by s
+    """``rcp.approx.f32`` (no .ftz) on bits: what ptxas emits around MUFU.RCP.
+
+    s = 2^24 if |x| < 2^-126, 0.25 if |x| > 2^126, else 1; result MUFU.RCP(x * s) * s, so subnormal inputs and
+    results survive.
+
+    Scalar numba kernel on bits (public: fa4num.gpu's fused checks inline it into their own loops); the array
+    function wraps it in a threaded loop.
+
+    Parameters
+    ----------
+    b : uint32
+        The input's fp32 bits.
+    trcp : uint32 array of 2^23 entries
+        The "rcp" table of a MufuTables (rcp(1.m) for each 23-bit mantissa m).
+
+    Returns
+    -------
+    uint32
+        The result's fp32 bits (NaN results: the canonical 0x7FFFFFFF).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = load_tables("sm90")
+    >>> float(np.uint32(rcp_bits(np.float32(2.0 ** 127).view(np.uint32), t["rcp"])).view(np.float32)) == 2.0 ** -127
+    True
+    """
     x = _f32(b)
     ax = abs(x)
     s = np.float32(16777216.0) if ax < np.float32(1.1754943508222875e-38) else np.float32(1.0)
@@ -217,6 +393,32 @@ def rcp_bits(b, trcp):
 @njit(cache=True, inline="always")
 def lg2_bits(b, l0, lm1):
     # ptxas: if |x| < 2^-126 { x *= 2^24; MUFU.LG2; FADD -24 } else MUFU.LG2
+    """``lg2.approx.f32`` (no .ftz) on bits: what ptxas emits around MUFU.LG2.
+
+    If |x| < 2^-126: result MUFU.LG2(x * 2^24) - 24 (FADD, RN); else as lg2_ftz_bits.
+
+    Scalar numba kernel on bits (public: fa4num.gpu's fused checks inline it into their own loops); the array
+    function wraps it in a threaded loop.
+
+    Parameters
+    ----------
+    b : uint32
+        The input's fp32 bits.
+    l0, lm1 : uint32 arrays of 2^23 entries
+        The "lg2_e0" / "lg2_e-1" tables of a MufuTables (outputs on [1, 2) and [0.5, 1)).
+
+    Returns
+    -------
+    uint32
+        The result's fp32 bits (NaN results: the canonical 0x7FFFFFFF).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = load_tables("sm90")
+    >>> float(np.uint32(lg2_bits(np.uint32(1), t["lg2_e0"], t["lg2_e-1"])).view(np.float32))   # smallest subnormal
+    -149.0
+    """
     x = _f32(b)
     if abs(x) < np.float32(1.1754943508222875e-38):
         r = _f32(lg2_ftz_bits(_b32(x * np.float32(16777216.0)), l0, lm1))

@@ -78,4 +78,19 @@ def load(arch: str, path=None) -> tuple[dict, dict]:
 
 
 def available_archs() -> list[str]:
+    """Architectures with a shipped MUFU table set (files fa4num/hw/data/mufu_<arch>.npz.xz).
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    list of str, sorted
+
+    Examples
+    --------
+    >>> "sm90" in available_archs()
+    True
+    """
     return sorted(p.name[len("mufu_"):-len(".npz.xz")] for p in DATA_DIR.glob("mufu_*.npz.xz"))

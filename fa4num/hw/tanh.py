@@ -48,19 +48,82 @@ def _load(arch: str):
 
 
 def tanh_table(arch: str = "sm90"):
-    """The measured table of ``arch`` as arrays (kind, drop, const, offset: (2, 256) by sign and exponent field;
-    table: the entries), or None; for analyses that need every output, such as error bounds."""
+    """The measured ``tanh.approx.f32`` table of ``arch`` as arrays, or None when there is none.
+
+    For analyses that need every output, such as error bounds.
+
+    Parameters
+    ----------
+    arch : str
+
+    Returns
+    -------
+    dict or None
+        "kind", "drop", "const", "offset": (2, 256) arrays indexed by sign and exponent field (see the module
+        docstring); "table": the uint32 entries.
+
+    Examples
+    --------
+    >>> t = tanh_table("sm90")
+    >>> sorted(t), t["kind"].shape
+    (['const', 'drop', 'kind', 'offset', 'table'], (2, 256))
+    >>> tanh_table("sm00") is None
+    True
+    """
     return _load(arch)
 
 
 def tanh_table_available(arch: str = "sm90") -> bool:
-    """Whether a measured, self-checked tanh.approx.f32 table exists for ``arch``."""
+    """Whether a measured, self-checked ``tanh.approx.f32`` table exists for ``arch``.
+
+    Parameters
+    ----------
+    arch : str
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> tanh_table_available("sm90"), tanh_table_available("sm00")
+    (True, False)
+    """
     return _load(arch) is not None
 
 
 def mufu_tanh(x, *, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
-    """Bit-exact ``tanh.approx.f32`` of a float32 array on ``arch`` (``ftz`` is accepted for a uniform MUFU
-    signature; tanh.approx has no .ftz form and passes subnormals through, which the table records)."""
+    """Bit-exact ``tanh.approx.f32`` (MUFU.TANH) of a float32 array on ``arch``, from the measured table.
+
+    The soft cap's tanh in FA4 (``utils.create_softcap_scoremod``, ``cute.math.tanh(fastmath=True)``).
+
+    Parameters
+    ----------
+    x : array_like
+        Converted with ``np.ascontiguousarray(x, dtype=np.float32)`` (pass float32: a wider input is rounded).
+    arch : str
+    ftz : bool
+        Accepted for a uniform MUFU signature; tanh.approx has no .ftz form and passes subnormals through, which
+        the table records.
+
+    Returns
+    -------
+    float32 array of x's shape
+
+    Raises
+    ------
+    ValueError
+        When no measured table exists for ``arch`` (tanh_table_available is False).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> y = mufu_tanh(np.array([0.0, 2 ** -20, 0.5, 20.0], np.float32))
+    >>> y[:2].tolist(), y[3]
+    ([0.0, 9.5367431640625e-07], np.float32(1.0))
+    >>> abs(float(y[2]) - float(np.tanh(0.5))) < 2 ** -10
+    True
+    """
     t = _load(arch)
     if t is None:
         raise ValueError(f"no measured tanh.approx.f32 table for arch {arch!r} (run experiments/gpu/mufu_tanh.py "
