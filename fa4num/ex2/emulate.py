@@ -73,6 +73,33 @@ VARIANTS = {
 
 
 def resolve_variant(variant) -> Variant:
+    """The Variant (where PTX's .ftz sits) of one form of FA4's exp2 emulation, by name.
+
+    Parameters
+    ----------
+    variant : {"packed", "scalar", "asm"}
+        "packed" = ex2_emulation_2 (SM100 softmax path, no ftz), "scalar" = ex2_emulation (add.rm.ftz only),
+        "asm" = e2e_asm2 (every step .ftz).
+
+    Returns
+    -------
+    Variant
+
+    Raises
+    ------
+    ValueError
+        For any other value.
+
+    Examples
+    --------
+    >>> v = resolve_variant("scalar")
+    >>> v.fa4_function, v.ftz_max, v.ftz_round, v.ftz_arith
+    ('ex2_emulation', False, True, False)
+    >>> resolve_variant("fast")
+    Traceback (most recent call last):
+        ...
+    ValueError: variant must be one of ['asm', 'packed', 'scalar'], got 'fast'
+    """
     if not isinstance(variant, str) or variant not in VARIANTS:
         raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
     return VARIANTS[variant]
@@ -81,9 +108,35 @@ def resolve_variant(variant) -> Variant:
 def poly_coeffs(degree=3, *, coeffs=None) -> tuple:
     """The polynomial of one ex2 emulation as a tuple of np.float32, c0 first (FA4's POLY_EX2 order).
 
-    ``coeffs=None``: FA4's POLY_EX2[degree], degree 1..5. Otherwise ``coeffs`` is a sequence of real numbers,
-    each exactly representable in fp32 (nothing is rounded silently), of length degree + 1; or the name of a
-    coefficient set in the polys/ registry (read with fa4num.polys.load_poly)."""
+    Parameters
+    ----------
+    degree : int
+        >= 1; without ``coeffs`` one of FA4's POLY_EX2 degrees (1..5).
+    coeffs : sequence of real numbers or str, optional
+        None: FA4's POLY_EX2[degree]. A sequence of degree + 1 values, each exactly representable in fp32
+        (nothing is rounded silently); or the name of a coefficient set in the polys/ registry (read with
+        fa4num.polys.load_poly).
+
+    Returns
+    -------
+    tuple of numpy.float32, length degree + 1
+
+    Raises
+    ------
+    ValueError
+        For a bad degree, a wrong number of coefficients, or a coefficient that is not finite and exact in fp32.
+
+    Examples
+    --------
+    >>> [float(c) for c in poly_coeffs(3)]
+    [1.0, 0.6951461434364319, 0.22756439447402954, 0.07711908966302872]
+    >>> poly_coeffs(1, coeffs=(1.0, 0.5))
+    (np.float32(1.0), np.float32(0.5))
+    >>> poly_coeffs(1, coeffs=(1.0, 0.1))
+    Traceback (most recent call last):
+        ...
+    ValueError: coeffs[1] = 0.1 is not a finite value exactly representable in fp32; ...
+    """
     if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
         raise ValueError(f"degree must be an integer >= 1 (FA4's POLY_EX2 has degrees {sorted(POLY_EX2)}), "
                          f"got {degree!r}")
@@ -132,9 +185,34 @@ def _flush(v):
 
 @njit(cache=True)
 def exact_steps(x, rc, ftz_max, ftz_round, ftz_arith):
-    """The instruction sequence, each step the exact PTX operation from fa4num.fp.scalar.
+    """FA4's exp2 of one float32, each step the exact PTX operation from fa4num.fp.scalar.
 
-    Mirrors utils.py ex2_emulation / ex2_emulation_2 / e2e_asm2 step by step (see the module docstring)."""
+    Mirrors flash_attn/cute/utils.py ``ex2_emulation`` / ``ex2_emulation_2`` / ``e2e_asm2`` step by step: max vs
+    -127, add.rm with 0f4B400000, two sub.rn, Horner fma.rn, then shl.b32 + add.s32 on the bits (module
+    docstring). Numba scalar kernel (callable from Python; the array function is fa4_emulated).
+
+    Parameters
+    ----------
+    x : float32
+    rc : tuple of float32
+        Coefficients in Horner order (c_d, ..., c0), from horner_tuple.
+    ftz_max, ftz_round, ftz_arith : bool
+        The Variant's .ftz flags: on the max, on the add.rm, on the subs and fmas.
+
+    Returns
+    -------
+    float32
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> v = VARIANTS["packed"]
+    >>> rc = horner_tuple(poly_coeffs(3), v)
+    >>> float(exact_steps(np.float32(-1.0), rc, v.ftz_max, v.ftz_round, v.ftz_arith))
+    0.5
+    >>> bool(exact_steps(np.float32(-0.3), rc, False, False, False) == fa4_emulated(np.float32(-0.3)))
+    True
+    """
     a = scalar.f32_max(x, CLAMP, ftz_max)                            # cute.arch.fmax / max{.ftz}.f32
     r = scalar.f32_add(a, SHIFTER, scalar.RM, ftz_round)              # add_round_down / add.rm{.ftz}
     t = scalar.f32_sub(r, SHIFTER, scalar.RN, ftz_arith)              # x_rounded_back, sub.rn
@@ -164,13 +242,44 @@ def _add_rm_shifter(a):
 
 @njit(cache=True, inline="always")
 def fast_steps(x, rc, ftz_max, ftz_round, ftz_arith, wide, degree=-1):
-    """(bits-identical result, False) where the native operations provably equal the PTX ones, else (junk, True).
+    """The same bits as exact_steps from vectorisable native operations, with a flag where that is not proven.
 
     Branch-free so that the loop vectorises. The add.rm is _add_rm_shifter (exact for every a >= -127, inf
     included) when ``wide``, else only its floor branch, and then inputs with a > 2^22 are reported; t = r -
     SHIFTER and f = a - t are plain RN subs (never subnormal: f is 0 or at least 2^-24); fma.rn is the hardware
     FMA. With ftz arithmetic (asm form) this holds only while every Horner value has magnitude >= 2^-125 (no
-    operand or result is subnormal; coefficients are flushed beforehand), other inputs are reported too."""
+    operand or result is subnormal; coefficients are flushed beforehand), other inputs are reported too.
+    Numba scalar kernel, inlined into the sweep loops.
+
+    Parameters
+    ----------
+    x : float32
+    rc : tuple of float32
+        Coefficients in Horner order (c_d, ..., c0), from horner_tuple.
+    ftz_max, ftz_round, ftz_arith : bool
+        The Variant's .ftz flags.
+    wide : bool
+        Use the add.rm form valid for every input (else only for a <= 2^22, the softmax range).
+    degree : int
+        The polynomial degree as a compile-time constant (lets LLVM unroll Horner), or -1 for len(rc) - 1.
+
+    Returns
+    -------
+    (value, bad) : (float32, bool)
+        When bad is False, value has exact_steps' bits; when True, value is junk and the caller must use
+        exact_steps for this input.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> v = VARIANTS["asm"]
+    >>> rc = horner_tuple(poly_coeffs(3), v)
+    >>> y, bad = fast_steps(np.float32(-0.25), rc, v.ftz_max, v.ftz_round, v.ftz_arith, False)
+    >>> bad, y == exact_steps(np.float32(-0.25), rc, v.ftz_max, v.ftz_round, v.ftz_arith)
+    (False, True)
+    >>> fast_steps(np.float32(1e7), rc, v.ftz_max, v.ftz_round, v.ftz_arith, False)[1]   # above 2^22: reported
+    True
+    """
     xin = _flush(x) if ftz_max else x
     a = xin if xin > CLAMP else CLAMP            # max(x, -127): NaN compares false -> -127
     ar = _flush(a) if ftz_round else a
@@ -258,8 +367,29 @@ def _exact_loop(x, rc, out, ftz_max, ftz_round, ftz_arith):
 
 
 def horner_tuple(coeffs, variant: Variant) -> tuple:
-    """c0-first fp32 coefficients -> the reversed tuple the kernels take; flushed when the fma has .ftz (the
-    coefficients are fma operands, so flushing them once is the same as flushing at every step)."""
+    """c0-first fp32 coefficients -> the reversed tuple (c_d, ..., c0) the scalar kernels take, in Horner order.
+
+    When the variant's fma has .ftz, subnormal coefficients are flushed to zeros of their sign once here (they are
+    fma operands, so flushing them once is the same as flushing at every step).
+
+    Parameters
+    ----------
+    coeffs : sequence of float32, c0 first
+        As poly_coeffs returns them.
+    variant : Variant
+        From resolve_variant / VARIANTS.
+
+    Returns
+    -------
+    tuple of numpy.float32
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = (np.float32(1.0), np.float32(2 ** -130))
+    >>> horner_tuple(c, VARIANTS["packed"]), horner_tuple(c, VARIANTS["asm"])
+    ((np.float32(7.34684e-40), np.float32(1.0)), (np.float32(0.0), np.float32(1.0)))
+    """
     rc = tuple(np.float32(c) for c in reversed(coeffs))
     if variant.ftz_arith:
         rc = tuple(np.copysign(np.float32(0.0), c) if abs(c) < _MIN_NORMAL32 else c for c in rc)
