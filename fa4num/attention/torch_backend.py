@@ -386,6 +386,34 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     dtype as the kernel casts it), whose fp32 results are then weighted and summed. Varlen and paged inputs
     run one sequence at a time.
 
+    Parameters
+    ----------
+    q, k, v : torch tensors (or arrays) in FA4's layout (batch, seqlen, heads, head_dim[_v])
+        bf16 / fp16, or fp8 with descales on SM100; varlen: (total, heads, head_dim) with cu_seqlens_q/k.
+    softmax_scale, causal, kernel, softcap, window_size, learnable_sink, pack_gqa, cu_seqlens_q, cu_seqlens_k,
+    max_seqlen_q, max_seqlen_k, page_table, q_descale, k_descale, v_descale
+        As :func:`fa4num.attention.forward` takes them.
+    nonfinite : {"raise", "propagate"}
+    device : str or torch.device, optional
+        Where to run (default: q's device).
+    max_tile_elems : int
+        Scores per tile (>= 65536): bounds the memory, not the result.
+    backend : {"auto", "torch", "triton"}
+    **options
+        FA4 options as for ``forward`` (e.g. rescale_threshold, tile_n); not ``num_splits``.
+
+    Returns
+    -------
+    AttentionResult
+        .out torch tensor (q's shape with head_dim_v; q's dtype, bf16 for fp8), .lse float32 torch tensor
+        ((batch, heads, seqlen_q), or (heads, total_q) for varlen), .stats with numpy counters shaped like lse.
+
+    Raises
+    ------
+    ValueError
+        For any argument ``forward`` rejects, ``num_splits``, max_tile_elems below 65536, an unknown backend, or
+        backend="triton" where the Triton kernel cannot run.
+
     Examples
     --------
     >>> import torch

@@ -35,7 +35,22 @@ TILE_NS = (16, 32, 64, 128, 256)
 
 
 def available() -> bool:
-    """True when Triton imports (the kernel then runs on CUDA tensors, or anywhere with TRITON_INTERPRET=1)."""
+    """True when Triton imports (the kernel then runs on CUDA tensors, or anywhere with TRITON_INTERPRET=1).
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    bool
+        Depends on the machine (whether the triton package is installed); nothing is compiled or launched.
+
+    Examples
+    --------
+    >>> isinstance(available(), bool)   # True or False depending on whether triton is installed here
+    True
+    """
     try:
         import triton  # noqa: F401
     except ImportError:
@@ -44,12 +59,58 @@ def available() -> bool:
 
 
 def interpreted() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    """True when Triton runs kernels in its CPU interpreter (environment variable TRITON_INTERPRET not "" or "0").
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import os
+    >>> saved = os.environ.pop("TRITON_INTERPRET", None)
+    >>> interpreted()
+    False
+    >>> os.environ["TRITON_INTERPRET"] = "1"
+    >>> interpreted()
+    True
+    >>> _ = os.environ.pop("TRITON_INTERPRET") if saved is None else os.environ.update(TRITON_INTERPRET=saved)
+    """
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def supports(*, dtype: str, head_dim: int, head_dim_v: int, tile_n: int) -> bool:
-    """Whether the kernel handles this case (16-bit inputs, power-of-two head dims up to 256 and tile_n)."""
+    """Whether the kernel handles this case: 16-bit inputs, power-of-two head dims up to 256 and tile_n.
+
+    ``forward_torch(backend="auto")`` uses the Triton kernel only where this is True (and on a CUDA device with
+    Triton); the answer depends only on the arguments, not on the machine.
+
+    Parameters
+    ----------
+    dtype : str
+        The inputs' dtype name: "bfloat16" and "float16" are handled (no fp8).
+    head_dim, head_dim_v : int
+        Must be in HEAD_DIMS (16, 32, 64, 128, 256).
+    tile_n : int
+        FA4's KV block size for the case; must be in TILE_NS.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> supports(dtype="bfloat16", head_dim=128, head_dim_v=128, tile_n=128)
+    True
+    >>> supports(dtype="bfloat16", head_dim=96, head_dim_v=96, tile_n=128)          # not a power of two
+    False
+    >>> supports(dtype="float8_e4m3fn", head_dim=128, head_dim_v=128, tile_n=128)   # fp8 runs in torch
+    False
+    """
     return dtype in ("bfloat16", "float16") and head_dim in HEAD_DIMS and head_dim_v in HEAD_DIMS \
         and tile_n in TILE_NS
 
@@ -203,13 +264,50 @@ def _ranges(sq, sk, block_m, block_n, left, right) -> np.ndarray:
 
 def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int = 8, num_stages: int = 3,
                  qk_descale=1.0, v_descale=1.0):
-    """One batch of equal-length sequences through the Triton kernel: q (b, sq, h, d), k/v (b, sk, hk, d[_v])
-    torch tensors on one device. Returns (out (b, sq, h, dv) in q's dtype, lse (b, h, sq) float32, counters
-    dict of numpy (b, h, sq): rescale_events, rescales_done, max_lag, p_saturated) -- ``_dense``'s contract
-    in :mod:`fa4num.attention.torch_backend` (16-bit inputs: ``qk_descale`` and ``v_descale`` must be 1). The
-    launch shape (``block_m`` rows per program, ``num_warps``,
-    ``num_stages``) changes the speed, not the result; the default was the fastest of those
-    ``experiments/gpu/bench_forward_torch.py`` timed on the H200 for (1, 32768, 16, 128) causal."""
+    """One batch of equal-length sequences through the Triton kernel (statistical FA4 forward).
+
+    ``_dense``'s contract in :mod:`fa4num.attention.torch_backend`, which ``forward_torch`` calls it through. The
+    launch shape (``block_m`` rows per program, ``num_warps``, ``num_stages``) changes the speed, not the result;
+    the default was the fastest of those ``experiments/gpu/bench_forward_torch.py`` timed on the H200 for
+    (1, 32768, 16, 128) causal.
+
+    Parameters
+    ----------
+    q : torch.Tensor (b, sq, h, d), bfloat16 or float16
+    k, v : torch.Tensor (b, sk, hk, d) and (b, sk, hk, d_v), on q's device (CUDA, or any with TRITON_INTERPRET=1)
+    setup : ForwardSetup
+        From :func:`fa4num.attention.forward.prepare_forward` (options, window, sink, softcap, softmax scale).
+    kernel : {"fa4-sm90", "fa4-sm100"}
+    block_m, num_warps, num_stages : int
+        Triton launch shape.
+    qk_descale, v_descale : float
+        Must be 1.0 (the kernel takes 16-bit inputs only).
+
+    Returns
+    -------
+    (out, lse, counters)
+        out (b, sq, h, d_v) in q's dtype; lse (b, h, sq) float32 on q's device; counters: dict of numpy int32 /
+        float32 arrays (b, h, sq): "rescale_events", "rescales_done", "max_lag", "p_saturated".
+
+    Raises
+    ------
+    ValueError
+        When a descale is not 1.0.
+    ImportError
+        When torch or Triton is missing.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from fa4num.attention.forward import prepare_forward
+    >>> q = torch.randn(1, 256, 2, 64).to(torch.bfloat16)
+    >>> setup = prepare_forward(q, q, q, causal=True, kernel="fa4-sm90", options={"mode": "statistical"})
+    >>> supports(dtype=setup.dtype, head_dim=64, head_dim_v=64, tile_n=setup.opts.tile_n)
+    True
+    >>> # skipped: the launch needs a CUDA GPU with Triton (or TRITON_INTERPRET=1 set before triton is imported)
+    >>> qc = q.cuda()  # doctest: +SKIP
+    >>> out, lse, counters = dense_triton(qc, qc, qc, setup=setup, kernel="fa4-sm90")  # doctest: +SKIP
+    """
     import torch
     import triton
     import triton.language as tl

@@ -105,7 +105,44 @@ def _call(q, k, v, backend, scale, causal):
 
 def run_attention(q, k, v, *, backend: str, softmax_scale: float | None = None, causal: bool = False,
                   warmup: int = 3, repeats: int = 10) -> KernelRun:
-    """Run one back end (see BACKENDS) on q, k, v (torch, FA4's layout); out, LSE and per-launch times in ms."""
+    """Run one real attention back end on q, k, v; its out, LSE and per-launch times in ms.
+
+    The first call's results are kept; then ``warmup`` untimed and ``repeats`` timed launches (CUDA events on a
+    GPU, ``time.perf_counter`` on the CPU).
+
+    Parameters
+    ----------
+    q, k, v : torch tensors, bfloat16 or float16, FA4's layout (batch, seqlen, heads, head_dim)
+        k and v share a shape; q's heads a multiple of k's (GQA).
+    backend : {"fa4", "flash", "efficient", "cudnn", "math"}
+        "fa4", "efficient" and "cudnn" need CUDA tensors; "flash" and "math" also run on the CPU.
+    softmax_scale : float, optional
+        Default 1/sqrt(head_dim).
+    causal : bool
+        Bottom-right aligned for "fa4"; the SDPA back ends refuse causal with seqlen_q != seqlen_k.
+    warmup, repeats : int
+        >= 0.
+
+    Returns
+    -------
+    KernelRun
+        .backend, .out (q's layout and dtype), .lse (float32 (batch, heads, seqlen_q), natural log), .times_ms
+        (list of repeats floats; .median_ms).
+
+    Raises
+    ------
+    ValueError
+        For an unknown back end, wrong dtypes or shapes, a back end that needs CUDA on CPU tensors, a top-left /
+        bottom-right causal mismatch, negative warmup / repeats, or a non-positive softmax_scale.
+
+    Examples
+    --------
+    >>> import torch
+    >>> q = torch.zeros(1, 8, 2, 16, dtype=torch.bfloat16)
+    >>> r = run_attention(q, q, q, backend="math", warmup=0, repeats=1)
+    >>> tuple(r.out.shape), r.out.dtype, tuple(r.lse.shape), round(float(r.lse[0, 0, 0]), 4), len(r.times_ms)
+    ((1, 8, 2, 16), torch.bfloat16, (1, 2, 8), 2.0794, 1)
+    """
     import torch
     _check(q, k, v, backend, causal)
     if warmup < 0 or repeats < 0:
