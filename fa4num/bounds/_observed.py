@@ -21,7 +21,36 @@ NORMAL_DOMAIN = (-126.0, 0.0)
 
 
 def observed_key(*, degree=3, coeffs=None, variant="packed", mufu_arch=None) -> str:
-    """The cache key of one implementation (the sweep's implementation name)."""
+    """The cache key of one exp2 implementation (the sweep's implementation name).
+
+    Parameters
+    ----------
+    degree : int
+        Polynomial degree of FA4's emulation.
+    coeffs : None or str
+        None: FA4's POLY_EX2; a str: a polys/ registry entry name.
+    variant : {"packed", "scalar", "asm"}
+    mufu_arch : str, optional
+        Key of MUFU.EX2 (.ftz) on that arch instead of the software exp2.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    ValueError
+        When coeffs is a sequence of numbers (only POLY_EX2 and registry entries have cached sweeps).
+
+    Examples
+    --------
+    >>> observed_key(), observed_key(degree=5, variant="asm"), observed_key(mufu_arch="sm90")
+    ('fa4-packed-deg3', 'fa4-asm-deg5', 'mufu-ex2-sm90-ftz')
+    >>> observed_key(coeffs=(1.0, 0.5))
+    Traceback (most recent call last):
+        ...
+    ValueError: coeffs: only FA4's POLY_EX2 (None) and polys/ entry names have cached sweeps
+    """
     if mufu_arch is not None:
         return f"mufu-ex2-{mufu_arch}-ftz"
     if coeffs is None:
@@ -32,7 +61,28 @@ def observed_key(*, degree=3, coeffs=None, variant="packed", mufu_arch=None) -> 
 
 
 def observed_exp2(key: str, *, path=None) -> dict | None:
-    """The cached sweep record of ``key`` (see observed_key), or None when it was not swept."""
+    """The cached exhaustive-sweep record of ``key`` (see observed_key), or None when it was not swept.
+
+    Parameters
+    ----------
+    key : str
+    path : str or Path, optional
+        Another cache file (default: OBSERVED_PATH, fa4num/bounds/data/exp2_observed.json).
+
+    Returns
+    -------
+    dict or None
+        {"max_rel", "max_rel_x", "count", "seconds"}: the largest |ex2(x)/2^x - 1| over every fp32 x in
+        NORMAL_DOMAIN, where it occurs, the number of inputs and the sweep's time.
+
+    Examples
+    --------
+    >>> r = observed_exp2(observed_key())
+    >>> sorted(r), r["max_rel"] < 1e-4, r["count"] > 10 ** 9
+    (['count', 'max_rel', 'max_rel_x', 'seconds'], True, True)
+    >>> observed_exp2("no-such-implementation") is None
+    True
+    """
     p = Path(path) if path is not None else OBSERVED_PATH
     if not p.exists():
         return None

@@ -865,7 +865,38 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     e_x = sl2 * ceil(d/L) gamma_m * d * qk_max (S error) + 2^-24 (|x| + |bias|) terms bounded by 2 * 2 sl2 d qk_max:
         |out - out*| <= 2 theta v_max / (1 - theta) + u_p (1 + theta) v_max / (1 - theta)
                         + (ceil(n/L) gamma_m + B u) (1 + u_p) v_max + (gamma_D + 2^-22) v_max + u_o v_max.
-    Returns {"bound": float, "terms": {...}, "formula": str}."""
+
+    Parameters
+    ----------
+    head_dim : int
+    seqlen_k : int
+    threshold, max_offset : float
+        FA4's SM100 rescale_threshold and max_offset (0 for SM90).
+    dtype : {"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"}
+        The inputs' (and P's) format.
+    kernel : {"fa4-sm90", "fa4-sm100"}
+    exp2_relative : float
+        Relative error bound of the exp2 used for P (e.g. exp2_error_bound(...).relative).
+    qk_abs_max, v_abs_max : float
+        Bounds on |q|, |k| entries and on |v| entries.
+    scale_log2 : float, optional
+        softmax_scale * log2(e) as the kernel rounds it (default: from 1/sqrt(head_dim)).
+    tile_n : int
+        Keys per KV block.
+    gemm : str
+        Tensor-core accumulation model (fa4num.hw.mma), e.g. "wgmma".
+
+    Returns
+    -------
+    dict
+        {"bound": float, "terms": {"weights", "p_cast", "pv_gemm", "row_sum_rcp", "out_cast"}, "formula": str}.
+
+    Examples
+    --------
+    >>> r = a_priori_bound(head_dim=128, seqlen_k=4096)
+    >>> sorted(r["terms"]), r["bound"] > max(r["terms"].values())
+    (['out_cast', 'p_cast', 'pv_gemm', 'row_sum_rcp', 'weights'], True)
+    """
     arch = "sm90" if kernel == "fa4-sm90" else "sm100"
     sl2 = float(scale_log2_of(1.0 / math.sqrt(head_dim))) if scale_log2 is None else float(scale_log2)
     g = _gemm_model(gemm, arch, dtype, head_dim)

@@ -58,8 +58,43 @@ def _ratio(a, b):
 
 def check(q, k, v, out, lse, *, name="case", source="emulator", idx=None, softmax_scale=None, causal=False,
           kernel="fa4-sm90", bound=None, **options) -> BoundCheck:
-    """Compare observed ``out`` (kernel dtype, out's shape, or the flat values at ``idx``) and ``lse`` with the
-    bound of ``attention_error_bound`` (computed here unless ``bound`` is given)."""
+    """Compare an observed ``out`` and ``lse`` with the bound of ``attention_error_bound``: violations, tightness.
+
+    Elements whose bound is +inf count as ``unbounded`` and cannot be violations; a non-finite error on a bounded
+    element is one.
+
+    Parameters
+    ----------
+    q, k, v : arrays or tensors in FA4's layout
+        The inputs (used only when ``bound`` is None).
+    out : array
+        The observed output (kernel dtype, out's shape), or its flat values at ``idx``.
+    lse : array
+        The observed LSE (lse's shape).
+    name, source : str
+        Labels copied into the result ("h200" for GPU bits, "emulator").
+    idx : int array, optional
+        Flat indices of out's elements that ``out`` holds (partial captures).
+    softmax_scale, causal, kernel, **options
+        As for attention_error_bound.
+    bound : AttentionBound, optional
+        A bound already computed for these inputs (anything with .out, .out_exact, .out_probabilistic, .lse and
+        .lse_exact arrays).
+
+    Returns
+    -------
+    BoundCheck
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> b = SimpleNamespace(out_exact=np.array([1.0, 2.0]), out=np.array([0.01, np.inf]),
+    ...                     out_probabilistic=np.array([0.002, np.inf]),
+    ...                     lse_exact=np.array([0.5]), lse=np.array([1e-6]))
+    >>> r = check(None, None, None, np.array([1.004, 2.5]), np.array([0.5]), bound=b)
+    >>> r.out_violations, r.prob_violations, r.unbounded, round(r.ratio_max, 6), r.lse_violations
+    (0, 1, 1, 2.5, 0)
+    """
     import time
     t0 = time.perf_counter()
     if bound is None:
@@ -105,8 +140,27 @@ def _bits_to(dtype_name, bits):
 
 
 def golden_cases(directory=None):
-    """(name, file, spec dict, q, k, v, observed out values, flat index or None, observed lse) for every H200
-    golden case the bound models. Only stored GPU values are returned (partial captures: their rows/samples)."""
+    """Every H200 golden forward case the bound models, with the stored GPU values.
+
+    Partial captures return only their stored rows / samples (``idx``); backward-only captures are left out.
+
+    Parameters
+    ----------
+    directory : str or Path, optional
+        A folder of golden .npz files (default: GOLDEN_DIR).
+
+    Returns
+    -------
+    list of tuples
+        (name, file name, spec dict, q, k, v, observed out values, flat index array or None, observed lse).
+
+    Examples
+    --------
+    >>> cases = golden_cases()
+    >>> name, file, spec, q, k, v, out, idx, lse = cases[0]
+    >>> name, file, q.shape, out.dtype, lse.shape
+    ('onehot_d64_nc', 'fa4_sm90_h200.npz', (1, 100, 2, 64), dtype(bfloat16), (1, 2, 100))
+    """
     from fa4num.attention import inputs
     d = pathlib.Path(directory) if directory is not None else GOLDEN_DIR
     out = []
@@ -154,8 +208,23 @@ def golden_cases(directory=None):
 
 
 def golden_options(spec: dict) -> dict:
-    """The keyword arguments FA4 ran a golden case with (softmax_scale, causal, softcap, window_size,
-    learnable_sink, cu_seqlens_q/k), for ``check``."""
+    """The keyword arguments FA4 ran a golden case with, for ``check``.
+
+    Parameters
+    ----------
+    spec : dict
+        A case's spec from golden_cases.
+
+    Returns
+    -------
+    dict
+        softmax_scale and causal, plus softcap, window_size, learnable_sink, cu_seqlens_q/k where the case has them.
+
+    Examples
+    --------
+    >>> golden_options({"softmax_scale": None, "causal": True, "softcap": 30.0, "window_size": [16, 0]})
+    {'softmax_scale': None, 'causal': True, 'softcap': 30.0, 'window_size': (16, 0)}
+    """
     opts = {"softmax_scale": spec.get("softmax_scale"), "causal": spec["causal"]}
     if spec.get("softcap"):
         opts["softcap"] = spec["softcap"]
@@ -168,7 +237,25 @@ def golden_options(spec: dict) -> dict:
 
 
 def golden_checks(directory=None) -> list[BoundCheck]:
-    """BoundCheck of ``kernel="fa4-sm90"`` for every modelled H200 golden case (GPU values only)."""
+    """BoundCheck of ``kernel="fa4-sm90"`` for every modelled H200 golden case (GPU values only).
+
+    Computes attention_error_bound for each of the ~90 cases: minutes on 2 cores (``fa4num bounds validate``).
+
+    Parameters
+    ----------
+    directory : str or Path, optional
+        A folder of golden .npz files (default: GOLDEN_DIR).
+
+    Returns
+    -------
+    list of BoundCheck, in golden_cases' order
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> golden_checks(tempfile.mkdtemp())      # no golden files there: nothing to check
+    []
+    """
     res = []
     for name, _f, spec, q, k, v, vals, idx, lse in golden_cases(directory):
         res.append(check(q, k, v, vals, lse, name=name, source="h200", idx=idx, kernel="fa4-sm90",
