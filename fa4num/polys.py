@@ -28,6 +28,15 @@ EXPORT_FORMATS = ("cute", "c", "ptx", "triton")
 def default_registry() -> Path:
     """Path of the registry shipped with fa4num (package data).
 
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    pathlib.Path
+        fa4num/data/polys/registry.json inside the installed package.
+
     Examples
     --------
     >>> default_registry().name
@@ -40,7 +49,27 @@ DEFAULT_REGISTRY = default_registry()
 
 
 def fp32_bits(value: float) -> int:
-    """The fp32 bit pattern of ``value`` rounded to fp32, as an int (``fp32_bits(1.0) == 0x3F800000``)."""
+    """The fp32 bit pattern of ``value`` rounded to fp32 (round to nearest even), as an int.
+
+    Parameters
+    ----------
+    value : float
+
+    Returns
+    -------
+    int
+        0 .. 2^32 - 1.
+
+    Raises
+    ------
+    OverflowError
+        When value is finite but beyond fp32's range (struct refuses to round it to inf).
+
+    Examples
+    --------
+    >>> hex(fp32_bits(1.0)), hex(fp32_bits(-0.0)), hex(fp32_bits(0.1))
+    ('0x3f800000', '0x80000000', '0x3dcccccd')
+    """
     return struct.unpack("<I", struct.pack("<f", value))[0]
 
 
@@ -63,6 +92,11 @@ def read(registry=None) -> dict:
         When the file does not exist, is not JSON, or is not a ``fa4num-polys/1`` registry (the message names
         ``registry`` and the path).
 
+    Returns
+    -------
+    dict
+        {"schema": "fa4num-polys/1", "entries": {name: entry}}.
+
     Examples
     --------
     >>> "fa4-deg3" in read()["entries"]
@@ -81,7 +115,34 @@ def read(registry=None) -> dict:
 
 
 def poly_entry(name: str, *, registry=None) -> dict:
-    """The full registry entry ``name`` (a dict); ValueError naming ``name`` and the known names if absent."""
+    """The full registry entry ``name``: coefficients, function, interval, format, source, metrics, provenance.
+
+    Parameters
+    ----------
+    name : str
+    registry : str or Path, optional
+        A registry file; default: the one shipped with fa4num (:func:`default_registry`).
+
+    Returns
+    -------
+    dict
+        The entry as stored (``coeffs`` as exact decimal strings, ``coeffs_fp32_bits`` as hex strings, ...).
+
+    Raises
+    ------
+    ValueError
+        Naming ``name`` and the known names when it is absent, or when the registry cannot be read.
+
+    Examples
+    --------
+    >>> e = poly_entry("fa4-deg3")
+    >>> e["degree"], e["coeff_format"], e["coeffs_fp32_bits"][0]
+    (3, 'fp32', '0x3F800000')
+    >>> poly_entry("no-such-set")
+    Traceback (most recent call last):
+        ...
+    ValueError: name: no coefficient set 'no-such-set' in the registry; known: fa4-deg1, ...
+    """
     entries = read(registry)["entries"]
     if name not in entries:
         raise ValueError(f"name: no coefficient set {name!r} in the registry; known: {', '.join(sorted(entries))}")
@@ -92,6 +153,24 @@ def load_poly(name: str, *, registry=None) -> tuple:
     """Coefficients c0..cn (Python floats, exact) of the registry entry ``name``.
 
     Usable directly as ``fa4num.ex2.fa4_emulated(x, degree, coeffs=load_poly(name))``.
+
+    Parameters
+    ----------
+    name : str
+        An entry of the registry (e.g. "fa4-deg3").
+    registry : str or Path, optional
+        A registry file; default: the one shipped with fa4num (:func:`default_registry`).
+
+    Returns
+    -------
+    tuple of float
+        c0..cn, each exactly an fp32 value.
+
+    Raises
+    ------
+    ValueError
+        When the registry cannot be read, ``name`` is not in it, or the entry is corrupt (its decimals and fp32 bits
+        disagree).
 
     Examples
     --------
@@ -110,7 +189,35 @@ def load_poly(name: str, *, registry=None) -> tuple:
 
 
 def check_writable(registry) -> Path:
-    """Fail early (before any computation) when ``registry`` cannot be written; return it as a Path."""
+    """Fail early (before any computation) when ``registry`` cannot be written; return it as a Path.
+
+    An existing file must be a registry (it is never overwritten otherwise) and writable; a new file needs a
+    writable existing ancestor folder.
+
+    Parameters
+    ----------
+    registry : str or Path
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    ValueError
+        Naming ``registry``: a folder, a file that is not a registry, or no write permission.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> check_writable(d / "new" / "registry.json") == d / "new" / "registry.json"
+    True
+    >>> check_writable(d)
+    Traceback (most recent call last):
+        ...
+    ValueError: registry: ... is a folder, not a registry file
+    """
     path = Path(registry)
     if path.exists():
         if path.is_dir():
@@ -133,7 +240,45 @@ def write_entry(name: str, coeffs, *, source: str, metrics: dict, provenance: di
     """Add or replace the entry ``name`` (letters, digits, '-', '_', '.') and rewrite the file, sorted.
 
     A ``registry`` that does not exist yet is created. The file is replaced atomically (a temporary file in the
-    same folder, then a rename), so an interrupted write leaves the previous registry intact.
+    same folder, then a rename), so an interrupted write leaves the previous registry intact. The coefficients are
+    stored as exact decimals and fp32 bit patterns; a "+dirty" code revision is cleaned when the only change in the
+    tree is the registry itself.
+
+    Parameters
+    ----------
+    name : str
+    coeffs : sequence of float
+        c0 first, fp32 values.
+    source : str
+        Where the set comes from (e.g. "fa4num fit --degree 3").
+    metrics : dict
+    provenance : dict
+    function : str
+    interval : (float, float)
+    coeff_format : str
+    fit : dict, optional
+        The fit's settings, stored as the entry's "fit".
+    registry : str or Path, optional
+        Default: the shipped registry.
+
+    Returns
+    -------
+    pathlib.Path
+        The registry written.
+
+    Raises
+    ------
+    ValueError
+        For a bad name or a registry that cannot be written (check_writable).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> reg = pathlib.Path(tempfile.mkdtemp()) / "mine.json"
+    >>> write_entry("half", (1.0, 0.5), source="doctest", metrics={}, provenance={}, registry=reg) == reg
+    True
+    >>> load_poly("half", registry=reg), poly_entry("half", registry=reg)["coeffs_fp32_bits"]
+    ((1.0, 0.5), ['0x3F800000', '0x3F000000'])
     """
     if not name or not all(ch.isalnum() or ch in "-_." for ch in name):
         raise ValueError(f"name: {name!r} must be non-empty letters, digits, '-', '_' or '.'")
@@ -187,6 +332,24 @@ def export(coeffs, fmt: str, *, name: str = "POLY_EX2") -> str:
     c       a C/CUDA ``static const float`` array of hexadecimal float literals (exact)
     ptx     one PTX fp32 immediate per coefficient (0f3F31F519), as in FA4's e2e_asm2 inline assembly
     triton  ``tl.constexpr`` module constants a @triton.jit kernel can read
+
+    Parameters
+    ----------
+    coeffs : sequence of float
+        c0 first; each must be exactly an fp32 number.
+    fmt : {"cute", "c", "ptx", "triton"}
+    name : str
+        Identifier of the declaration (non-alphanumeric characters become '_').
+
+    Returns
+    -------
+    str
+        The source text, ending in a newline.
+
+    Raises
+    ------
+    ValueError
+        For an unknown fmt or a coefficient that is not finite and exact in fp32.
 
     Examples
     --------
