@@ -15,11 +15,44 @@ from fa4num.fp.scalar import fma_rn_f32
 
 @vectorize(["float32(float32, float32, float32)"], cache=True)
 def ffma(a, b, c):
-    """a*b + c rounded once to nearest even (PTX fma.rn.f32 / SASS FFMA)."""
+    """a*b + c rounded once to nearest even (PTX ``fma.rn.f32`` / SASS FFMA), elementwise.
+
+    A numba ufunc: broadcasts like numpy arithmetic; gradual underflow (the softmax's FMAs carry no .ftz).
+
+    Parameters
+    ----------
+    a, b, c : float32 arrays or scalars
+
+    Returns
+    -------
+    float32 array of the broadcast shape (a numpy float32 for scalar inputs)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> e = np.float32(1 + 2 ** -12)
+    >>> float(ffma(e, e, np.float32(-1.0))) == 2 ** -11 + 2 ** -24   # the product is not rounded first
+    True
+    """
     return fma_rn_f32(a, b, c)
 
 
 def f32(x) -> np.ndarray:
+    """x as a float32 numpy array (``np.asarray(x, dtype=np.float32)``: wider values are rounded to nearest).
+
+    Parameters
+    ----------
+    x : array_like
+
+    Returns
+    -------
+    numpy.ndarray of dtype float32, x's shape
+
+    Examples
+    --------
+    >>> f32([1.0, 0.1])
+    array([1. , 0.1], dtype=float32)
+    """
     return np.asarray(x, dtype=np.float32)
 
 
@@ -61,10 +94,34 @@ def has_mufu(name: str, arch: str) -> bool:
 
 
 def mufu(name: str, arch: str, *, ftz: bool = True):
-    """MUFU.<name> (ex2, rcp, lg2; tanh where fa4num.hw models it) as a function of an fp32 array: the
-    fa4num.hw table model of ``arch`` (bit-exact; ``ftz=False`` gives the non-.ftz form ptxas builds around
-    the instruction), or numpy's libm when arch == "libm" (fast, statistical). ``tanh.approx.f32`` has no
-    table model in fa4num.hw yet: it falls back to libm's tanh rounded to fp32 (see :func:`has_mufu`)."""
+    """MUFU.<name> as a function of an fp32 array: fa4num.hw's bit-exact table model, or libm (statistical).
+
+    ex2, rcp, lg2, and tanh where fa4num.hw has a measured table. ``ftz=False`` gives the non-.ftz form ptxas
+    builds around the instruction. With arch == "libm" (or no model for ``name`` on ``arch``) the function is
+    numpy's float32 exp2 / reciprocal / log2 / tanh with the .ftz flushes: within ~2 ulp of MUFU, not bit-exact.
+
+    Parameters
+    ----------
+    name : {"ex2", "rcp", "lg2", "tanh"}
+    arch : str
+        A table set of fa4num.hw (e.g. "sm90"), or "libm".
+    ftz : bool
+        The .ftz form (table models only).
+
+    Returns
+    -------
+    callable
+        x (array_like) -> float32 array of x's shape.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([0.5, -130.0], np.float32)
+    >>> mufu("ex2", "sm90")(x).tolist(), mufu("ex2", "libm")(x).tolist()
+    ([1.4142135381698608, 0.0], [1.4142135381698608, 0.0])
+    >>> float(mufu("ex2", "sm90", ftz=False)(x)[1]) == 2.0 ** -130
+    True
+    """
     from fa4num import hw  # the "gpu" helper's package; imported here so softmax never caches a stale model
     if arch == "libm" or not has_mufu(name, arch):
         return _libm(name)
@@ -77,6 +134,22 @@ def mufu(name: str, arch: str, *, ftz: bool = True):
 
 
 def scale_log2_of(softmax_scale) -> np.float32:
-    """softmax_scale * LOG2_E as the kernel computes it: both Float32, one RN multiply
-    (utils.compute_softmax_scale_log2; the kernel argument softmax_scale is a Float32)."""
+    """softmax_scale * LOG2_E as the kernel computes it: both Float32, one RN multiply.
+
+    FA4's ``utils.compute_softmax_scale_log2`` (the kernel argument softmax_scale is a Float32).
+
+    Parameters
+    ----------
+    softmax_scale : float
+        Rounded to float32 first, as the kernel receives it.
+
+    Returns
+    -------
+    numpy.float32
+
+    Examples
+    --------
+    >>> float(scale_log2_of(1 / 128 ** 0.5))
+    0.127517431974411
+    """
     return np.float32(np.float32(softmax_scale) * LOG2_E_F32)

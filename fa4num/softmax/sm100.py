@@ -53,7 +53,42 @@ class Sm100Step:
 
 
 def emulated_columns(n: int, *, freq: int, res: int = 4, start_frg: int = 0) -> np.ndarray:
-    """Boolean mask over the n columns of a block: True where ``apply_exp2_convert`` uses the software exp2."""
+    """Boolean mask over the n columns of a block: True where ``apply_exp2_convert`` uses the software exp2.
+
+    FA4's SM100 softmax (``softmax.py`` ``apply_exp2_convert``) walks the row in fragments of FRAGMENT columns and,
+    within each, sends the last ``res`` columns of every group of ``freq`` (decided per element pair) to the
+    FMA-unit polynomial; the last fragment and those before ``start_frg`` use MUFU.EX2 only.
+
+    Parameters
+    ----------
+    n : int
+        Block width (tile_n), a multiple of FRAGMENT.
+    freq : int
+        ``ex2_emu_freq`` (0: no software exp2).
+    res : int
+        ``ex2_emu_res``.
+    start_frg : int
+        ``ex2_emu_start_frg``.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (n,)
+
+    Raises
+    ------
+    ValueError
+        When n is not a multiple of FRAGMENT or an option is negative.
+
+    Examples
+    --------
+    >>> m = emulated_columns(128, freq=16, res=4)
+    >>> int(m.sum()), np.flatnonzero(m)[:4].tolist()
+    (24, [12, 13, 14, 15])
+    >>> emulated_columns(100, freq=16)
+    Traceback (most recent call last):
+        ...
+    ValueError: block width must be a multiple of 32, got 100
+    """
     if n % FRAGMENT:
         raise ValueError(f"block width must be a multiple of {FRAGMENT}, got {n}")
     if freq < 0 or res < 0 or start_frg < 0:
