@@ -66,7 +66,29 @@ def find_grid(name_or_path) -> Path:
 
 
 def list_grids() -> list[Grid]:
-    """Every grid in :func:`grid_dirs` (a file that does not parse is skipped by ``fa4num study list``' caller)."""
+    """Every grid in :func:`grid_dirs` (./experiments/grids, then the one next to the package), by name.
+
+    A name found in both folders is taken from the first; a file that does not parse raises (``fa4num study list``
+    reports it).
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    list of Grid, sorted by file name within each folder
+
+    Raises
+    ------
+    ValueError
+        From parse_grid, for a grid file that is not valid.
+
+    Examples
+    --------
+    >>> "smoke" in [g.name for g in list_grids()]
+    True
+    """
     seen, out = set(), []
     for d in grid_dirs():
         for p in sorted(d.glob("*.toml")) if d.is_dir() else ():
@@ -82,7 +104,40 @@ def _check_scalar(where: str, name: str, value):
 
 
 def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None) -> Grid:
-    """Build a :class:`Grid` from a parsed TOML document (see the module docstring)."""
+    """Build a :class:`Grid` from a parsed TOML document (see the module docstring for the format).
+
+    Parameters
+    ----------
+    doc : dict
+        Top-level keys: "study" (required), "name", "description", "fixed" (a table of scalars) and "axes" (a
+        table or an array of tables of non-empty lists; each block is a Cartesian product, blocks are
+        concatenated, duplicate tasks dropped).
+    name : str
+        The grid's name, for error messages.
+    path : Path, optional
+        The file it came from.
+
+    Returns
+    -------
+    Grid
+
+    Raises
+    ------
+    ValueError
+        Naming the grid: unknown keys, a missing study, a parameter both fixed and an axis, an empty axis, or a
+        value that is not a bool, int, float or string.
+
+    Examples
+    --------
+    >>> doc = {"study": "skip_rate", "fixed": {"heads": 1}, "axes": {"seqlen": [256, 512], "threshold": [0, 8]}}
+    >>> g = parse_grid(doc)
+    >>> len(g), g.tasks[0]
+    (4, {'heads': 1, 'seqlen': 256, 'threshold': 0})
+    >>> parse_grid({"study": "skip_rate", "axes": {"seqlen": []}})
+    Traceback (most recent call last):
+        ...
+    ValueError: grid grid: axis 'seqlen' (axes block 0) must be a non-empty list
+    """
     unknown = sorted(set(doc) - {"name", "study", "description", "fixed", "axes"})
     if unknown:
         raise ValueError(f"grid {name}: unknown top-level keys {unknown}; allowed: name, study, description, "
@@ -119,6 +174,20 @@ def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None) -> Gr
 def load_grid(name_or_path) -> Grid:
     """Read a grid file (a path, or a name in ``experiments/grids``).
 
+    Parameters
+    ----------
+    name_or_path : str or Path
+        A .toml path, or a bare name looked up in :func:`grid_dirs`.
+
+    Returns
+    -------
+    Grid
+
+    Raises
+    ------
+    ValueError
+        When no such grid exists or the file is not a valid grid (parse_grid).
+
     Examples
     --------
     >>> g = load_grid("smoke")
@@ -134,7 +203,30 @@ def load_grid(name_or_path) -> Grid:
 def config_key(study: str, config: dict, version: int | None = None) -> str:
     """16 hex digits of SHA-256 over the study, its version and the configuration (JSON, sorted keys).
 
-    ``version`` defaults to the registered study's ``version`` attribute (1 when it has none)."""
+    The result store's key of one task: a rerun skips configurations whose key is already stored, and bumping a
+    study's ``version`` invalidates its old rows.
+
+    Parameters
+    ----------
+    study : str
+    config : dict
+        The task's parameters (JSON-serialisable scalars).
+    version : int, optional
+        Default: the registered study's ``version`` attribute (1 when it has none).
+
+    Returns
+    -------
+    str
+        16 lowercase hex digits.
+
+    Examples
+    --------
+    >>> k = config_key("skip_rate", {"seqlen": 512, "dist": "sink"}, version=1)
+    >>> len(k), k == config_key("skip_rate", {"dist": "sink", "seqlen": 512}, version=1)   # key order is irrelevant
+    (16, True)
+    >>> k == config_key("skip_rate", {"seqlen": 512, "dist": "sink"}, version=2)
+    False
+    """
     if version is None:
         from .studies import study_version
         version = study_version(study)

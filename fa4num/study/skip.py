@@ -38,8 +38,24 @@ _LOG2_E_F32 = np.float32(math.log2(math.e))
 
 
 def scale_log2(softmax_scale: float) -> np.float32:
-    """``softmax_scale * log2(e)`` as FA4 forms it: both float32, one RN multiply
-    (``utils.compute_softmax_scale_log2``)."""
+    """``softmax_scale * log2(e)`` as FA4 forms it: both float32, one RN multiply.
+
+    FA4's ``utils.compute_softmax_scale_log2``.
+
+    Parameters
+    ----------
+    softmax_scale : float
+        Rounded to float32 first, as the kernel receives it.
+
+    Returns
+    -------
+    numpy.float32
+
+    Examples
+    --------
+    >>> float(scale_log2(1 / 64 ** 0.5))
+    0.1803368777036667
+    """
     return np.float32(np.float32(softmax_scale) * _LOG2_E_F32)
 
 

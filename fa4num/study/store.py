@@ -28,10 +28,27 @@ def stored_keys(out) -> set[str]:
 
 
 def read_store(out):
-    """The whole dataset as a pandas DataFrame (empty, with no columns, when there is none).
+    """The whole result store (every Parquet part file under ``out``) as one pandas DataFrame.
 
     Parts written by different runs may differ in columns (a study that gained a metric): they are aligned by
-    name, missing values NaN/None."""
+    name, missing values NaN/None.
+
+    Parameters
+    ----------
+    out : str or Path
+        The store's folder (``fa4num study run ... --out``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Empty, with no columns, when there is no part file.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> read_store(tempfile.mkdtemp()).shape
+    (0, 0)
+    """
     import pandas as pd
     import pyarrow.parquet as pq
     parts = [pq.read_table(p).to_pandas() for p in part_files(out)]

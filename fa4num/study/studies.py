@@ -95,6 +95,24 @@ def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads:
         row's first block, upper edges of 1/64 bins), ``lag_max`` (exact), ``stale_share`` (steps with a lag > 0),
         ``row_max_lag_q50``, ``causal``, ``heads_q``, ``heads_kv``, ``head_dim_eff`` and ``device``.
 
+    Parameters
+    ----------
+    dist : str
+        Input distribution of fa4num.study.inputs.make_study_inputs (e.g. "gaussian", "sink").
+    seqlen : int
+    threshold : float
+        FA4's rescale_threshold (log2 units), finite and >= 0.
+    seed, heads, head_dim : int
+    tile_n : int
+        Keys per KV block.
+    device : str
+        "cpu", "cuda" or "auto".
+
+    Raises
+    ------
+    ValueError
+        When threshold is negative or not finite.
+
     Examples
     --------
     >>> r = skip_rate(dist="sink", seqlen=512, threshold=0, heads=1, head_dim=64, device="cpu")
@@ -188,7 +206,29 @@ def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: 
     dict
         ``rel_l2``, ``max_abs`` (output vs fp64), ``lse_max_abs``, ``lse_mean_abs``, the same output errors of
         fp64 rounded once to the dtype (``floor_rel_l2``, ``floor_max_abs``), ``rel_l2_over_floor``,
-        ``rescales`` (rescales the kernel did), ``exp2_emulated_share``.
+        ``rescales`` (rescales the kernel did), ``exp2_emulated_share`` and ``causal``.
+
+    Parameters
+    ----------
+    knob : str
+        "default" or "NAME=VALUE[,NAME=VALUE]" (above).
+    dist : str
+        Input distribution of make_study_inputs.
+    seqlen, seed, heads, head_dim : int
+    mode : {"bitexact", "statistical"}
+    q_mult : float
+        Scale of q (sharper softmax rows for larger values).
+
+    Raises
+    ------
+    ValueError
+        For an unknown knob name or value, or a knob dtype other than bfloat16 / float16.
+
+    Examples
+    --------
+    >>> r = error_budget(knob="default", seqlen=128, heads=1, head_dim=64, mode="statistical")
+    >>> sorted(r)[:4], r["rel_l2"] < 1e-2
+    (['causal', 'exp2_emulated_share', 'floor_max_abs', 'floor_rel_l2'], True)
     """
     import ml_dtypes
     import torch
