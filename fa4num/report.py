@@ -23,7 +23,24 @@ __all__ = ["write_report", "ReportOutcome", "providers", "register"]
 
 
 def providers() -> list:
-    """(name, report_sections) of every section provider, in report order."""
+    """(name, report_sections) of every section provider, in report order.
+
+    Each subpackage that contributes to ``fa4num report`` has a report hook; ``report_sections(ctx)`` returns its
+    sections. Imported here, on demand, so that this module stays cheap to import.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    list of (str, callable)
+
+    Examples
+    --------
+    >>> [name for name, _ in providers()]
+    ['ex2', 'fit', 'attention', 'study']
+    """
     from fa4num.attention import _report as attention_sections   # the report hook of each subpackage
     from fa4num.ex2 import report as ex2_sections
     from fa4num.fit import _report as fit_sections
@@ -141,6 +158,26 @@ def _report(args) -> int:
 
 
 def register(subparsers) -> None:
+    """Add the ``report`` sub-command (and its --out, --quick, --no-progress options) to the ``fa4num`` CLI.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        From ``ArgumentParser.add_subparsers()``.
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(prog="fa4num")
+    >>> register(parser.add_subparsers())
+    >>> args = parser.parse_args(["report", "--quick", "--out", "/tmp/r"])
+    >>> args.out, args.quick, args.no_progress, args.func.__name__
+    ('/tmp/r', True, False, '_report')
+    """
     rep = subparsers.add_parser(
         "report", help="write the FA4 exp2 accuracy report (Markdown + JSON + PNG) from embedded defaults",
         description="Sweep FA4's software exp2 (cubic, packed form) over every fp32 x in [-126, 0] and below, "
