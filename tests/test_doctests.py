@@ -58,3 +58,95 @@ def test_the_readme_functions_have_numpydoc_sections():
         doc = fn.__doc__ or ""
         missing = [s for s in ("Parameters", "Returns", "Examples") if f"{s}\n    ----" not in doc]
         assert not missing and ">>>" in doc, f"{fn.__module__}.{fn.__name__} lacks {missing}"
+
+
+# --- every public function has the numpydoc sections of house style (/work/shared/DESIGN.md) ------------------
+# "Public function" = every callable that is not a class among the names in a module's __all__ (plain functions,
+# numba dispatchers / intrinsics / ufuncs, lru_cache wrappers), in every module of the package, plus the public
+# functions of modules without __all__ that the README or a subpackage __init__ presents as API (_EXTRA).
+# Classes and constants in __all__ are not functions and are not checked here.
+_EXTRA = {
+    "fa4num.gpu": ("gpu_missing", "require_gpu", "run_provenance"),      # fa4num/gpu/__init__.py, no __all__
+    "fa4num.gpu.attention": ("run_attention",),                           # README, "The GPU path"
+    "fa4num.attention.real_inputs": ("minilm_qkv",),                      # README, "Real inputs"
+    "fa4num.attention.reference": ("backward_fp64",),                     # README, backward section
+    "fa4num.fp.arrays": None,                                             # README "Layers": every public function
+}
+# PENDING: functions in files other engineers are editing right now (fa4num/hw/mma.py, fa4num/fit/), whose
+# docstrings are written out in PENDING_DOCSTRINGS.md at the repository root. The lead pastes them in and then
+# removes the names here; an entry whose docstring is already complete fails the test, so this set can only
+# shrink.
+PENDING = {
+    "fa4num.hw.mma.chunk_elements", "fa4num.hw.mma.mma_chain", "fa4num.hw.mma.mma_operand", "fa4num.hw.mma.sgemm",
+    "fa4num.hw.mma.split_exponents",
+    "fa4num.fit.registry.add_fa4_sets", "fa4num.fit.registry.describe", "fa4num.fit.registry.fa4_sets",
+    # also under fa4num/fit/ and missing sections; re-exported by fa4num.fit's __all__ (fit_exp2 is README API)
+    "fa4num.fit._api.fit_exp2", "fa4num.fit._api.sup_norm", "fa4num.fit._formats.get_format",
+    "fa4num.fit._objectives.evaluated_error", "fa4num.fit._objectives.bf16_mismatch_share",
+}
+
+
+def _module_names():
+    out = []
+    for p in sorted(PKG.rglob("*.py")):
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out.append((".".join(parts), p))
+    return out
+
+
+def _public_functions():
+    """{qualified name of the definition: (object, [modules exporting it])}."""
+    import ast
+    import inspect
+    found = {}
+
+    def add(obj, modname, name):
+        key = f"{getattr(obj, '__module__', None) or modname}.{getattr(obj, '__qualname__', None) or name}"
+        found.setdefault(key, (obj, []))[1].append(f"{modname}.{name}")
+
+    for modname, path in _module_names():
+        if modname in GPU_ONLY:
+            # not importable without Triton: it must then have no __all__ (nothing public to check here)
+            tree = ast.parse(path.read_text())
+            assert not any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in n.targets)
+                           for n in tree.body), f"{modname} gained an __all__: check its functions here"
+            continue
+        mod = importlib.import_module(modname)
+        names = getattr(mod, "__all__", None)
+        if modname in _EXTRA:
+            assert names is None, f"{modname} now has __all__: drop it from _EXTRA"
+            names = _EXTRA[modname] or [n for n, o in vars(mod).items() if not n.startswith("_")
+                                        and inspect.isfunction(o) and o.__module__ == modname]
+        for name in names or ():
+            obj = getattr(mod, name)
+            if callable(obj) and not inspect.isclass(obj):
+                add(obj, modname, name)
+    return found
+
+
+def _missing_sections(obj):
+    import inspect
+    import re
+    doc = obj.__doc__ or ""
+    wanted = ("Parameters", "Yields" if inspect.isgeneratorfunction(inspect.unwrap(obj)) else "Returns", "Examples")
+    missing = [s for s in wanted if not re.search(rf"^\s*{s}\s*\n\s*-{{3,}}\s*$", doc, re.M)]
+    if ">>>" not in doc:
+        missing.append(">>>")
+    return missing
+
+
+def test_every_public_function_has_numpydoc_sections():
+    """Every function in every module's __all__ (and _EXTRA) has Parameters, Returns (Yields for a generator) and
+    Examples sections with a ``>>>`` line; the PENDING ones are exactly those still missing them."""
+    fns = _public_functions()
+    assert len(fns) > 100, f"only {len(fns)} public functions found: the enumeration is broken"
+    unknown = PENDING - set(fns)
+    assert not unknown, f"PENDING names no public function: {sorted(unknown)}"
+    bad = {k: _missing_sections(obj) for k, (obj, _) in fns.items()}
+    bad = {k: v for k, v in bad.items() if v}
+    lacking = sorted(f"{k} (exported as {', '.join(fns[k][1])}) lacks {bad[k]}" for k in set(bad) - PENDING)
+    assert not lacking, "\n".join(lacking)
+    done = sorted(set(PENDING) - set(bad))
+    assert not done, f"complete now, remove from PENDING: {done}"
