@@ -117,6 +117,17 @@ def test_packed_x2_puts_a_in_the_upper_half(fmt):
     assert np.array_equal(ua, FROM[fmt](TO[fmt](a))) and np.array_equal(ub, FROM[fmt](TO[fmt](b)))
 
 
+@pytest.mark.parametrize("fmt", FMTS)
+def test_packed_x2_round_trips_a_scalar(fmt):
+    """0-d inputs (one packed register) unpack to float32 scalars in every format, NaN included (the e4m3/e5m2/
+    fp16 widening once failed on a 0-d input)."""
+    for a, b in ((np.float32(1.5), np.float32(-2.0)), (np.float32(np.nan), np.float32(0.25))):
+        ua, ub = getattr(fp, f"from_{fmt}x2")(getattr(fp, f"to_{fmt}x2")(a, b))
+        assert np.ndim(ua) == np.ndim(ub) == 0 and np.asarray(ua).dtype == np.float32
+        assert np.array_equal(ua, FROM[fmt](TO[fmt](np.float32([a])))[0], equal_nan=True)
+        assert ub == FROM[fmt](TO[fmt](np.float32([b])))[0]
+
+
 def test_known_bf16_ties():
     x = np.float32([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1e-40, -0.0])
     assert list(narrow_bits(fp.to_bf16(x))) == [0x3F80, 0x3F82, 0x0001, 0x8000]

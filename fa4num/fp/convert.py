@@ -443,9 +443,11 @@ def _widen_bits(bits, fmt):
     f = FORMATS[fmt]
     if fmt == "bf16":
         return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    out = bits.view(f.dtype).astype(np.float32)  # exact: every narrow value is a float32
+    # exact: every narrow value is a float32. astype of a 0-d view gives a numpy scalar, which cannot be
+    # assigned into: work on an array, and give a 0-d input back as a scalar as the bf16 branch does
+    out = np.asarray(bits.view(f.dtype).astype(np.float32))
     out[np.isnan(out)] = np.uint32(NAN_FROM_NARROW).view(np.float32)
-    return out
+    return out[()]
 
 
 def _widen(x, fmt):
