@@ -8,10 +8,11 @@ The table describes each binade (sign, exponent field E) of the input by one of:
   table     -- the output depends only on the top 23 - drop mantissa bits: table[offset + (M >> drop)];
 E = 255 (inf, NaN) is a binade like the others. The GPU script rebuilds all 2^32 outputs from this description
 and counts the mismatches before writing it, so a table that loads is exact on every input it was measured on.
-The sm90 table measured on the H200 ships with the package (fa4num/hw/data/mufu_tanh_sm90.npz). For an arch
-without one (sm100: no Blackwell GPU was available; or a capture mufu_tanh_<arch>_h200.npz under tests/golden/ or
-experiments/results/), :func:`tanh_table_available` is False and callers fall back to libm's tanh
-(fa4num.softmax.mufu), which results report (``tanh_exact``).
+The sm90 table measured on the H200 ships with the package (fa4num/hw/data/mufu_tanh_sm90.npz); the SM100
+emulation uses it too by default (``mufu_arch="sm90"``: no Blackwell GPU was available to measure one). For an
+arch with no table (neither that file nor a capture mufu_tanh_<arch>_h200.npz under tests/golden/ or
+experiments/results/), :func:`tanh_table_available` is False and callers fall back to libm's tanh, which results
+report (``tanh_exact``).
 """
 from __future__ import annotations
 
