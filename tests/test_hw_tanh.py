@@ -47,11 +47,15 @@ def test_describe_binade_finds_the_largest_drop():
     assert (k, d) == (tanh.KINDS["table"], 3) and np.array_equal(t, np.arange(16))
 
 
-def test_missing_table_is_reported():
-    if tanh.tanh_table_available("sm90"):
-        x = np.float32([0.0, 0.5, -0.5, 20.0])
-        y = tanh.mufu_tanh(x)
-        assert y[0] == 0 and y[1] == -y[2] and abs(y[1] - np.tanh(0.5)) < 1e-3 and y[3] == 1
-    else:
-        with pytest.raises(ValueError, match="no measured tanh"):
-            tanh.mufu_tanh(np.float32([0.5]))
+def test_shipped_table_missing_table_and_dtype():
+    """The sm90 table ships (tanh odd, saturating, near libm's tanh); an arch without a table and a
+    non-float32 input are refused by name, never silently rounded or replaced."""
+    assert tanh.tanh_table_available("sm90")
+    x = np.float32([0.0, 0.5, -0.5, 20.0])
+    y = tanh.mufu_tanh(x)
+    assert y.dtype == np.float32 and y[0] == 0 and y[1] == -y[2] and abs(y[1] - np.tanh(0.5)) < 1e-3 and y[3] == 1
+    assert not tanh.tanh_table_available("sm999")
+    with pytest.raises(ValueError, match="no measured tanh"):
+        tanh.mufu_tanh(x, arch="sm999")
+    with pytest.raises(ValueError, match="x must be a float32 array, got dtype float64"):
+        tanh.mufu_tanh(x.astype(np.float64))

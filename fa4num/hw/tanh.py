@@ -21,6 +21,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .mufu import _as_bits, _finish   # the MUFU models' one input rule: float32 only, arrays or tensors
+
 KINDS = {"identity": 0, "const": 1, "table": 2}
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -101,8 +103,9 @@ def mufu_tanh(x, *, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
 
     Parameters
     ----------
-    x : array_like
-        Converted with ``np.ascontiguousarray(x, dtype=np.float32)`` (pass float32: a wider input is rounded).
+    x : float32 array or torch float32 tensor
+        Any other dtype raises ValueError, as for :func:`fa4num.hw.mufu_ex2` (no silent rounding of a wider
+        input).
     arch : str
     ftz : bool
         Accepted for a uniform MUFU signature; tanh.approx has no .ftz form and passes subnormals through, which
@@ -110,12 +113,12 @@ def mufu_tanh(x, *, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
 
     Returns
     -------
-    float32 array of x's shape
+    float32 array of x's shape (a tensor on x's device for a tensor)
 
     Raises
     ------
     ValueError
-        When no measured table exists for ``arch`` (tanh_table_available is False).
+        When no measured table exists for ``arch`` (tanh_table_available is False), or x is not float32.
 
     Examples
     --------
@@ -130,7 +133,7 @@ def mufu_tanh(x, *, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
     if t is None:
         raise ValueError(f"no measured tanh.approx.f32 table for arch {arch!r} (run experiments/gpu/mufu_tanh.py "
                          "on that GPU)")
-    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    b, shape, device = _as_bits(x)
     s = (b >> 31).astype(np.int64)
     e = ((b >> 23) & 0xFF).astype(np.int64)
     m = (b & 0x7FFFFF).astype(np.int64)
@@ -138,7 +141,7 @@ def mufu_tanh(x, *, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
     idx = np.where(kind == KINDS["table"], t["offset"][s, e] + (m >> t["drop"][s, e]), 0)
     out = np.where(kind == KINDS["identity"], b,
                    np.where(kind == KINDS["const"], t["const"][s, e], t["table"][np.minimum(idx, t["table"].size - 1)]))
-    return out.astype(np.uint32).view(np.float32)
+    return _finish(out.astype(np.uint32), shape, device)
 
 
 def describe_binade(out_bits: np.ndarray, in_bits: np.ndarray, mbits: int = 23):
