@@ -42,7 +42,7 @@ def test_inf_and_nan_terms_give_ieee_specials():
 def test_fast_kernel_equals_general_kernel_where_it_applies(dt):
     # the float32/int32 kernel must give the general kernel's bits wherever it does not hand the call over:
     # exponents near both ends of its range, zeros, same-sign sums near the int32 limit
-    from fa4num.hw.mma import _wgmma_general, _wgmma_rows_f32
+    from fa4num.hw.mma import _pad_k, _wgmma_general, _wgmma_rows_f32
     rng = np.random.default_rng(11)
     ran = 0
     for trial in range(150):
@@ -62,7 +62,8 @@ def test_fast_kernel_equals_general_kernel_where_it_applies(dt):
         pa, pb = mma_operand(a), mma_operand(b, role="b")
         fast, general = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
         _wgmma_general(pa.x, pa.e, pb.x, pb.e, c, general, 16, 25, -133, 0, m)
-        if _wgmma_rows_f32(pa.x32, pa.e, pb.x32, pb.e, c, fast, 16, 25, -133, 0, m):
+        (a32, ae), (b32t, bet) = _pad_k(pa.x32, pa.e, 1), _pad_k(pb.x32, pb.e, 0)
+        if _wgmma_rows_f32(a32, ae, b32t, bet, c, fast, 25, -133, 0, m):
             ran += 1
             assert np.array_equal(_bits(fast), _bits(general)), (trial, shift, spread)
     assert ran > 25

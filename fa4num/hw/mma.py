@@ -22,11 +22,11 @@ chain as well: each chunk adds C exactly and rounds once.
 
 Architecture differences are data (``ACCUMULATORS``), not branches.
 
-Speed: the wgmma model first runs in float32/int32 lanes (8 per AVX2 vector; see ``_wgmma_rows_f32`` for why that
-is exact over the exponent range attention meets) and falls back to the general float64 kernel for the whole
-call when a chunk leaves that range (inf/NaN, |terms| near 2^126, or nonzero terms all below 2^-102). Both
-kernels release the GIL and run serially; ``mma_chain`` splits large calls by rows over threads, and callers
-that run many small GEMMs (the attention emulators) parallelise above them.
+Speed: the wgmma model with 16-term chunks (16-bit inputs) first runs in float32/int32 lanes (8 per AVX2
+vector; see ``_wgmma_rows_f32`` for why that is exact over the exponent range attention meets) and falls back to
+the general float64 kernel for the whole call when a chunk leaves that range (inf/NaN, |terms| near 2^126, or
+nonzero terms all below 2^-102). Both kernels release the GIL and run serially; ``mma_chain`` splits large calls
+by rows over threads, and callers that run many small GEMMs (the attention emulators) parallelise above them.
 """
 from __future__ import annotations
 
@@ -159,82 +159,90 @@ def _wgmma_general(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, i0, i1):
         _wgmma_rows(ax, ae, bxt, bet, c, out, chunk, frac_bits, e_zero, r0, min(r0 + _ROW_BLOCK, i1))
 
 
-# Range of the alignment exponent E over which ``_wgmma_rows_f32`` is exact (F <= 25, chunks <= 16 terms):
+# Range of the alignment exponent E over which ``_wgmma_rows_f32`` is exact (F <= 25, chunks of 16 terms):
 # 2^(F - E) and 2^(E - F) are normal float32 scales for E in [-101, 120], and the truncated sum, below 2^(E + 6),
 # stays finite. A chunk whose E is smaller (its nonzero terms all below 2^-101) or larger, or that meets an
 # inf/NaN, sends the whole call to the general kernel.
 _FAST_E_MIN = -101
 _FAST_E_MAX = 120
-_INT_LIMIT = 2 ** 31 - 2 ** 26 - 1   # sum of terms + trunc(C 2^(F-E)) (|.| < 2^26) must stay in int32
-_FAST_MAX_CHUNK = 16                 # 16 terms below 2^(F+2) = 2^27 each: their sum fits int32
+# sum of terms + trunc(C 2^(F-E)) (|.| < 2^26) must stay below 2^31 - 2^7, where float32(|sum|) is below 2^31
+# (and so converts back to int32 exactly)
+_INT_LIMIT = 2 ** 31 - 2 ** 26 - 2 ** 7
+_FAST_CHUNK = 16   # K elements per fused sum of the fast kernel (16-bit inputs); 16 terms below 2^27 fit int32
 
 
 @njit(cache=True, nogil=True)
-def _wgmma_rows_f32(a32, ae, b32t, bet, c, out, chunk, frac_bits, e_zero, i0, i1):
-    """Rows i0..i1 of the wgmma chain in float32/int32 lanes; returns False (``out`` then undefined) where a
-    chunk leaves the range in which this equals ``_wgmma_rows``.
+def _wgmma_rows_f32(a32, ae, b32t, bet, c, out, frac_bits, e_zero, i0, i1):
+    """Rows i0..i1 of the wgmma chain with chunks of 16 terms (K a multiple of 16: pad with zero terms), in
+    float32/int32 lanes; returns False (``out`` then undefined) where a chunk leaves the range in which this
+    equals ``_wgmma_rows``.
 
     Why it is exact: a product of two 16-bit inputs has at most 22 significant bits, so a * b is exact in
     float32 (or, for |a b| < 2^-133, so small that it truncates to 0 either way, as E >= -101), and so is the
-    product with the power of two 2^(F - E). ``cvttss2si`` (int32 conversion, which truncates toward zero) then
+    product with the power of two 2^(F - E). ``cvttps2dq`` (int32 conversion, which truncates toward zero) then
     gives the term's truncation to F bits below 2^E exactly, |term| < 2^27, and 16 of them sum exactly in
     int32. C's truncation (|.| < 2^26) is added after an overflow check; the sum S is rounded toward zero to
-    24 significant bits in integers and scaled by 2^(E - F), exactly. The loops over the N columns are
-    innermost and branch-free, so LLVM vectorises them 8 (float32) or 16 (int16 exponents) lanes wide."""
+    24 significant bits (float32(|S|) rounds to nearest: one ulp less where that rounded up) and scaled by
+    2^(E - F) in its exponent field, exactly (the result is a normal number: E - F >= -126).
+
+    Speed: one loop over the N columns per chunk does all of a column's work (alignment exponent, 16 terms
+    with the chunk's K loop unrolled, rounding) in registers, 8 columns per AVX2 vector. A column that leaves
+    the range is marked by a NaN in the accumulator (which every later chunk keeps: its exponent field is
+    255), rather than by a flag array, whose extra stores would stop LLVM from vectorising the loop."""
     kdim = a32.shape[1]
     n = b32t.shape[1]
     acc = np.empty(n, np.float32)
-    eacc = np.empty(n, np.int16)
-    pmax = np.empty(n, np.int16)
-    ee = np.empty(n, np.int32)
-    scale = np.empty(n, np.float32)
-    ctr = np.empty(n, np.int32)
-    isum = np.empty(n, np.int32)
-    bad = np.zeros(n, np.bool_)
+    bad = np.int32(0)
     for i in range(i0, i1):
         for j in range(n):
-            v = c[i, j]
-            acc[j] = v
-            ex = np.int16((f32_to_u32(v) >> np.uint32(23)) & np.uint32(0xFF)) - np.int16(127)
-            eacc[j] = max(ex, np.int16(-126)) if v != 0 else np.int16(e_zero)
-        for k0 in range(0, kdim, chunk):
-            k1 = min(k0 + chunk, kdim)
+            acc[j] = c[i, j]
+        for k0 in range(0, kdim, _FAST_CHUNK):
             for j in range(n):
-                pmax[j] = np.int16(_ZERO_EXP)
-            for k in range(k0, k1):
-                ea = ae[i, k]
-                for j in range(n):
-                    pmax[j] = max(pmax[j], np.int16(ea + bet[k, j]))
-            for j in range(n):
-                e = max(pmax[j], eacc[j])
+                v = acc[j]
+                # the accumulator's exponent (subnormals pinned at -126, zero at e_zero; inf/NaN give 128)
+                ev = np.int32(np.int32((f32_to_u32(v) >> np.uint32(23)) & np.uint32(0xFF)) - np.int32(127))
+                ev = max(ev, np.int32(-126)) if v != 0 else np.int32(e_zero)
+                pmax = np.int32(_ZERO_EXP)
+                for kk in range(_FAST_CHUNK):
+                    pmax = max(pmax, np.int32(ae[i, k0 + kk] + bet[k0 + kk, j]))
+                e = max(pmax, ev)
                 # outside [E_MIN, E_MAX] the scales below are wrong, unless every term and C is zero (then
                 # any scale gives +0, as the general kernel does)
-                bad[j] |= (e > _FAST_E_MAX) | ((e < _FAST_E_MIN) & ((acc[j] != 0) | (pmax[j] > _ZERO_THRESHOLD)))
-                e32 = np.int32(max(e, np.int16(_FAST_E_MIN)))
-                ee[j] = e32
-                scale[j] = u32_to_f32(np.uint32(127 + frac_bits - e32) << np.uint32(23))
-                ctr[j] = np.int32(acc[j] * scale[j])
-                isum[j] = 0
-            for k in range(k0, k1):
-                a = a32[i, k]
-                for j in range(n):
-                    isum[j] += np.int32(a * b32t[k, j] * scale[j])
-            for j in range(n):
-                t = isum[j]
-                bad[j] |= (t > _INT_LIMIT) | (t < -_INT_LIMIT)
-                t += ctr[j]
-                x = abs(t)
-                # RZ to 24 significant bits: the leading bit's position from an exact int -> float32
-                # conversion of x's bits 8..30 (below 2^8, x keeps all its bits anyway)
-                top = np.int32(f32_to_u32(np.float32(x & np.int32(0x7FFFFF00))) >> np.uint32(23)) - 127
-                x &= np.int32(-1) << max(top - 23, np.int32(0))
-                v = np.float32(-x if t < 0 else x) * u32_to_f32(np.uint32(127 - frac_bits + ee[j]) << np.uint32(23))
-                acc[j] = v
-                ex = np.int16((f32_to_u32(v) >> np.uint32(23)) & np.uint32(0xFF)) - np.int16(127)
-                eacc[j] = max(ex, np.int16(-126)) if v != 0 else np.int16(e_zero)
+                out_of_range = np.int32(e > _FAST_E_MAX) | (
+                    np.int32(e < _FAST_E_MIN) & (np.int32(v != 0) | np.int32(pmax > _ZERO_THRESHOLD)))
+                e = max(e, np.int32(_FAST_E_MIN))
+                scale = u32_to_f32(np.uint32(np.int32(127 + frac_bits) - e) << np.uint32(23))
+                ctr = np.int32(v * scale)
+                s = np.int32(0)
+                for kk in range(_FAST_CHUNK):
+                    s = np.int32(s + np.int32(a32[i, k0 + kk] * b32t[k0 + kk, j] * scale))
+                out_of_range |= np.int32(s > _INT_LIMIT) | np.int32(s < -_INT_LIMIT)
+                t = np.int32(s + ctr)
+                neg = t < 0
+                x = np.int32(-t) if neg else t
+                y = np.float32(x)
+                yb = np.int32(f32_to_u32(y))
+                yb = np.int32(yb - np.int32(np.int32(y) > x))                      # RN -> RZ
+                yb = np.int32(yb + np.int32(np.int32(e - np.int32(frac_bits)) << 23))  # times 2^(E - F)
+                r = u32_to_f32(np.uint32(yb))
+                r = -r if neg else r
+                r = r if x != 0 else np.float32(0)     # the hardware returns +0 for an exact zero sum
+                acc[j] = np.float32(np.nan) if out_of_range != 0 else r
         for j in range(n):
             out[i, j] = acc[j]
-    return not bad.any()
+            bad |= np.int32(acc[j] != acc[j])
+    return bad == 0
+
+
+def _pad_k(x, e, axis):
+    """(x, e) with zero terms appended along the K axis up to a multiple of ``_FAST_CHUNK``: a zero term adds
+    nothing, and its exponent marker lies below every other term's."""
+    extra = -x.shape[axis] % _FAST_CHUNK
+    if not extra:
+        return x, e
+    pad = [(0, 0), (0, 0)]
+    pad[axis] = (0, extra)
+    return np.pad(x, pad), np.pad(e, pad, constant_values=_ZERO_EXP)
 
 
 @njit(cache=True, inline="always")
@@ -437,14 +445,17 @@ def _wgmma(pa: MmaOperand, pb: MmaOperand, c, out, chunk: int, acc: Accumulator)
     import numba
     m, kdim = pa.x.shape
     n = pb.x.shape[1]
-    # the int32 bound needs chunks of <= 16 terms and F <= 25; an inf/NaN factor (exponent 1024) can meet a
+    # the int32 bound needs chunks of 16 terms and F <= 25; an inf/NaN factor (exponent 1024) can meet a
     # zero one (NaN), which the fast kernel's exponent check does not see
-    fast = (chunk <= _FAST_MAX_CHUNK and acc.fraction_bits <= 25 and acc.e_zero <= -126
+    fast = (chunk == _FAST_CHUNK and acc.fraction_bits <= 25 and acc.e_zero <= -126
             and (pa.e.size == 0 or pa.e.max() < 1024) and (pb.e.size == 0 or pb.e.max() < 1024))
+    if fast:
+        a32, ae = _pad_k(pa.x32, pa.e, 1)
+        b32t, bet = _pad_k(pb.x32, pb.e, 0)
     args = (c, out, chunk, acc.fraction_bits, acc.e_zero)
 
     def rows(i0, i1):
-        if not (fast and _wgmma_rows_f32(pa.x32, pa.e, pb.x32, pb.e, *args, i0, i1)):
+        if not (fast and _wgmma_rows_f32(a32, ae, b32t, bet, c, out, acc.fraction_bits, acc.e_zero, i0, i1)):
             _wgmma_general(pa.x, pa.e, pb.x, pb.e, *args, i0, i1)
 
     nthreads = min(numba.get_num_threads(), m // _ROW_BLOCK, max(1, m * n * kdim // _PARALLEL_MACS))

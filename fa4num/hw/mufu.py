@@ -18,13 +18,19 @@ Structure (found on the H200, sm_90, and confirmed there over all 2^32 inputs; s
   result MUFU(x*2^24) - 24 (FADD, RN). So they differ from the ftz forms only at the subnormal ends.
 - Every NaN result is NVIDIA's canonical NaN, bits 0x7FFFFFFF.
 
+Speed: a table is 2^23 entries (32 MB), and attention's exponent arguments index it at random, so a plain
+lookup misses every cache. ``MufuTables.ex2_compact`` holds the two ex2 tables as linear interpolation between
+every 2^11-th entry plus a 2-bit residual per entry (4 MB for both; the hardware stays within 2 ulp of 2^x, so the
+residual from a straight line through its own samples spans at most 4 values). It is built from the measured
+tables and checked against every entry; a table set whose residuals do not fit keeps the plain lookup.
+
 Architecture differences are data: each arch has its own table file (fa4num/hw/data/mufu_<arch>.npz.xz,
 written by ``fa4num mufu build`` on that GPU, which also checks this structure over all 2^32 inputs).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 from numba import njit
@@ -34,7 +40,7 @@ from . import tables as _tables
 
 __all__ = ["MufuTables", "load_tables", "table_provenance", "mufu_ex2", "mufu_rcp", "mufu_lg2", "TABLE_NAMES",
            "ex2_ftz_bits", "rcp_ftz_bits", "lg2_ftz_bits", "ex2_bits", "rcp_bits", "lg2_bits",
-           "canonical_nan_bits"]
+           "canonical_nan_bits", "CompactEx2", "ex2_ftz_bits_compact", "ex2_bits_compact"]
 
 CANONICAL_NAN = np.uint32(0x7FFFFFFF)
 TABLE_NAMES = ("ex2_pos", "ex2_neg", "rcp", "lg2_e0", "lg2_e-1")
@@ -51,6 +57,12 @@ class MufuTables:
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.tables[name]
+
+    @cached_property
+    def ex2_compact(self) -> "CompactEx2 | None":
+        """``ex2_pos`` and ``ex2_neg`` as :class:`CompactEx2` (built once per table set), or None where a
+        residual does not fit in 2 bits (then the kernels read the plain tables)."""
+        return CompactEx2.build(self["ex2_pos"], self["ex2_neg"])
 
 
 @lru_cache(maxsize=None)
@@ -111,8 +123,108 @@ def table_provenance(arch: str = "sm90") -> dict:
     return load_tables(arch).provenance
 
 
+# ---- compact ex2 tables ---------------------------------------------------------------------------------------
+COMPACT_SHIFT = 11   # table entries per interpolation segment: 2^11 (2^12 segments; at 2^12 the residuals need 3 bits)
+
+
+@njit(cache=True, inline="always")
+def _line_bits(g, knots):
+    """Linear interpolation between knots[g >> 11] and the next knot, in integers (floor division, the same
+    in the builder and the lookup)."""
+    m = g >> COMPACT_SHIFT
+    k0 = np.int64(knots[m])
+    return k0 + (((np.int64(knots[m + 1]) - k0) * np.int64(g & ((1 << COMPACT_SHIFT) - 1))) >> COMPACT_SHIFT)
+
+
+@njit(cache=True, inline="always")
+def compact_entry(g, knots, packed, offset):
+    """Entry g (0 <= g < 2^23) of a table held as knots, 2-bit residuals (16 per uint32) and their offset."""
+    r = (packed[g >> 4] >> np.uint32((g & 15) * 2)) & np.uint32(3)
+    return np.uint32(_line_bits(g, knots) + np.int64(r) + offset)
+
+
+@njit(cache=True)
+def _compact_build(table, knots, packed):
+    """Fill knots (every 2^11-th entry, plus one extrapolated past the end) and the packed residuals of one
+    table; returns (residual offset, True) if every entry reads back exactly, (0, False) otherwise."""
+    nk = knots.shape[0] - 1
+    for m in range(nk):
+        knots[m] = table[m << COMPACT_SHIFT]
+    knots[nk] = np.uint32(2 * np.int64(knots[nk - 1]) - np.int64(knots[nk - 2]))
+    lo = np.int64(1) << 40
+    hi = -lo
+    for g in range(table.shape[0]):
+        r = np.int64(table[g]) - _line_bits(g, knots)
+        lo = min(lo, r)
+        hi = max(hi, r)
+    if hi - lo > 3:
+        return np.int64(0), False
+    packed[:] = 0
+    for g in range(table.shape[0]):
+        r = np.int64(table[g]) - _line_bits(g, knots) - lo
+        packed[g >> 4] |= np.uint32(r) << np.uint32((g & 15) * 2)
+    for g in range(table.shape[0]):
+        if compact_entry(g, knots, packed, lo) != table[g]:
+            return np.int64(0), False
+    return lo, True
+
+
+@dataclass(frozen=True)
+class CompactEx2:
+    """The ex2 tables (row 0: ``ex2_pos``, row 1: ``ex2_neg``, indexed by the input's sign bit) as knots,
+    packed 2-bit residuals and residual offsets; :func:`ex2_ftz_bits_compact` reads them. Same bits as the
+    tables, entry for entry (checked when built), about 1/8 of the memory."""
+    knots: np.ndarray     # (2, 2^12 + 1) uint32
+    packed: np.ndarray    # (2, 2^19) uint32
+    offsets: np.ndarray   # (2,) int64
+
+    @classmethod
+    def build(cls, pos: np.ndarray, neg: np.ndarray) -> "CompactEx2 | None":
+        n = 1 << 23
+        if pos.shape != (n,) or neg.shape != (n,):
+            return None
+        knots = np.empty((2, (n >> COMPACT_SHIFT) + 1), np.uint32)
+        packed = np.empty((2, n >> 4), np.uint32)
+        offsets = np.empty(2, np.int64)
+        for row, t in enumerate((pos, neg)):
+            offsets[row], ok = _compact_build(np.ascontiguousarray(t, np.uint32), knots[row], packed[row])
+            if not ok:
+                return None
+        return cls(knots, packed, offsets)
+
+
 # ---- scalar kernels on bits (public: fa4num.gpu's fused checks inline them) ---------------------------------
 # Each takes the input's fp32 bits (uint32) and the table arrays it reads, and returns the result's bits.
+@njit(cache=True, inline="always")
+def _ex2_fixed(b):
+    """t = trunc(|x| * 2^23): the significand shifted by the unbiased exponent (|x| >= 2^16 saturates: inf/0)."""
+    E = (b >> 23) & 0xFF
+    M = b & 0x7FFFFF
+    t = np.int64(0)
+    if E > 0:
+        sig = np.int64(M | 0x800000)
+        sh = np.int64(E) - 127
+        if sh >= 0:
+            t = sig << min(sh, np.int64(16))
+        elif sh > -40:
+            t = sig >> (-sh)
+    return t
+
+
+@njit(cache=True, inline="always")
+def _ex2_scaled(b, r, k):
+    """The table entry r (bits of ex2(+-g 2^-23)) times 2^(+-k): the exponent field shifted, with the
+    overflow to +inf (x >= 0) and the .ftz flush below 2^-126 (x < 0)."""
+    r = np.int64(r)
+    if (b >> 31) == 0:
+        if (r >> 23) + k >= 255:
+            return np.uint32(0x7F800000)
+        return np.uint32(r + (k << 23))
+    if (r >> 23) - k <= 0:
+        return np.uint32(0)
+    return np.uint32(r - (k << 23))
+
+
 @njit(cache=True, inline="always")
 def ex2_ftz_bits(b, tpos, tneg):
     """``ex2.approx.ftz.f32`` (bare MUFU.EX2) on bits: 2^x from the measured tables.
@@ -144,30 +256,21 @@ def ex2_ftz_bits(b, tpos, tneg):
     >>> hex(ex2_ftz_bits(np.float32(-130.0).view(np.uint32), t["ex2_pos"], t["ex2_neg"]))   # flushed to +0
     '0x0'
     """
-    E = (b >> 23) & 0xFF
-    M = b & 0x7FFFFF
-    if E == 0xFF and M != 0:
+    if (b & 0x7FFFFFFF) > 0x7F800000:
         return np.uint32(0x7FFFFFFF)
-    # t = trunc(|x| * 2^23): the significand shifted by the unbiased exponent (|x| >= 2^16 saturates: inf/0)
-    t = np.int64(0)
-    if E > 0:
-        sig = np.int64(M | 0x800000)
-        sh = np.int64(E) - 127
-        if sh >= 0:
-            t = sig << min(sh, np.int64(16))
-        elif sh > -40:
-            t = sig >> (-sh)
-    k = t >> 23
+    t = _ex2_fixed(b)
     g = t & 0x7FFFFF
-    if (b >> 31) == 0:
-        r = np.int64(tpos[g])
-        if (r >> 23) + k >= 255:
-            return np.uint32(0x7F800000)
-        return np.uint32(r + (k << 23))
-    r = np.int64(tneg[g])
-    if (r >> 23) - k <= 0:        # below 2^-126: .ftz flushes to +0
-        return np.uint32(0)
-    return np.uint32(r - (k << 23))
+    return _ex2_scaled(b, tpos[g] if (b >> 31) == 0 else tneg[g], t >> 23)
+
+
+@njit(cache=True, inline="always")
+def ex2_ftz_bits_compact(b, knots, packed, offsets):
+    """:func:`ex2_ftz_bits` reading a :class:`CompactEx2` (knots, packed, offsets)."""
+    if (b & 0x7FFFFFFF) > 0x7F800000:
+        return np.uint32(0x7FFFFFFF)
+    t = _ex2_fixed(b)
+    s = b >> 31
+    return _ex2_scaled(b, compact_entry(t & 0x7FFFFF, knots[s], packed[s], offsets[s]), t >> 23)
 
 
 @njit(cache=True, inline="always")
@@ -352,6 +455,16 @@ def ex2_bits(b, tpos, tneg):
 
 
 @njit(cache=True, inline="always")
+def ex2_bits_compact(b, knots, packed, offsets):
+    """:func:`ex2_bits` reading a :class:`CompactEx2`."""
+    x = _f32(b)
+    if x < np.float32(-126.0):
+        y = _f32(ex2_ftz_bits_compact(_b32(x * np.float32(0.5)), knots, packed, offsets))
+        return canonical_nan_bits(_b32(y * y))
+    return ex2_ftz_bits_compact(b, knots, packed, offsets)
+
+
+@njit(cache=True, inline="always")
 def rcp_bits(b, trcp):
     # ptxas: s = |x| < 2^-126 ? 2^24 : 1; s = |x| > 2^126 ? 0.25 : s; FMUL; MUFU.RCP; FMUL by s
     """``rcp.approx.f32`` (no .ftz) on bits: what ptxas emits around MUFU.RCP.
@@ -430,6 +543,13 @@ def lg2_bits(b, l0, lm1):
 def _map_ex2(bits, out, ftz, t1, t2):
     for i in range(bits.size):
         out[i] = ex2_ftz_bits(bits[i], t1, t2) if ftz else ex2_bits(bits[i], t1, t2)
+
+
+@njit(nogil=True, cache=True)
+def _map_ex2_compact(bits, out, ftz, knots, packed, offsets):
+    for i in range(bits.size):
+        out[i] = (ex2_ftz_bits_compact(bits[i], knots, packed, offsets) if ftz
+                  else ex2_bits_compact(bits[i], knots, packed, offsets))
 
 
 @njit(nogil=True, cache=True)
@@ -525,7 +645,11 @@ def mufu_ex2(x, *, arch: str = "sm90", ftz: bool = True, tables=None):
     t = _tables_of(arch, ftz, tables)
     bits, shape, tt = _as_bits(x)
     out = np.empty_like(bits)
-    _threaded(_map_ex2, bits, out, bool(ftz), t["ex2_pos"], t["ex2_neg"])
+    c = t.ex2_compact
+    if c is not None:
+        _threaded(_map_ex2_compact, bits, out, bool(ftz), c.knots, c.packed, c.offsets)
+    else:
+        _threaded(_map_ex2, bits, out, bool(ftz), t["ex2_pos"], t["ex2_neg"])
     return _finish(out, shape, tt)
 
 
