@@ -133,6 +133,16 @@ def mufu(name: str, arch: str, *, ftz: bool = True):
     return call
 
 
+def ex2_compact(arch: str):
+    """The compact ex2 tables of ``arch`` (``fa4num.hw.mufu.CompactEx2``) for the fused numba kernels of the
+    softmax stages, or None where they do not apply (arch "libm", or a table set without a compact form): the
+    callers then take their array-at-a-time path. Looked up per call, like :func:`mufu`."""
+    if arch == "libm":
+        return None
+    from fa4num import hw
+    return hw.load_tables(arch).ex2_compact
+
+
 def scale_log2_of(softmax_scale) -> np.float32:
     """softmax_scale * LOG2_E as the kernel computes it: both Float32, one RN multiply.
 

@@ -19,8 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
-from ._ops import LN2_F32, LOG2_E_F32, f32, ffma, mufu
+from fa4num.fp.scalar import f32_to_u32, fma_rn_f32, u32_to_f32
+from fa4num.hw.mufu import ex2_ftz_bits_compact
+
+from ._ops import LN2_F32, LOG2_E_F32, ex2_compact, f32, ffma, mufu
 
 LANES = 4   # threads of a quad that share one accumulator row
 
@@ -51,10 +55,22 @@ def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str
     s: (R, N) float32 scores with masked entries already -inf. Returns (P fp32 (R, N), row_scale (R,)).
     ffma_exponent=False evaluates the exponent as two roundings, RN(RN(S*scale) - RN(m*scale)) (the PTX
     before ptxas contraction), for studies.
+    With a bit-exact MUFU model and the FFMA exponent, the block runs as one numba kernel over the rows
+    (:func:`_online_softmax_rows`, the same operations in the same order); otherwise array by array.
     """
     s = f32(s)
-    ex2 = mufu("ex2", arch)
     sl2 = np.float32(scale_log2)
+    tabs = ex2_compact(arch) if ffma_exponent and s.shape[1] and s.shape[1] % 8 == 0 else None
+    if tabs is not None:
+        p = np.empty(s.shape, np.float32)
+        row_scale = np.empty(s.shape[0], np.float32)
+        row_max = np.array(state.row_max, np.float32)
+        row_sum = np.array(state.row_sum, np.float32)
+        _online_softmax_rows(np.ascontiguousarray(s), row_max, row_sum, sl2, is_first, tabs.knots, tabs.packed,
+                             tabs.offsets, p, row_scale)
+        state.row_max, state.row_sum = row_max, row_sum
+        return p, row_scale
+    ex2 = mufu("ex2", arch)
     # fmax_reduce + warp_reduction_max: max.f32 ignores NaN; exact, so the order does not matter
     m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(s.shape[0], -np.inf, np.float32)
     m_prev = state.row_max
@@ -80,6 +96,50 @@ def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str
         acc = acc + lanes[:, :, i]
     state.row_sum = acc
     return p, row_scale
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fmax(a, b):
+    """max.f32 (and numpy's fmax): a NaN operand is ignored."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a > b else b
+
+
+@njit(cache=True, nogil=True)
+def _online_softmax_rows(s, row_max, row_sum, sl2, is_first, knots, packed, offsets, p, row_scale):
+    """:func:`online_softmax`'s array path, row by row (row_max, row_sum updated in place; P and row_scale
+    written): the row max, x = fma.rn(S, scale_log2, -RN(m_safe * scale_log2)), P = ex2.approx.ftz(x) through
+    the compact MUFU tables, row_scale, and the four lanes' sums (lane q adds columns 8j + 2q, 8j + 2q + 1 in
+    register order). One pass over the tile instead of a dozen numpy passes, without the GIL."""
+    r, n = s.shape
+    for i in range(r):
+        m_blk = s[i, 0]
+        for j in range(1, n):
+            m_blk = _fmax(m_blk, s[i, j])
+        m_prev = row_max[i]
+        m = m_blk if is_first else _fmax(m_blk, m_prev)
+        row_max[i] = m
+        m_safe = np.float32(0) if m == -np.inf else m
+        neg_t = -(m_safe * sl2)
+        for j in range(n):
+            x = fma_rn_f32(s[i, j], sl2, neg_t)
+            p[i, j] = u32_to_f32(ex2_ftz_bits_compact(f32_to_u32(x), knots, packed, offsets))
+        if is_first:
+            rs = np.float32(1)
+        else:
+            rs = u32_to_f32(ex2_ftz_bits_compact(f32_to_u32((m_prev - m_safe) * sl2), knots, packed, offsets))
+        row_scale[i] = rs
+        for q in range(LANES):
+            c0 = 2 * q
+            acc = p[i, c0] + np.float32(0) if is_first else fma_rn_f32(row_sum[i, q], rs, p[i, c0])
+            acc = acc + p[i, c0 + 1]
+            for c in range(c0 + 8, n, 8):
+                acc = acc + p[i, c]
+                acc = acc + p[i, c + 1]
+            row_sum[i, q] = acc
 
 
 def finalize(state: Sm90State, *, scale_log2, arch: str = "sm90", sink=None) -> tuple[np.ndarray, np.ndarray]:
