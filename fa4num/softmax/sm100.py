@@ -24,8 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
-from ._ops import LN2_F32, LOG2_E_F32, f32, ffma, mufu
+from fa4num.ex2.emulate import fast_steps, horner_tuple, poly_coeffs, resolve_variant
+from fa4num.fp.scalar import f32_to_u32, fma_rn_f32, u32_to_f32
+from fa4num.hw.mufu import ex2_bits_compact, ex2_ftz_bits_compact
+
+from ._ops import LN2_F32, LOG2_E_F32, ex2_compact, f32, ffma, mufu
 
 FRAGMENT = 32   # frg_tile in apply_exp2_convert
 
@@ -128,7 +133,9 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
     """One KV block of the SM100 softmax warp (``softmax_step`` in flash_fwd_sm100.py). Updates ``state``.
 
     s: (R, N) float32 scores, masked entries -inf. emulate: (N,) bool mask from :func:`emulated_columns`
-    (None: all MUFU). arch: which MUFU table model to use (the measured H200 tables are "sm90").
+    (None: all MUFU). arch: which MUFU table model to use (the measured H200 tables are "sm90"); with a
+    bit-exact model the block runs as one numba kernel over the rows (:func:`_softmax_step_rows`, the same
+    operations in the same order), otherwise array by array.
     fused_bias=False computes bias = RN(max_offset - RN(m*scale_log2)) (two roundings), for studies.
     scale_ex2_ftz=False: the rescale factor through the non-fast-math exp2 (``ex2.approx.f32`` without .ftz),
     as SM103 computes it (softmax.py ``update_row_max_from_local``, ``cute.math.exp2(acc_scale_)``).
@@ -136,8 +143,23 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
     from fa4num.ex2 import fa4_emulated
     s = f32(s)
     sl2 = np.float32(scale_log2)
-    ex2 = mufu("ex2", arch)
     rows = s.shape[0]
+    tabs = ex2_compact(arch) if s.shape[1] and s.shape[1] % 8 == 0 else None
+    if tabs is not None:
+        rc = horner_tuple(poly_coeffs(poly_degree, coeffs=coeffs), resolve_variant("packed"))
+        emu = np.zeros(s.shape[1], np.bool_) if emulate is None else np.asarray(emulate, np.bool_)
+        p = np.empty(s.shape, np.float32)
+        acc_scale = np.empty(rows, np.float32)
+        rescaled, skipped = np.empty(rows, np.bool_), np.empty(rows, np.bool_)
+        lag = np.empty(rows, np.float32)
+        row_max, row_sum = np.array(state.row_max, np.float32), np.array(state.row_sum, np.float32)
+        true_max = np.array(state.true_max, np.float32)
+        _softmax_step_rows(np.ascontiguousarray(s), row_max, row_sum, true_max, sl2, is_first,
+                           np.float32(rescale_threshold), np.float32(max_offset), emu, rc, fused_bias, scale_ex2_ftz,
+                           tabs.knots, tabs.packed, tabs.offsets, p, acc_scale, rescaled, skipped, lag)
+        state.row_max, state.row_sum, state.true_max = row_max, row_sum, true_max
+        return Sm100Step(p, acc_scale, rescaled, skipped, lag)
+    ex2 = mufu("ex2", arch)
     m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(rows, -np.inf, np.float32)
     m_old = state.row_max
     state.true_max = m_blk if is_first else np.fmax(state.true_max, m_blk)
@@ -174,6 +196,81 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
         lag = (state.true_max.astype(np.float64) - state.row_max) * np.float64(sl2)
     lag = np.where(np.isfinite(lag), lag, 0).astype(np.float32)
     return Sm100Step(p, acc_scale, rescaled, skipped, lag)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fmax(a, b):
+    """max.f32 (and numpy's fmax): a NaN operand is ignored."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a > b else b
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ex2(x, ftz, knots, packed, offsets):
+    b = f32_to_u32(x)
+    return u32_to_f32(ex2_ftz_bits_compact(b, knots, packed, offsets) if ftz else
+                      ex2_bits_compact(b, knots, packed, offsets))
+
+
+@njit(cache=True, nogil=True)
+def _softmax_step_rows(s, row_max, row_sum, true_max, sl2, is_first, rescale_threshold, max_offset, emulate, rc,
+                       fused_bias, scale_ex2_ftz, knots, packed, offsets, p, acc_scale, rescaled, skipped, lag):
+    """:func:`softmax_step`'s array path, row by row (state arrays updated in place, the step's arrays
+    written): update_row_max with the lazy rescale, the FFMA bias, x = fma.rn(S, scale_log2, bias), P from
+    ``ex2_emulation_2`` (fa4num.ex2's ``fast_steps``, exact for the packed form on every input) on the emulated
+    columns and MUFU.EX2 (compact tables) elsewhere, and ``fadd_reduce``'s eight accumulators. One pass over
+    the tile instead of a few dozen numpy passes, without the GIL."""
+    r, n = s.shape
+    for i in range(r):
+        m_blk = s[i, 0]
+        for j in range(1, n):
+            m_blk = _fmax(m_blk, s[i, j])
+        m_old = row_max[i]
+        tm = m_blk if is_first else _fmax(true_max[i], m_blk)
+        true_max[i] = tm
+        m_new = m_blk if is_first else _fmax(m_old, m_blk)
+        m_safe = np.float32(0) if m_new == -np.inf else m_new
+        scale = np.float32(1)
+        resc = False
+        skip = False
+        if not is_first:
+            scale_ = (m_old - m_safe) * sl2
+            scale = _ex2(scale_, scale_ex2_ftz, knots, packed, offsets)
+            resc = True
+            if rescale_threshold > 0:
+                keep = scale_ >= -rescale_threshold       # FSETP.GE; NaN compares false -> rescale
+                if keep:
+                    m_new = m_old
+                    m_safe = m_old
+                    scale = np.float32(1)
+                skip = keep and m_blk > m_old
+                resc = not keep
+        row_max[i] = m_new
+        acc_scale[i] = scale
+        rescaled[i] = resc
+        skipped[i] = skip
+        bias = fma_rn_f32(-m_safe, sl2, max_offset) if fused_bias else max_offset - m_safe * sl2
+        for j in range(n):
+            x = fma_rn_f32(s[i, j], sl2, bias)
+            if emulate[j]:
+                p[i, j] = fast_steps(x, rc, False, False, False, True)[0]
+            else:
+                p[i, j] = _ex2(x, True, knots, packed, offsets)
+        a0, a1, a2, a3 = p[i, 0], p[i, 1], p[i, 2], p[i, 3]
+        a4, a5, a6, a7 = p[i, 4], p[i, 5], p[i, 6], p[i, 7]
+        if not is_first:
+            a0 = row_sum[i] * scale + p[i, 0]
+            a1 = np.float32(0) + p[i, 1]
+        for c in range(8, n, 8):
+            a0, a1, a2, a3 = a0 + p[i, c], a1 + p[i, c + 1], a2 + p[i, c + 2], a3 + p[i, c + 3]
+            a4, a5, a6, a7 = a4 + p[i, c + 4], a5 + p[i, c + 5], a6 + p[i, c + 6], a7 + p[i, c + 7]
+        a0, a1, a4, a5 = a0 + a2, a1 + a3, a4 + a6, a5 + a7
+        row_sum[i] = (a0 + a4) + (a1 + a5)
+        d = (np.float64(tm) - np.float64(m_new)) * np.float64(sl2)
+        lag[i] = np.float32(d) if abs(d) < np.inf else np.float32(0)
 
 
 def finalize(state: Sm100State, *, scale_log2, max_offset: int = 0, arch: str = "sm90", sink=None,
