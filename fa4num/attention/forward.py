@@ -400,9 +400,9 @@ _MERGE_ROWS = 8192
 
 
 def _map_runs(fn, items) -> list:
-    """:func:`_map_blocks` for the statistical mode's runs, with torch on one thread meanwhile: our threads
-    already share the runs, and torch's OpenMP threads spinning next to numba's on the same cores slow both
-    down several times over."""
+    """:func:`_map_blocks` for the runs of :func:`_merge_blocks`, with numba's loops and torch on one thread in
+    each worker: our threads already share the runs, and the GEMM and MUFU wrappers splitting a run again (or
+    torch's OpenMP threads spinning next to numba's on the same cores) would oversubscribe the cores."""
     import numba
     import torch
 
@@ -425,9 +425,11 @@ def _map_runs(fn, items) -> list:
 
 def _merge_blocks(nmb, ranges, *, max_blocks) -> list:
     """[(first, end)] runs of consecutive M blocks that visit the same KV blocks (``ranges(mb)`` equal), at most
-    about one per thread and at most ``max_blocks`` each: the statistical mode runs each as one tall tile (its
-    rows are independent and its arithmetic row-wise), so that numpy's per-call costs are paid once per KV
-    block of a run instead of once per tile."""
+    about one per thread and at most ``max_blocks`` each: each runs as one tall tile, so that the per-call costs
+    (numpy's, and the GIL held between the numba kernels, which keeps threads waiting on each other) are paid
+    once per KV block of a run instead of once per tile. The bits are the tiles' bits: the GEMM model sums
+    each output element on its own, the softmax steps work row by row, and SM100's warp ballot groups 32 rows
+    from the tile's first row (the caller merges only tiles of a multiple of 32 rows)."""
     import numba
     per = max(1, min(max_blocks, -(-nmb // numba.get_num_threads())))
     out, start = [], 0
@@ -779,7 +781,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
         "propagate" (default): NaN/inf in q/k/v give the kernel's bits; "raise": ValueError naming the input.
     **options
         ``mode`` = "bitexact" (default) or "statistical" (fp32 GEMMs through torch; numpy
-        exp2/rcp/log2; M tiles with the same KV blocks run as one tall tile per thread); kernel knobs (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``;
+        exp2/rcp/log2); kernel knobs (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``;
         fa4-sm90 ``ffma_exponent``;
         fa4-sm100 ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``,
         ``ex2_emu_start_frg``, ``poly_degree``, ``coeffs``, ``use_2cta_instrs``, ``is_sm103``, ``fused_bias``).
@@ -901,15 +903,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
                     return rs, o_mb, l_mb, cnt
 
                 nmb = -(-nrows // opts.tile_m)
-                if model == "blas":
-                    items = _merge_blocks(nmb, lambda mb: tuple(
-                        _masking.n_block_range(mb, tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq, seqlen_k=sk,
-                                               window=window, qhead_per_kvhead_packgqa=ng, split_idx=split,
-                                               num_splits=num_splits) for split in range(num_splits)),
-                        max_blocks=_MERGE_ROWS // opts.tile_m)
-                    done = _map_runs(run_mb, items)
-                else:
-                    done = _map_blocks(run_mb, [(mb, mb + 1) for mb in range(nmb)])
+                items = _merge_blocks(nmb, lambda mb: tuple(
+                    _masking.n_block_range(mb, tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq, seqlen_k=sk,
+                                           window=window, qhead_per_kvhead_packgqa=ng, split_idx=split,
+                                           num_splits=num_splits) for split in range(num_splits)),
+                    # SM100's warp ballot groups 32 rows from each tile's first row
+                    max_blocks=_MERGE_ROWS // opts.tile_m if opts.tile_m % 32 == 0 else 1)
+                done = _map_runs(run_mb, items)
                 for rs, o_mb, l_mb, cnt in done:
                     o_all[rs], l_all[rs] = o_mb, l_mb
                     for n, val in cnt.items():

@@ -173,7 +173,7 @@ def _compact_build(table, knots, packed):
 class CompactEx2:
     """The ex2 tables (row 0: ``ex2_pos``, row 1: ``ex2_neg``, indexed by the input's sign bit) as knots,
     packed 2-bit residuals and residual offsets; :func:`ex2_ftz_bits_compact` reads them. Same bits as the
-    tables, entry for entry (checked when built), about 1/8 of the memory."""
+    tables, entry for entry (checked when built), in 1/16 of the memory."""
     knots: np.ndarray     # (2, 2^12 + 1) uint32
     packed: np.ndarray    # (2, 2^19) uint32
     offsets: np.ndarray   # (2,) int64
