@@ -154,7 +154,8 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
         lag = np.empty(rows, np.float32)
         row_max, row_sum = np.array(state.row_max, np.float32), np.array(state.row_sum, np.float32)
         true_max = np.array(state.true_max, np.float32)
-        _softmax_step_rows(np.ascontiguousarray(s), row_max, row_sum, true_max, sl2, is_first,
+        m_blk = np.fmax.reduce(s, axis=1)     # fmax_reduce: max.f32 ignores NaN; exact, in any order
+        _softmax_step_rows(np.ascontiguousarray(s), m_blk, row_max, row_sum, true_max, sl2, is_first,
                            np.float32(rescale_threshold), np.float32(max_offset), emu, rc, fused_bias, scale_ex2_ftz,
                            tabs.knots, tabs.packed, tabs.offsets, p, acc_scale, rescaled, skipped, lag)
         state.row_max, state.row_sum, state.true_max = row_max, row_sum, true_max
@@ -216,18 +217,17 @@ def _ex2(x, ftz, knots, packed, offsets):
 
 
 @njit(cache=True, nogil=True)
-def _softmax_step_rows(s, row_max, row_sum, true_max, sl2, is_first, rescale_threshold, max_offset, emulate, rc,
-                       fused_bias, scale_ex2_ftz, knots, packed, offsets, p, acc_scale, rescaled, skipped, lag):
-    """:func:`softmax_step`'s array path, row by row (state arrays updated in place, the step's arrays
-    written): update_row_max with the lazy rescale, the FFMA bias, x = fma.rn(S, scale_log2, bias), P from
+def _softmax_step_rows(s, m_blks, row_max, row_sum, true_max, sl2, is_first, rescale_threshold, max_offset,
+                       emulate, rc, fused_bias, scale_ex2_ftz, knots, packed, offsets, p, acc_scale, rescaled, skipped,
+                       lag):
+    """:func:`softmax_step`'s array path, row by row, given the block's row maxima (state arrays updated in
+    place, the step's arrays written): update_row_max with the lazy rescale, the FFMA bias, x = fma.rn(S, scale_log2, bias), P from
     ``ex2_emulation_2`` (fa4num.ex2's ``fast_steps``, exact for the packed form on every input) on the emulated
     columns and MUFU.EX2 (compact tables) elsewhere, and ``fadd_reduce``'s eight accumulators. One pass over
     the tile instead of a few dozen numpy passes, without the GIL."""
     r, n = s.shape
     for i in range(r):
-        m_blk = s[i, 0]
-        for j in range(1, n):
-            m_blk = _fmax(m_blk, s[i, j])
+        m_blk = m_blks[i]
         m_old = row_max[i]
         tm = m_blk if is_first else _fmax(true_max[i], m_blk)
         true_max[i] = tm

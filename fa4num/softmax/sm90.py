@@ -66,8 +66,11 @@ def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str
         row_scale = np.empty(s.shape[0], np.float32)
         row_max = np.array(state.row_max, np.float32)
         row_sum = np.array(state.row_sum, np.float32)
-        _online_softmax_rows(np.ascontiguousarray(s), row_max, row_sum, sl2, is_first, tabs.knots, tabs.packed,
-                             tabs.offsets, p, row_scale)
+        # fmax_reduce + warp_reduction_max (max.f32 ignores NaN; exact, so the order does not matter), by numpy's
+        # vectorised reduction
+        m_blk = np.fmax.reduce(s, axis=1)
+        _online_softmax_rows(np.ascontiguousarray(s), m_blk, row_max, row_sum, sl2, is_first, tabs.knots,
+                             tabs.packed, tabs.offsets, p, row_scale)
         state.row_max, state.row_sum = row_max, row_sum
         return p, row_scale
     ex2 = mufu("ex2", arch)
@@ -109,16 +112,14 @@ def _fmax(a, b):
 
 
 @njit(cache=True, nogil=True)
-def _online_softmax_rows(s, row_max, row_sum, sl2, is_first, knots, packed, offsets, p, row_scale):
-    """:func:`online_softmax`'s array path, row by row (row_max, row_sum updated in place; P and row_scale
-    written): the row max, x = fma.rn(S, scale_log2, -RN(m_safe * scale_log2)), P = ex2.approx.ftz(x) through
+def _online_softmax_rows(s, m_blks, row_max, row_sum, sl2, is_first, knots, packed, offsets, p, row_scale):
+    """:func:`online_softmax`'s array path, row by row, given the block's row maxima (row_max, row_sum updated in
+    place; P and row_scale written): the running max, x = fma.rn(S, scale_log2, -RN(m_safe * scale_log2)), P = ex2.approx.ftz(x) through
     the compact MUFU tables, row_scale, and the four lanes' sums (lane q adds columns 8j + 2q, 8j + 2q + 1 in
     register order). One pass over the tile instead of a dozen numpy passes, without the GIL."""
     r, n = s.shape
     for i in range(r):
-        m_blk = s[i, 0]
-        for j in range(1, n):
-            m_blk = _fmax(m_blk, s[i, j])
+        m_blk = m_blks[i]
         m_prev = row_max[i]
         m = m_blk if is_first else _fmax(m_blk, m_prev)
         row_max[i] = m
