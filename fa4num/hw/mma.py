@@ -185,31 +185,39 @@ def _wgmma_rows_f32(a32, ae, b32t, bet, c, out, frac_bits, e_zero, i0, i1):
     24 significant bits (float32(|S|) rounds to nearest: one ulp less where that rounded up) and scaled by
     2^(E - F) in its exponent field, exactly (the result is a normal number: E - F >= -126).
 
-    Speed: one loop over the N columns per chunk does all of a column's work (alignment exponent, 16 terms
-    with the chunk's K loop unrolled, rounding) in registers, 8 columns per AVX2 vector. A column that leaves
-    the range is marked by a NaN in the accumulator (which every later chunk keeps: its exponent field is
-    255), rather than by a flag array, whose extra stores would stop LLVM from vectorising the loop."""
+    Speed: per chunk, one loop over the N columns per term takes the products' exponent max in int16 lanes (16
+    per AVX2 vector), then one loop over the N columns does the rest of a column's work (scale, the 16 terms
+    with the chunk's K loop unrolled, rounding) in registers, 8 columns per vector. A column that leaves the
+    range is marked by a NaN in the accumulator (which every later chunk keeps: its exponent field is 255),
+    rather than by a flag array, whose extra stores would stop LLVM from vectorising the loop."""
     kdim = a32.shape[1]
     n = b32t.shape[1]
     acc = np.empty(n, np.float32)
+    pmax = np.empty(n, np.int16)
     bad = np.int32(0)
     for i in range(i0, i1):
         for j in range(n):
             acc[j] = c[i, j]
         for k0 in range(0, kdim, _FAST_CHUNK):
+            # the products' largest exponent (a zero factor's marker keeps its products below -2000)
+            ea = ae[i, k0]
+            for j in range(n):
+                pmax[j] = np.int16(ea + bet[k0, j])
+            for k in range(k0 + 1, k0 + _FAST_CHUNK):
+                ea = ae[i, k]
+                for j in range(n):
+                    pmax[j] = max(pmax[j], np.int16(ea + bet[k, j]))
             for j in range(n):
                 v = acc[j]
                 # the accumulator's exponent (subnormals pinned at -126, zero at e_zero; inf/NaN give 128)
                 ev = np.int32(np.int32((f32_to_u32(v) >> np.uint32(23)) & np.uint32(0xFF)) - np.int32(127))
                 ev = max(ev, np.int32(-126)) if v != 0 else np.int32(e_zero)
-                pmax = np.int32(_ZERO_EXP)
-                for kk in range(_FAST_CHUNK):
-                    pmax = max(pmax, np.int32(ae[i, k0 + kk] + bet[k0 + kk, j]))
-                e = max(pmax, ev)
+                pm = np.int32(pmax[j])
+                e = max(pm, ev)
                 # outside [E_MIN, E_MAX] the scales below are wrong, unless every term and C is zero (then
                 # any scale gives +0, as the general kernel does)
                 out_of_range = np.int32(e > _FAST_E_MAX) | (
-                    np.int32(e < _FAST_E_MIN) & (np.int32(v != 0) | np.int32(pmax > _ZERO_THRESHOLD)))
+                    np.int32(e < _FAST_E_MIN) & (np.int32(v != 0) | np.int32(pm > _ZERO_THRESHOLD)))
                 e = max(e, np.int32(_FAST_E_MIN))
                 scale = u32_to_f32(np.uint32(np.int32(127 + frac_bits) - e) << np.uint32(23))
                 ctr = np.int32(v * scale)
