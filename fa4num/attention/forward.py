@@ -399,12 +399,13 @@ _POOL = []
 _MERGE_ROWS = 8192
 
 
-def _map_runs(fn, items) -> list:
-    """:func:`_map_blocks` for the runs of :func:`_merge_blocks`, with numba's loops and torch on one thread in
-    each worker: our threads already share the runs, and the GEMM and MUFU wrappers splitting a run again (or
-    torch's OpenMP threads spinning next to numba's on the same cores) would oversubscribe the cores."""
+def _map_runs(fn, items, *, torch_one_thread: bool = False) -> list:
+    """:func:`_map_blocks` for the runs of :func:`_merge_blocks`, with numba's loops on one thread in each
+    worker: our threads already share the runs, and the GEMM and MUFU wrappers splitting a run again would
+    oversubscribe the cores. ``torch_one_thread`` (the statistical mode, whose GEMMs are torch's): torch on one
+    thread meanwhile too, as its OpenMP threads spinning next to numba's on the same cores slow both down
+    several times over (the bit-exact mode leaves torch alone, and unimported)."""
     import numba
-    import torch
 
     def one_thread(x):
         # numba's parallel loops on this worker only (set_num_threads is thread-local): no oversubscription
@@ -415,6 +416,9 @@ def _map_runs(fn, items) -> list:
         finally:
             numba.set_num_threads(n)
 
+    if not torch_one_thread:
+        return _map_blocks(one_thread, items)
+    import torch
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -909,7 +913,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
                                            num_splits=num_splits) for split in range(num_splits)),
                     # SM100's warp ballot groups 32 rows from each tile's first row
                     max_blocks=_MERGE_ROWS // opts.tile_m if opts.tile_m % 32 == 0 else 1)
-                done = _map_runs(run_mb, items)
+                done = _map_runs(run_mb, items, torch_one_thread=model == "blas")
                 for rs, o_mb, l_mb, cnt in done:
                     o_all[rs], l_all[rs] = o_mb, l_mb
                     for n, val in cnt.items():
