@@ -185,8 +185,8 @@ def _wgmma_rows_f32(a32, ae, b32t, bet, c, out, frac_bits, e_zero, i0, i1):
     24 significant bits (float32(|S|) rounds to nearest: one ulp less where that rounded up) and scaled by
     2^(E - F) in its exponent field, exactly (the result is a normal number: E - F >= -126).
 
-    Speed: per chunk, one loop over the N columns per term takes the products' exponent max in int16 lanes (16
-    per AVX2 vector), then one loop over the N columns does the rest of a column's work (scale, the 16 terms
+    Speed: per chunk, one loop over the N columns per two terms takes the products' exponent max in int16 lanes
+    (16 per AVX2 vector), then one loop over the N columns does the rest of a column's work (scale, the 16 terms
     with the chunk's K loop unrolled, rounding) in registers, 8 columns per vector. A column that leaves the
     range is marked by a NaN in the accumulator (which every later chunk keeps: its exponent field is 255),
     rather than by a flag array, whose extra stores would stop LLVM from vectorising the loop."""
@@ -199,14 +199,15 @@ def _wgmma_rows_f32(a32, ae, b32t, bet, c, out, frac_bits, e_zero, i0, i1):
         for j in range(n):
             acc[j] = c[i, j]
         for k0 in range(0, kdim, _FAST_CHUNK):
-            # the products' largest exponent (a zero factor's marker keeps its products below -2000)
-            ea = ae[i, k0]
+            # the products' largest exponent (a zero factor's marker keeps its products below -2000), two terms
+            # per pass over the columns
+            e0, e1 = ae[i, k0], ae[i, k0 + 1]
             for j in range(n):
-                pmax[j] = np.int16(ea + bet[k0, j])
-            for k in range(k0 + 1, k0 + _FAST_CHUNK):
-                ea = ae[i, k]
+                pmax[j] = max(np.int16(e0 + bet[k0, j]), np.int16(e1 + bet[k0 + 1, j]))
+            for k in range(k0 + 2, k0 + _FAST_CHUNK, 2):
+                e0, e1 = ae[i, k], ae[i, k + 1]
                 for j in range(n):
-                    pmax[j] = max(pmax[j], np.int16(ea + bet[k, j]))
+                    pmax[j] = max(pmax[j], max(np.int16(e0 + bet[k, j]), np.int16(e1 + bet[k + 1, j])))
             for j in range(n):
                 v = acc[j]
                 # the accumulator's exponent (subnormals pinned at -126, zero at e_zero; inf/NaN give 128)

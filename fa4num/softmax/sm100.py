@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from fa4num.ex2.emulate import fast_steps, horner_tuple, poly_coeffs, resolve_variant
+from fa4num.ex2.emulate import exact_steps, fast_steps, horner_tuple, poly_coeffs, resolve_variant
 from fa4num.fp.scalar import f32_to_u32, fma_rn_f32, u32_to_f32
 from fa4num.hw.mufu import ex2_bits_compact, ex2_ftz_bits_compact
 
@@ -221,10 +221,11 @@ def _softmax_step_rows(s, m_blks, row_max, row_sum, true_max, sl2, is_first, res
                        emulate, rc, fused_bias, scale_ex2_ftz, knots, packed, offsets, p, acc_scale, rescaled, skipped,
                        lag):
     """:func:`softmax_step`'s array path, row by row, given the block's row maxima (state arrays updated in
-    place, the step's arrays written): update_row_max with the lazy rescale, the FFMA bias, x = fma.rn(S, scale_log2, bias), P from
-    ``ex2_emulation_2`` (fa4num.ex2's ``fast_steps``, exact for the packed form on every input) on the emulated
-    columns and MUFU.EX2 (compact tables) elsewhere, and ``fadd_reduce``'s eight accumulators. One pass over
-    the tile instead of a few dozen numpy passes, without the GIL."""
+    place, the step's arrays written): update_row_max with the lazy rescale, the FFMA bias,
+    x = fma.rn(S, scale_log2, bias), P from ``ex2_emulation_2`` (fa4num.ex2's ``fast_steps``, or its
+    ``exact_steps`` where the fast form reports an input beyond its range) on the emulated columns and MUFU.EX2
+    (compact tables) elsewhere, and ``fadd_reduce``'s eight accumulators. One pass over the tile instead of a
+    few dozen numpy passes, without the GIL."""
     r, n = s.shape
     for i in range(r):
         m_blk = m_blks[i]
@@ -256,7 +257,9 @@ def _softmax_step_rows(s, m_blks, row_max, row_sum, true_max, sl2, is_first, res
         for j in range(n):
             x = fma_rn_f32(s[i, j], sl2, bias)
             if emulate[j]:
-                p[i, j] = fast_steps(x, rc, False, False, False, True)[0]
+                # the floor form of add.rm covers x <= 2^22 (the softmax range); beyond it, the exact steps
+                v, beyond = fast_steps(x, rc, False, False, False, False)
+                p[i, j] = exact_steps(x, rc, False, False, False) if beyond else v
             else:
                 p[i, j] = _ex2(x, True, knots, packed, offsets)
         a0, a1, a2, a3 = p[i, 0], p[i, 1], p[i, 2], p[i, 3]

@@ -114,9 +114,10 @@ def _fmax(a, b):
 @njit(cache=True, nogil=True)
 def _online_softmax_rows(s, m_blks, row_max, row_sum, sl2, is_first, knots, packed, offsets, p, row_scale):
     """:func:`online_softmax`'s array path, row by row, given the block's row maxima (row_max, row_sum updated in
-    place; P and row_scale written): the running max, x = fma.rn(S, scale_log2, -RN(m_safe * scale_log2)), P = ex2.approx.ftz(x) through
-    the compact MUFU tables, row_scale, and the four lanes' sums (lane q adds columns 8j + 2q, 8j + 2q + 1 in
-    register order). One pass over the tile instead of a dozen numpy passes, without the GIL."""
+    place; P and row_scale written): the running max, x = fma.rn(S, scale_log2, -RN(m_safe * scale_log2)),
+    P = ex2.approx.ftz(x) through the compact MUFU tables, row_scale, and the four lanes' sums (lane q adds
+    columns 8j + 2q, 8j + 2q + 1 in register order). One pass over the tile instead of a dozen numpy passes,
+    without the GIL."""
     r, n = s.shape
     for i in range(r):
         m_blk = m_blks[i]
