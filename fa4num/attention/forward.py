@@ -384,7 +384,8 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
         cnt["p_saturated"] += sat.sum(axis=1).astype(np.int32)
         with np.errstate(invalid="ignore", over="ignore"):
             if not is_first:
-                o = np.where(rescale[:, None], o * scale[:, None], o).astype(np.float32)
+                # in place (o is the last GEMM's fresh result): one pass instead of three
+                np.multiply(o, f32(scale)[:, None], out=o, where=rescale[:, None])
             o = _gemm(p_q, vbt, o, ctx)
     if sm90:
         rcp, lse = _sm90.finalize(state, scale_log2=ctx.sl2, arch=opts.mufu_arch, sink=sink_rows)
