@@ -16,6 +16,8 @@ itself cannot run on this problem); method="fa4" regenerates FA4's POLY_EX2 reci
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -352,12 +354,25 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
         metrics[objective] = measure(objective, coeffs)
         objective_value = metrics[objective]["value"]
     timings["total"] = time.perf_counter() - t_start
-    from fa4num.provenance import provenance
     return FitResult(tuple(float(c) for c in coeffs), degree, target.name, (a, b), error, fmt.name,
                      fixed if method != "fa4" else {}, objective, method, path, float(max_error),
                      float(argmax), cert_up, cert_lo, optimum, objective_value, metrics, regeneration,
-                     timings, provenance(), tuple(prob.free), None if weight_t is None else weight_t.name,
+                     timings, _provenance(), tuple(prob.free), None if weight_t is None else weight_t.name,
                      exact, bounded)
+
+
+@functools.lru_cache(maxsize=1)
+def _process_provenance() -> dict:
+    from fa4num.provenance import provenance
+    return provenance()
+
+
+def _provenance() -> dict:
+    """fa4num.provenance's record with the date of this fit. The rest (code revision, packages: two git
+    calls and a scan of the installed distributions, 50 ms) is read once per process: what a process runs
+    is the code it imported at the revision it imported it from."""
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {**_process_provenance(), "date": now}
 
 
 def _negligible(prob: Problem, opt) -> set:

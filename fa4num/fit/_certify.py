@@ -19,6 +19,7 @@ import flint
 import mpmath
 
 from ._remez import Problem
+from ._series import err_series as _err_series
 from ._target import to_arb
 
 
@@ -29,36 +30,6 @@ class Certificate:
     lower_at: float    # the point whose error gave ``lower``
     pieces: int        # pieces in the final subdivision
     order: int         # Taylor order K
-
-
-def _g_series(prob: Problem, x: flint.arb, length: int) -> flint.arb_series:
-    """Taylor coefficients of g = f / x^shift at x (a point or a ball), each enclosing g_j(xi) for xi in x.
-
-    Where x reaches 0 the quotient cannot be formed; there the integral form of Taylor's remainder,
-    g(x) = 1/(s-1)! int_0^1 (1-t)^(s-1) f^(s)(t x) dt, gives g_j(xi) in f_(s+j)(hull(0, x)): the Taylor
-    coefficients of f itself over the hull of 0 and the ball, shifted by s."""
-    s = prob.shift
-    t = flint.arb_series([x, 1], prec=length)
-    if not s:
-        return prob.target.ball(t)
-    lo = x.lower()
-    if lo > 0 and x.rad() * 8 < lo:
-        return prob.target.ball(t) / t ** s
-    hull = x.union(flint.arb(0))
-    fser = prob.target.ball(flint.arb_series([hull, 1], prec=length + s))
-    return flint.arb_series([fser[s + j] for j in range(length)], prec=length)
-
-
-def _err_series(prob: Problem, coeffs_arb, x: flint.arb, length: int) -> flint.arb_series:
-    t = flint.arb_series([x, 1], prec=length)
-    p = flint.arb_series([coeffs_arb[-1]], prec=length)
-    for c in reversed(coeffs_arb[prob.shift:-1]):
-        p = p * t + c
-    g = _g_series(prob, x, length)
-    e = p / g - 1 if prob.relative else p - g
-    if prob.weight is not None:
-        e = e * prob.weight.ball(t)
-    return e
 
 
 def certify(prob: Problem, coeffs, *, extrema=(), rel_tol: float = 1e-4, order: int = 6, prec: int = 160,

@@ -17,7 +17,7 @@ import mpmath
 import numpy as np
 
 from ._formats import Format
-from ._remez import PREC, Problem
+from ._remez import PREC, Problem, gw_floats
 
 
 def lattice_round(prob: Problem, minimax_coeffs, points, formats: dict[int, Format]) -> list:
@@ -96,10 +96,7 @@ class GridScorer:
         for x in extrema:
             xs.append(np.clip(float(x) + width * np.linspace(-2, 2, 41), a, b))
         self.x = np.unique(np.concatenate(xs))
-        with mpmath.workprec(PREC):
-            gw = [prob.gw(mpmath.mpf(float(x))) for x in self.x]
-        self.f = np.array([float(g) for g, _ in gw])
-        self.w = np.array([float(w) for _, w in gw])
+        self.f, self.w = gw_floats(prob, self.x)
         # x^(k - shift) for k >= shift; the powers below the shift are fixed at 0 and contribute nothing
         s = prob.shift
         self.powers = np.concatenate([np.zeros((self.x.size, s)),

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import flint
 import mpmath
+import numpy as np
 
-from ._target import Target
+from ._series import err_series, gw_ball
+from ._target import Target, to_arb
 
 PREC = 128  # bits of working precision: 38 digits, far below any error a degree <= 8 fit can reach
 
@@ -177,17 +180,52 @@ def _brent_max(g, lo, hi, tol, maxiter: int = 200):
 def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=()):
     """Every local extremum of the error, one per sign segment: list of (x, e(x)) sorted by x.
 
-    A scan on ``points`` equispaced points (plus ``extra``) brackets each segment's peak; Brent's method
-    refines it to 2^-60 of the interval width (the peak value is then exact to ~1e-30 relative).
+    A scan on ``points`` equispaced points (plus ``extra``) brackets each segment's peak, which is then
+    refined to 2^-60 of the interval width or closer (the peak value is then exact to ~1e-30 relative).
+    Where f (and the weight) is an expression that also takes flint balls, the scan runs in float64 numpy
+    (it only has to find the sign runs and the largest point of each, far above float64's noise: where
+    the error is not, the scan runs in mpmath) and each peak is refined by a safeguarded Newton iteration
+    on e' = 0 in ball arithmetic (a few Taylor evaluations per peak: _newton_peak); otherwise the scan
+    runs in mpmath and the peaks are refined by Brent's method.
     """
     a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
     n = points or max(256, 64 * (prob.degree + 2))
+    fast = _fast_scan(prob, coeffs, n, extra)
+    if fast is not None:
+        xs, es, noise = fast
+        tol = (b - a) * mpmath.mpf(2) ** -60
+        old = flint.ctx.prec
+        flint.ctx.prec = PREC + 32   # before to_arb: its power of two is rounded to the context's precision
+        try:
+            cs = [to_arb(c) for c in coeffs]
+            out = []
+            for run in _sign_runs(es, noise):
+                i = max(run, key=lambda j: abs(es[j]))
+                lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
+                sign = 1 if es[i] > 0 else -1
+                out.append(_newton_peak(prob, cs, lo, hi, xs[i], sign, tol))
+            return out
+        finally:
+            flint.ctx.prec = old
     xs = sorted(set([a + (b - a) * i / n for i in range(n + 1)] + [mpmath.mpf(x) for x in extra]))
     es = [prob.error(coeffs, x) for x in xs]
-    # group the scan into maximal runs of one sign (exact zeros join the neighbouring run)
+    tol = (b - a) * mpmath.mpf(2) ** -60
+    out = []
+    for run in _sign_runs(es, [0] * len(es)):
+        i = max(run, key=lambda j: abs(es[j]))
+        lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
+        sign = 1 if es[i] > 0 else -1
+        val, x = _brent_max(lambda t: sign * prob.error(coeffs, t), lo, hi, tol)
+        out.append((x, sign * val))
+    return out
+
+
+def _sign_runs(es, noise) -> list:
+    """The scan grouped into maximal runs of one sign: lists of indices. Values within their noise of 0
+    (exact zeros in mpmath) have no sign and join the neighbouring run."""
     runs, cur, cur_sign = [], [], 0
-    for i, e in enumerate(es):
-        s = (e > 0) - (e < 0)
+    for i, (e, z) in enumerate(zip(es, noise)):
+        s = (e > z) - (e < -z)
         if s == 0:
             continue
         if cur_sign and s != cur_sign:
@@ -197,15 +235,104 @@ def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=())
         cur_sign = s
     if cur:
         runs.append(cur)
-    tol = (b - a) * mpmath.mpf(2) ** -60
-    out = []
-    for run in runs:
-        i = max(run, key=lambda j: abs(es[j]))
-        lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
-        sign = 1 if es[i] > 0 else -1
-        val, x = _brent_max(lambda t: sign * prob.error(coeffs, t), lo, hi, tol)
-        out.append((x, sign * val))
-    return out
+    return runs
+
+
+_NOISE_FLOOR = 1e-3   # the float64 scan is used only while the error reaches 1000 times its own noise or more
+
+
+def _fast_scan(prob: Problem, coeffs, n: int, extra):
+    """(xs as mpf, e(xs) as floats, noise bound per point) from a float64 numpy scan, or None where f or the
+    weight has no float64 form or takes no balls, or where the error is too close to float64's noise."""
+    target, weight = prob.target, prob.weight
+    if target.np is None or (weight is not None and weight.np is None) or not _takes_balls(prob):
+        return None
+    a, b = float(prob.a), float(prob.b)
+    xs = np.unique(np.concatenate([a + (b - a) * np.arange(n + 1) / n,
+                                   np.array([float(x) for x in extra], dtype=np.float64)]))
+    xs = xs[(xs >= a) & (xs <= b)]
+    s = prob.shift
+    c = np.array([float(v) for v in coeffs[s:]])
+    with np.errstate(all="ignore"):
+        f = np.broadcast_to(np.asarray(target.np(xs), dtype=np.float64), xs.shape)
+        g = f / xs ** s if s else f
+        p = np.zeros_like(xs)
+        size = np.zeros_like(xs)
+        for v in c[::-1]:
+            p = p * xs + v
+            size = size * np.abs(xs) + abs(v)
+        w = 1.0 / g if prob.relative else np.ones_like(xs)
+        if weight is not None:
+            w = w * np.broadcast_to(np.asarray(weight.np(xs), dtype=np.float64), xs.shape)
+        es = w * (p - g)
+        # float64 evaluation: a few ulps of each term, far more than the rounding of the coefficients to
+        # float (1e-16 relative) and of the libm calls (< 1 ulp)
+        noise = 64 * np.finfo(np.float64).eps * (np.abs(w) * (size + np.abs(g)))
+    bad = ~(np.isfinite(es) & np.isfinite(noise))
+    if np.any(bad):
+        with mpmath.workprec(PREC):
+            for i in np.flatnonzero(bad):
+                es[i] = float(prob.error(coeffs, mpmath.mpf(xs[i])))
+                noise[i] = 0.0
+    top = np.max(np.abs(es))
+    if not np.isfinite(top) or top * _NOISE_FLOOR < np.max(noise):
+        return None
+    return [mpmath.mpf(x) for x in xs.tolist()], es.tolist(), noise.tolist()
+
+
+def gw_floats(prob: Problem, xs, *, prec: int = PREC):
+    """(g, w) of Problem.gw at the float points ``xs``, each computed at ``prec`` bits and rounded to float64:
+    in ball arithmetic where f (and the weight) takes balls (ten times faster than mpmath), else in mpmath."""
+    xs = [float(x) for x in xs]
+    if _takes_balls(prob):
+        old = flint.ctx.prec
+        flint.ctx.prec = prec
+        try:
+            gw = [gw_ball(prob, flint.arb(x)) for x in xs]
+        finally:
+            flint.ctx.prec = old
+        return (np.array([float(g.mid()) for g, _ in gw]), np.array([float(w.mid()) for _, w in gw]))
+    with mpmath.workprec(prec):
+        gw = [prob.gw(mpmath.mpf(x)) for x in xs]
+    return np.array([float(g) for g, _ in gw]), np.array([float(w) for _, w in gw])
+
+
+def _takes_balls(prob: Problem) -> bool:
+    from ._target import takes_balls
+    return takes_balls(prob.target) and (prob.weight is None or takes_balls(prob.weight))
+
+
+def _newton_peak(prob: Problem, cs, lo, hi, start, sign: int, tol):
+    """(x, e(x)) at the largest sign * e on [lo, hi] (e unimodal there): an end where sign * e' points out
+    of the bracket, else the root of e' by Newton's method on the ball Taylor coefficients of e (midpoints),
+    safeguarded by bisection on the sign of e' so that it never leaves the bracket."""
+    def taylor(x, length):
+        ser = err_series(prob, cs, to_arb(x), length)
+        return [mpmath.mpf(ser[j]) for j in range(length)]
+
+    t_lo, t_hi = taylor(lo, 2), taylor(hi, 2)
+    cands = [(sign * t_lo[0], lo), (sign * t_hi[0], hi)]
+    if sign * t_lo[1] > 0 and sign * t_hi[1] < 0:
+        left, right = lo, hi
+        x = start if lo < start < hi else (lo + hi) / 2
+        for _ in range(200):
+            t = taylor(x, 3)
+            d, curv = sign * t[1], sign * t[2]
+            if d == 0:
+                break
+            if d > 0:
+                left = x
+            else:
+                right = x
+            nx = x - d / (2 * curv) if curv < 0 else None
+            if nx is None or not left < nx < right:
+                nx = (left + right) / 2
+            step, x = abs(nx - x), nx
+            if step <= tol or right - left <= tol:
+                break
+        cands.append((sign * taylor(x, 1)[0], x))
+    val, x = max(cands)
+    return x, sign * val
 
 
 def sup_error(prob: Problem, coeffs, *, points: int | None = None, extra=()):

@@ -17,6 +17,7 @@ from typing import Callable
 
 import flint
 import mpmath
+import numpy as np
 
 _UNARY = ("exp", "log", "sqrt", "sin", "cos", "tan", "atan", "asin", "acos", "erf", "erfc", "log1p", "expm1",
           "tanh", "sinh", "cosh")
@@ -48,6 +49,21 @@ def _mp_namespace():
     return ns
 
 
+def _np_fn(name):
+    if name in ("erf", "erfc"):
+        def fn(v):
+            import scipy.special   # imported on first use: most targets need no special function
+            return getattr(scipy.special, name)(v)
+        return fn
+    return getattr(np, {"atan": "arctan", "asin": "arcsin", "acos": "arccos"}.get(name, name))
+
+
+def _np_namespace():
+    ns = {name: _np_fn(name) for name in _UNARY}
+    ns.update(pi=np.pi, e=np.e, ln2=np.log(2.0), exp2=np.exp2, log2=np.log2, abs=np.abs)
+    return ns
+
+
 def _ball_namespace():
     ns = {name: _ball_fn(name) for name in _UNARY}
     ns.update(pi=flint.arb.pi(), e=flint.arb(1).exp(), ln2=flint.arb.const_log2(),
@@ -62,6 +78,7 @@ class Target:
     name: str
     mp: Callable          # mpf -> mpf
     ball: Callable         # flint.arb_series -> flint.arb_series (may fail for a callable: takes_balls)
+    np: Callable | None = None   # float64 array -> float64 array (expressions only): fast scans, never a result
 
 
 _NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Load, ast.Constant, ast.operator,
@@ -87,7 +104,8 @@ def _compile(expr: str):
     # one lambda per arithmetic, its globals the allowed names only
     mp_eval = eval(f"lambda x: ({text})", {"__builtins__": {}, **_mp_namespace()})  # noqa: S307
     ball_eval = eval(f"lambda x: ({text})", {"__builtins__": {}, **_ball_namespace()})  # noqa: S307
-    return mp_eval, ball_eval
+    np_eval = eval(f"lambda x: ({text})", {"__builtins__": {}, **_np_namespace()})  # noqa: S307
+    return mp_eval, ball_eval, np_eval
 
 
 def make_target(f) -> Target:
@@ -95,8 +113,8 @@ def make_target(f) -> Target:
     if isinstance(f, Target):
         return f
     if isinstance(f, str):
-        mp_eval, ball_eval = _compile(f)
-        return Target(f, mp_eval, ball_eval)
+        mp_eval, ball_eval, np_eval = _compile(f)
+        return Target(f, mp_eval, ball_eval, np_eval)
     if callable(f):
         return Target(getattr(f, "__name__", repr(f)), f, f)
     raise ValueError(f"f: expected an expression string or a callable, got {type(f).__name__}")
