@@ -137,14 +137,19 @@ class _Region:
         self.A = self.A0 / U
 
 
-def _lp_range(region: _Region, j: int, fixed_u: np.ndarray):
+def _lp_range(region: _Region, j: int, fixed_u: np.ndarray, bases: dict | None = None, key=None):
     """(least, greatest) u_j over R with u_0..u_(j-1) = fixed_u; None when infeasible.
 
     The monomial columns are nearly parallel (a thin polytope), so the LP is posed in the variables
     y = R v of a QR factorisation A_rest = Q R: its constraint matrix has orthonormal columns, and u_j is the
-    linear form (R^-T e_0) . y."""
+    linear form (R^-T e_0) . y.
+
+    ``bases`` (with ``key``, which LP this is) remembers the optimal vertex of earlier LPs as the grid points
+    whose constraints are tight there. Neighbouring nodes, and the next cutting-plane round, mostly share
+    it: such a vertex is tried first and taken when it is feasible and its multipliers prove it optimal
+    (the optimality conditions of the LP, to 1e-9, the tolerance HiGHS is asked for); HiGHS solves the rest.
+    """
     from scipy.linalg import qr, solve_triangular
-    from scipy.optimize import linprog
     A_fix, A_rest = region.A[:, :j], region.A[:, j:]
     shift = region.r + A_fix @ fixed_u
     Q, R = qr(A_rest, mode="economic")
@@ -152,18 +157,72 @@ def _lp_range(region: _Region, j: int, fixed_u: np.ndarray):
     e0[0] = 1.0
     z = solve_triangular(R, e0, trans="T")
     norm = np.linalg.norm(z)
-    A_ub = np.vstack([Q, -Q])
-    b_ub = np.concatenate([1 - shift, 1 + shift])
     out = []
     for sign in (1.0, -1.0):
-        res = linprog(sign * z / norm, A_ub=A_ub, b_ub=b_ub, bounds=(None, None), method="highs",
-                      options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
-        if res.status == 2:
-            return None
-        if res.status != 0:
-            raise RuntimeError(f"exact search: LP failed (status {res.status}: {res.message})")
-        out.append(sign * res.fun * norm)
+        c = sign * z / norm
+        tried = bases.get((key, sign), ()) if bases is not None and key is not None else ()
+        index = {x: i for i, x in enumerate(region.grid)} if tried else None
+        val = next((v for v in (_vertex_value(Q, shift, c, index, basis) for basis in tried)
+                    if v is not None), None)
+        if val is None:
+            y = _highs_min(Q, shift, c)
+            if y is None:
+                return None
+            val = float(c @ y)
+            if bases is not None and key is not None:
+                basis = _tight_basis(Q, shift, y, region.grid)
+                if basis is not None:
+                    known = bases.setdefault((key, sign), [])
+                    known.insert(0, basis)
+                    del known[4:]
+        out.append(sign * val * norm)
     return out[0], out[1]
+
+
+_VERTEX_TOL = 1e-9
+
+
+def _vertex_value(Q, shift, c, index: dict, basis):
+    """min c.y over {-1 - shift <= Q y <= 1 - shift} when the vertex where the constraints of ``basis`` (grid
+    point, side) are tight is optimal, else None: it must satisfy every constraint and its multipliers (the
+    objective as a combination of the tight rows' normals) must all point the right way."""
+    rows = [index.get(x) for x, _ in basis]
+    if None in rows or len(rows) != Q.shape[1]:
+        return None
+    sides = np.array([sd for _, sd in basis], dtype=np.float64)
+    M = Q[rows]
+    try:
+        y = np.linalg.solve(M, sides - shift[rows])
+        mu = np.linalg.solve(M.T, c)
+    except np.linalg.LinAlgError:
+        return None
+    act = Q @ y + shift
+    if np.any(np.abs(act) > 1 + _VERTEX_TOL) or np.any(mu * sides > _VERTEX_TOL):
+        return None
+    return float(c @ y)
+
+
+def _tight_basis(Q, shift, y, grid):
+    """The tight constraints at the LP solution y as (grid point, side) pairs, when there are exactly as many
+    as variables (a non-degenerate vertex); else None."""
+    act = Q @ y + shift
+    up, lo = np.flatnonzero(np.abs(act - 1) <= _VERTEX_TOL), np.flatnonzero(np.abs(act + 1) <= _VERTEX_TOL)
+    if len(up) + len(lo) != Q.shape[1]:
+        return None
+    return tuple([(grid[i], 1.0) for i in up] + [(grid[i], -1.0) for i in lo])
+
+
+def _highs_min(Q, shift, c):
+    """argmin c.y over {-1 - shift <= Q y <= 1 - shift} by HiGHS (scipy), None when infeasible."""
+    from scipy.optimize import linprog
+    res = linprog(c, A_ub=np.vstack([Q, -Q]), b_ub=np.concatenate([1 - shift, 1 + shift]), bounds=(None, None),
+                  method="highs", options={"primal_feasibility_tolerance": 1e-10,
+                                           "dual_feasibility_tolerance": 1e-10})
+    if res.status == 2:
+        return None
+    if res.status != 0:
+        raise RuntimeError(f"exact search: LP failed (status {res.status}: {res.message})")
+    return res.x
 
 
 def _last_range(region: _Region, fixed_u: np.ndarray):
@@ -205,7 +264,7 @@ class TooManySets(ValueError):
 
 
 def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: int, max_sets: int = 20_000,
-                     sublattice: bool = False):
+                     sublattice: bool = False, bases: dict | None = None):
     """Every format point in R(X, bound): (list of free-coefficient tuples, box, nodes, lps).
 
     Points are integer vectors u (c_k = base_k + scale_k u_k, scale_k the finest spacing of the format over
@@ -220,18 +279,19 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
     m = len(free)
     stats = {"nodes": 0, "lps": 0}
 
-    def ranges(B):
+    def ranges(B, keys):
         out = []
         for j in range(m):
             perm = [j] + [i for i in range(m) if i != j]
             sub = _Region.__new__(_Region)
-            sub.r, sub.A = region.r, B[:, perm]
-            out.append(_last_range(sub, np.zeros(0)) if m == 1 else _lp_range(sub, 0, np.zeros(0)))
+            sub.r, sub.A, sub.grid = region.r, B[:, perm], region.grid
+            out.append(_last_range(sub, np.zeros(0)) if m == 1 else
+                       _lp_range(sub, 0, np.zeros(0), bases, keys[j]))
             stats["lps"] += 0 if m == 1 else 2
         return out
 
     box = {}
-    for k, rng in zip(free, ranges(region.A)):
+    for k, rng in zip(free, ranges(region.A, [("box", k) for k in free])):
         if rng is None:
             return [], {}, stats["nodes"], stats["lps"]
         b, q = mpmath.mpf(region.base[k]), mpmath.mpf(region.scale[k])
@@ -264,11 +324,11 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
         region.cut(bound)
     T = _reduce(region.A)
     B = region.A @ T
-    widths = [hi - lo for lo, hi in ranges(B)]
+    widths = [hi - lo for lo, hi in ranges(B, [("width", tuple(T[:, j].tolist())) for j in range(m)])]
     order = np.argsort(widths)
     T, B = T[:, order], B[:, order]
     sub = _Region.__new__(_Region)
-    sub.r, sub.A = region.r, B
+    sub.r, sub.A, sub.grid = region.r, B, region.grid
     found = []
     base = np.array([region.base[k] for k in free])
     scale = np.array([region.scale[k] for k in free])
@@ -281,7 +341,7 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
         if j == m - 1:
             rng = _last_range(sub, np.array(fixed_y, dtype=float))
         else:
-            rng = _lp_range(sub, j, np.array(fixed_y, dtype=float))
+            rng = _lp_range(sub, j, np.array(fixed_y, dtype=float), bases, ("node", j))
             stats["lps"] += 2
         if rng is None:
             return
@@ -362,10 +422,11 @@ def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int =
     for x in ext:
         grid |= {min(max(x + d * (b - a) * 2.0 ** -k, a), b) for k in (8, 12) for d in (-1, 1)}
     nodes = lps = 0
+    bases = {}   # optimal LP vertices, shared by the rounds (see _lp_range)
     prev = None
     for rnd in range(1, max_rounds + 1):
         region = _Region(prob, sorted(grid), base, scale)
-        found, box, nn, nl = enumerate_region(region, fmt, best_up, max_nodes=max_nodes)
+        found, box, nn, nl = enumerate_region(region, fmt, best_up, max_nodes=max_nodes, bases=bases)
         nodes, lps = nodes + nn, lps + nl
         cands = np.array([full(v) for v in found]) if found else np.zeros((0, prob.degree + 1))
         if best not in cands.tolist():
@@ -461,6 +522,7 @@ def bounded_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int
     target = best_e * (1 + 1e-9)
     cuts, floor, complete = [], None, True
     nodes = lps = total = 0
+    bases = {}   # optimal LP vertices, shared by the cuts (see _lp_range)
     for _ in range(tries):
         with mpmath.workprec(PREC):
             scale = {k: float(fmt.quantum(best[k] if best[k] != 0 else (opt.coeffs[k] or 1)))
@@ -469,7 +531,7 @@ def bounded_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int
         stopped = False
         try:
             found, _, nn, nl = enumerate_region(region, fmt, target, max_nodes=max_nodes, max_sets=max_sets,
-                                                sublattice=True)
+                                                sublattice=True, bases=bases)
             nodes, lps = nodes + nn, lps + nl
         except TooManySets as exc:
             # the sets listed before the search stopped are still sets with a small error on the grid
