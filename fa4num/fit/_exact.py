@@ -137,69 +137,124 @@ class _Region:
         self.A = self.A0 / U
 
 
-def _lp_range(region: _Region, j: int, fixed_u: np.ndarray, bases: dict | None = None, key=None):
+def _lp_range(region: _Region, j: int, fixed_u: np.ndarray, bases: dict | None = None, key=None, start=None):
     """(least, greatest) u_j over R with u_0..u_(j-1) = fixed_u; None when infeasible.
 
     The monomial columns are nearly parallel (a thin polytope), so the LP is posed in the variables
     y = R v of a QR factorisation A_rest = Q R: its constraint matrix has orthonormal columns, and u_j is the
     linear form (R^-T e_0) . y.
 
-    ``bases`` (with ``key``, which LP this is) remembers the optimal vertex of earlier LPs as the grid points
-    whose constraints are tight there. Neighbouring nodes, and the next cutting-plane round, mostly share
-    it: such a vertex is tried first and taken when it is feasible and its multipliers prove it optimal
-    (the optimality conditions of the LP, to 1e-9, the tolerance HiGHS is asked for); HiGHS solves the rest.
+    The LPs are tiny (at most 5 variables, about a hundred constraints) and come in long runs of near
+    copies, so they are solved by an active-set (primal simplex) walk over the polytope's vertices
+    (_walk) started from a feasible point: y = 0 (the incumbent, when this LP's slice holds it) or the
+    vertex of an earlier LP (``bases``, with ``key`` saying which LP this is: each LP's optimal vertex is
+    remembered as the grid points whose constraints are tight there). The walk ends at a vertex whose
+    multipliers prove it optimal (the LP's optimality conditions, to 1e-9, the tolerance HiGHS is asked
+    for). Where no feasible start is known, or the walk fails, HiGHS (scipy) solves the LP.
+
+    ``start``: a feasible point of this slice in the variables A_rest acts on, when the caller has one (a
+    node's parent does, see enumerate_region). Returns (least, greatest, the points in those variables
+    where they are reached).
     """
-    from scipy.linalg import qr, solve_triangular
     A_fix, A_rest = region.A[:, :j], region.A[:, j:]
     shift = region.r + A_fix @ fixed_u
-    Q, R = qr(A_rest, mode="economic")
+    Q, R = np.linalg.qr(A_rest)
     e0 = np.zeros(R.shape[0])
     e0[0] = 1.0
-    z = solve_triangular(R, e0, trans="T")
+    z = np.linalg.solve(R.T, e0)
     norm = np.linalg.norm(z)
+    index = {x: i for i, x in enumerate(region.grid)}
     out = []
     for sign in (1.0, -1.0):
         c = sign * z / norm
-        tried = bases.get((key, sign), ()) if bases is not None and key is not None else ()
-        index = {x: i for i, x in enumerate(region.grid)} if tried else None
-        val = next((v for v in (_vertex_value(Q, shift, c, index, basis) for basis in tried)
-                    if v is not None), None)
-        if val is None:
+        # feasible starting points: earlier LPs' optimal vertices (this LP's own first, then the others':
+        # often the same vertex), the caller's point, the incumbent y = 0; the walk starts from the lowest
+        starts = []
+        if bases is not None and key is not None:
+            known = list(bases.get((key, sign), ()))
+            known += [v for k2, vs in bases.items() if k2 != (key, sign) for v in vs[:1]
+                      if len(v) == Q.shape[1] and v not in known]
+            starts = [_vertex(Q, shift, index, basis) for basis in known[:12]]
+        if start is not None:
+            starts.append((R @ start, []))
+        starts.append((np.zeros(Q.shape[1]), []))
+        feasible = [(float(c @ y0), i) for i, (y0, _) in enumerate(starts)
+                    if y0 is not None and np.all(np.abs(Q @ y0 + shift) <= 1 + _VERTEX_TOL)]
+        y = _walk(Q, shift, c, *starts[min(feasible)[1]]) if feasible else None
+        if y is None:
             y = _highs_min(Q, shift, c)
             if y is None:
                 return None
-            val = float(c @ y)
-            if bases is not None and key is not None:
-                basis = _tight_basis(Q, shift, y, region.grid)
-                if basis is not None:
-                    known = bases.setdefault((key, sign), [])
-                    known.insert(0, basis)
-                    del known[4:]
-        out.append(sign * val * norm)
-    return out[0], out[1]
+        if bases is not None and key is not None:
+            basis = _tight_basis(Q, shift, y, region.grid)
+            if basis is not None:
+                known = bases.setdefault((key, sign), [])
+                if basis in known:
+                    known.remove(basis)
+                known.insert(0, basis)
+                del known[4:]
+        out.append((sign * float(c @ y) * norm, np.linalg.solve(R, y)))
+    return out[0][0], out[1][0], out[0][1], out[1][1]
 
 
 _VERTEX_TOL = 1e-9
 
 
-def _vertex_value(Q, shift, c, index: dict, basis):
-    """min c.y over {-1 - shift <= Q y <= 1 - shift} when the vertex where the constraints of ``basis`` (grid
-    point, side) are tight is optimal, else None: it must satisfy every constraint and its multipliers (the
-    objective as a combination of the tight rows' normals) must all point the right way."""
+def _vertex(Q, shift, index: dict, basis):
+    """(y, working set) at the vertex where the constraints of ``basis`` ((grid point, side) pairs) are
+    tight, or (None, None) when a point is not on this grid or the rows are singular."""
     rows = [index.get(x) for x, _ in basis]
     if None in rows or len(rows) != Q.shape[1]:
-        return None
-    sides = np.array([sd for _, sd in basis], dtype=np.float64)
-    M = Q[rows]
+        return None, None
+    sides = [sd for _, sd in basis]
     try:
-        y = np.linalg.solve(M, sides - shift[rows])
-        mu = np.linalg.solve(M.T, c)
+        y = np.linalg.solve(Q[rows], np.array(sides) - shift[rows])
     except np.linalg.LinAlgError:
+        return None, None
+    return y, list(zip(rows, sides))
+
+
+def _walk(Q, shift, c, y, work, max_steps: int = 200):
+    """argmin c.y over {-1 - shift <= Q y <= 1 - shift} by a primal active-set walk from the feasible point
+    ``y`` with the tight constraints ``work`` ((row, side) pairs): move along -c projected on the working
+    set's null space to the first constraint met (it joins the set); where that projection vanishes, the
+    multipliers of c on the set's normals say whether the point is optimal, or which constraint to
+    release. None when ``y`` is not feasible or the walk does not settle (degenerate cycling)."""
+    if y is None:
         return None
     act = Q @ y + shift
-    if np.any(np.abs(act) > 1 + _VERTEX_TOL) or np.any(mu * sides > _VERTEX_TOL):
+    if np.any(np.abs(act) > 1 + _VERTEX_TOL):
         return None
-    return float(c @ y)
+    work = list(work)
+    scale = np.linalg.norm(c)
+    for _ in range(max_steps):
+        if work:
+            N = Q[[i for i, _ in work]] * np.array([sd for _, sd in work])[:, None]   # outward normals
+            mu, *_ = np.linalg.lstsq(N.T, -c, rcond=None)
+            # at a vertex (as many tight constraints as variables) there is no direction left
+            d = np.zeros_like(c) if len(work) >= len(c) else -c - N.T @ mu
+        else:
+            mu, d = np.zeros(0), -c
+        if np.linalg.norm(d) <= 1e-9 * scale:
+            # -c is a combination of the working normals: optimal when every multiplier is >= 0
+            worst = int(np.argmin(mu)) if len(mu) else -1
+            if worst < 0 or mu[worst] >= -_VERTEX_TOL * scale:
+                return y
+            del work[worst]
+            continue
+        rate = Q @ d
+        room = np.where(rate > 0, 1 - act, -1 - act)       # distance to the bound met when moving along d
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(np.abs(rate) > 1e-14 * np.linalg.norm(d), room / rate, np.inf)
+        for i, _ in work:
+            step[i] = np.inf
+        i = int(np.argmin(step))
+        if not np.isfinite(step[i]):
+            return None          # unbounded along d: not this LP (R is bounded); let HiGHS say why
+        y = y + max(step[i], 0.0) * d
+        act = Q @ y + shift
+        work.append((i, 1.0 if rate[i] > 0 else -1.0))
+    return None
 
 
 def _tight_basis(Q, shift, y, grid):
@@ -286,7 +341,7 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
             sub = _Region.__new__(_Region)
             sub.r, sub.A, sub.grid = region.r, B[:, perm], region.grid
             out.append(_last_range(sub, np.zeros(0)) if m == 1 else
-                       _lp_range(sub, 0, np.zeros(0), bases, keys[j]))
+                       _lp_range(sub, 0, np.zeros(0), bases, keys[j])[:2])
             stats["lps"] += 0 if m == 1 else 2
         return out
 
@@ -333,7 +388,7 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
     base = np.array([region.base[k] for k in free])
     scale = np.array([region.scale[k] for k in free])
 
-    def visit(j, fixed_y):
+    def visit(j, fixed_y, start=None):
         stats["nodes"] += 1
         if stats["nodes"] > max_nodes:
             raise TooManySets(f"method: the exact search visited more than {max_nodes} nodes; use method='remez'",
@@ -341,14 +396,18 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
         if j == m - 1:
             rng = _last_range(sub, np.array(fixed_y, dtype=float))
         else:
-            rng = _lp_range(sub, j, np.array(fixed_y, dtype=float), bases, ("node", j))
+            rng = _lp_range(sub, j, np.array(fixed_y, dtype=float), bases, ("node", j), start)
             stats["lps"] += 2
         if rng is None:
             return
         ys = np.arange(int(np.ceil(rng[0] - RANGE_SLACK)), int(np.floor(rng[1] + RANGE_SLACK)) + 1)
         if j < m - 1:
+            lo, hi, v_lo, v_hi = rng
             for y in ys.tolist():
-                visit(j + 1, fixed_y + [y])
+                # a feasible point of the child's slice: on the segment between this slice's extreme points
+                t = (y - lo) / (hi - lo) if hi > lo else 0.0
+                child = (v_lo + t * (v_hi - v_lo))[1:] if 0.0 <= t <= 1.0 else None
+                visit(j + 1, fixed_y + [y], child)
             return
         if len(found) + len(ys) > max_sets:
             raise TooManySets(f"method: the exact search region holds more than {max_sets} coefficient sets "

@@ -201,9 +201,9 @@ def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=())
             out = []
             for run in _sign_runs(es, noise):
                 i = max(run, key=lambda j: abs(es[j]))
-                lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
+                lo, hi = mpmath.mpf(xs[max(i - 1, 0)]), mpmath.mpf(xs[min(i + 1, len(xs) - 1)])
                 sign = 1 if es[i] > 0 else -1
-                out.append(_newton_peak(prob, cs, lo, hi, xs[i], sign, tol))
+                out.append(_newton_peak(prob, cs, lo, hi, mpmath.mpf(xs[i]), sign, tol))
             return out
         finally:
             flint.ctx.prec = old
@@ -242,7 +242,7 @@ _NOISE_FLOOR = 1e-3   # the float64 scan is used only while the error reaches 10
 
 
 def _fast_scan(prob: Problem, coeffs, n: int, extra):
-    """(xs as mpf, e(xs) as floats, noise bound per point) from a float64 numpy scan, or None where f or the
+    """(xs, e(xs), noise bound per point) as float lists from a float64 numpy scan, or None where f or the
     weight has no float64 form or takes no balls, or where the error is too close to float64's noise."""
     target, weight = prob.target, prob.weight
     if target.np is None or (weight is not None and weight.np is None) or not _takes_balls(prob):
@@ -277,7 +277,7 @@ def _fast_scan(prob: Problem, coeffs, n: int, extra):
     top = np.max(np.abs(es))
     if not np.isfinite(top) or top * _NOISE_FLOOR < np.max(noise):
         return None
-    return [mpmath.mpf(x) for x in xs.tolist()], es.tolist(), noise.tolist()
+    return xs.tolist(), es.tolist(), noise.tolist()
 
 
 def gw_floats(prob: Problem, xs, *, prec: int = PREC):

@@ -11,6 +11,7 @@ certificate is reported as unavailable.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -152,6 +153,21 @@ def zero_order(target: Target, *, max_order: int = 8) -> int:
 
 
 def check_target(target: Target, a, b, *, relative: bool, samples: int = 257, zero_at_origin: int = 0) -> None:
+    """Raise ValueError when f is not finite on [a, b] (a pole, a NaN) or, for relative error, has a zero
+    (see _check_target). A target that passed is not checked again for the same interval in this process (a
+    few ms of mpmath and ball evaluations per fit: fit_exp2's 2^x, say, is the same Target every call)."""
+    try:
+        _checked(target, float(a), float(b), relative, samples, zero_at_origin)
+    except TypeError:   # an unhashable callable in the Target
+        _check_target(target, a, b, relative=relative, samples=samples, zero_at_origin=zero_at_origin)
+
+
+@functools.lru_cache(maxsize=64)   # only passes are cached: a failure raises, so it is checked every time
+def _checked(target, a, b, relative, samples, zero_at_origin) -> None:
+    _check_target(target, a, b, relative=relative, samples=samples, zero_at_origin=zero_at_origin)
+
+
+def _check_target(target: Target, a, b, *, relative: bool, samples: int = 257, zero_at_origin: int = 0) -> None:
     """Raise ValueError when f is not finite on [a, b] (a pole, a NaN) or, for relative error, has a zero.
 
     Rigorous where the target takes balls: [a, b] is cut into pieces and a piece whose enclosure is not
