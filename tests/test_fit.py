@@ -207,22 +207,39 @@ def test_evaluated_objective_beats_fa4_on_every_fp32_input():
 
 
 def test_evaluated_error_skips_only_inputs_its_bound_covers():
-    """evaluated_error stops once a rigorous bound over the inputs left ([0, top]) is below the max found; the
-    bound must hold on every fp32 of the largest binade it covered, and the max be what those chunks give."""
+    """evaluated_error skips a piece of 2^14 inputs when a rigorous bound of the error over it is below the max
+    found; the bound must hold on every input of the skipped pieces with the largest bounds (where it is
+    tightest), and the max be the exhaustive one (the registry holds FA4's, measured exhaustively)."""
     from fa4num.fit import _objectives, evaluated_error
+    from fa4num.fit.registry import read
+    stored = read()["entries"]
     for degree in (3, 5):
         coeffs = tuple(float(c) for c in POLY_EX2[degree])
         res = evaluated_error(coeffs)
         skipped = res["bounded"]
         assert skipped is not None and res["evaluated"] + skipped["inputs"] == res["inputs"] == 0x3F800000
         assert skipped["bound"] < res["value"]
-        top = skipped["below"]
-        x = np.arange(np.float32(top / 2).view(np.uint32), np.float32(top).view(np.uint32) + 1,
-                      dtype=np.uint32).view(np.float32)
-        p = fa4_emulated(x, degree, coeffs=coeffs).astype(np.float64)
-        assert np.max(np.abs(p / np.exp2(x.astype(np.float64)) - 1)) <= skipped["bound"]
-        # the bound is of the whole of [0, top]: with a larger max to beat it is still found, never below it
-        assert _objectives._small_input_bound(coeffs, top, 1.0) >= skipped["bound"] * (1 - 1e-12)
+        metrics = stored[f"fa4-deg{degree}"]["metrics"]
+        assert (res["value"], res["argmax"]) == (metrics["evaluated_rel_error"], metrics["evaluated_argmax"])
+        starts, bounds = _objectives._piece_bounds(coeffs)
+        below = np.flatnonzero(bounds < res["value"])
+        assert skipped["inputs"] <= below.size * _objectives._PIECE   # it skips no piece whose bound reaches the max
+        for i in below[np.argsort(-bounds[below])[:8]]:
+            x = np.arange(starts[i], starts[i] + _objectives._PIECE, dtype=np.uint32).view(np.float32)
+            p = fa4_emulated(x, degree, coeffs=coeffs).astype(np.float64)
+            assert np.max(np.abs(p / np.exp2(x.astype(np.float64)) - 1)) <= bounds[i]
+
+
+def test_evaluated_error_pruned_equals_exhaustive():
+    """The pruned pass gives the value and argmax of running every input through the emulator (on [0.25, 1),
+    2^24 inputs, for a degree where the bounds skip most pieces and one where they skip few)."""
+    from fa4num.fit import _objectives
+    lo = int(np.float32(0.25).view(np.uint32))
+    for coeffs in (tuple(float(c) for c in POLY_EX2[3]), fit_exp2(5).coeffs):
+        fast = _objectives._evaluated_error(coeffs, "all", True, lo)
+        full = _objectives._evaluated_error(coeffs, "all", False, lo)
+        assert (fast["value"], fast["argmax"]) == (full["value"], full["argmax"])
+        assert fast["evaluated"] <= full["evaluated"] == full["inputs"]
 
 
 def test_bf16_reference_steps_equal_every_element():
