@@ -171,10 +171,10 @@ def _lp_range(region: _Region, j: int, fixed_u: np.ndarray, bases: dict | None =
         # often the same vertex), the caller's point, the incumbent y = 0; the walk starts from the lowest
         starts = []
         if bases is not None and key is not None:
-            known = list(bases.get((key, sign), ()))
+            known = list(bases.get((key, sign), ()))[:2]
             known += [v for k2, vs in bases.items() if k2 != (key, sign) for v in vs[:1]
                       if len(v) == Q.shape[1] and v not in known]
-            starts = [_vertex(Q, shift, index, basis) for basis in known[:12]]
+            starts = [_vertex(Q, shift, index, basis) for basis in known[:6]]
         if start is not None:
             starts.append((R @ start, []))
         starts.append((np.zeros(Q.shape[1]), []))

@@ -203,7 +203,17 @@ def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=())
                 i = max(run, key=lambda j: abs(es[j]))
                 lo, hi = mpmath.mpf(xs[max(i - 1, 0)]), mpmath.mpf(xs[min(i + 1, len(xs) - 1)])
                 sign = 1 if es[i] > 0 else -1
-                out.append(_newton_peak(prob, cs, lo, hi, mpmath.mpf(xs[i]), sign, tol))
+                # a scan point above both neighbours by more than the noise: the peak is inside the bracket
+                # (e unimodal there), and the parabola through the three points starts Newton next to it
+                start, inside = mpmath.mpf(xs[i]), False
+                if 0 < i < len(xs) - 1:
+                    (x0, x1, x2), (y0, y1, y2) = xs[i - 1:i + 2], (sign * v for v in es[i - 1:i + 2])
+                    inside = y1 - y0 > 2 * max(noise[i - 1:i + 2]) and y1 - y2 > 2 * max(noise[i - 1:i + 2])
+                    den = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0)
+                    if inside and den != 0:
+                        v = x1 - ((x1 - x0) ** 2 * (y1 - y2) - (x1 - x2) ** 2 * (y1 - y0)) / (2 * den)
+                        start = mpmath.mpf(v) if x0 < v < x2 else start
+                out.append(_newton_peak(prob, cs, lo, hi, start, sign, tol, inside=inside))
             return out
         finally:
             flint.ctx.prec = old
@@ -302,17 +312,22 @@ def _takes_balls(prob: Problem) -> bool:
     return takes_balls(prob.target) and (prob.weight is None or takes_balls(prob.weight))
 
 
-def _newton_peak(prob: Problem, cs, lo, hi, start, sign: int, tol):
+def _newton_peak(prob: Problem, cs, lo, hi, start, sign: int, tol, *, inside: bool = False):
     """(x, e(x)) at the largest sign * e on [lo, hi] (e unimodal there): an end where sign * e' points out
     of the bracket, else the root of e' by Newton's method on the ball Taylor coefficients of e (midpoints),
-    safeguarded by bisection on the sign of e' so that it never leaves the bracket."""
+    safeguarded by bisection on the sign of e' so that it never leaves the bracket. ``inside``: the caller
+    knows that sign * e is larger inside than at both ends (so e' changes sign in between)."""
     def taylor(x, length):
         ser = err_series(prob, cs, to_arb(x), length)
         return [mpmath.mpf(ser[j]) for j in range(length)]
 
-    t_lo, t_hi = taylor(lo, 2), taylor(hi, 2)
-    cands = [(sign * t_lo[0], lo), (sign * t_hi[0], hi)]
-    if sign * t_lo[1] > 0 and sign * t_hi[1] < 0:
+    if inside:
+        cands = []
+    else:
+        t_lo, t_hi = taylor(lo, 2), taylor(hi, 2)
+        cands = [(sign * t_lo[0], lo), (sign * t_hi[0], hi)]
+        inside = sign * t_lo[1] > 0 and sign * t_hi[1] < 0
+    if inside:
         left, right = lo, hi
         x = start if lo < start < hi else (lo + hi) / 2
         for _ in range(200):
