@@ -318,9 +318,36 @@ class TooManySets(ValueError):
         self.found = list(found)
 
 
+def region_box(region: _Region, bases: dict | None = None, stats: dict | None = None):
+    """{power: (least, greatest)} of the coefficient over R(X, U) (its cut already set), None when R is
+    empty: the box of ExactCertificate, two LPs per free coefficient."""
+    box = {}
+    for k in region.free:
+        j = region.free.index(k)
+        perm = [j] + [i for i in range(len(region.free)) if i != j]
+        sub = _Region.__new__(_Region)
+        sub.r, sub.A, sub.grid = region.r, region.A[:, perm], region.grid
+        rng = _last_range(sub, np.zeros(0)) if len(perm) == 1 else _lp_range(sub, 0, np.zeros(0), bases, ("box", k))
+        if stats is not None:
+            stats["lps"] += 0 if len(perm) == 1 else 2
+        if rng is None:
+            return None
+        b, q = mpmath.mpf(region.base[k]), mpmath.mpf(region.scale[k])
+        box[k] = (float(b + q * rng[0]), float(b + q * rng[1]))
+    return box
+
+
 def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: int, max_sets: int = 20_000,
-                     sublattice: bool = False, bases: dict | None = None):
+                     sublattice: bool = False, bases: dict | None = None, hint: dict | None = None):
     """Every format point in R(X, bound): (list of free-coefficient tuples, box, nodes, lps).
+
+    ``hint``: a dict filled by the enumeration of a region that contains this one (the previous round of
+    exact_search: a finer grid and a cut no higher, same base and scale), and updated here. Its box then
+    stands for this region's in deciding the spacing of each coefficient (an outer box that passed those
+    tests passes them for any region inside it; a finer spacing than needed only adds lattice points that
+    the leaves drop), and its coordinate order is kept when the reduced basis is the same (the order only
+    decides how fast the enumeration goes): the box and width LPs are then not solved again. The box
+    returned is then the hint's (exact_search computes the last round's own box at the end).
 
     Points are integer vectors u (c_k = base_k + scale_k u_k, scale_k the finest spacing of the format over
     the coefficient's range) in the reduced coordinates u = T y; those that are numbers of the format are
@@ -345,12 +372,14 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
             stats["lps"] += 0 if m == 1 else 2
         return out
 
-    box = {}
-    for k, rng in zip(free, ranges(region.A, [("box", k) for k in free])):
-        if rng is None:
+    if hint is not None and "box" in hint:
+        box = hint["box"]
+    else:
+        box = region_box(region, bases, stats)
+        if box is None:
             return [], {}, stats["nodes"], stats["lps"]
-        b, q = mpmath.mpf(region.base[k]), mpmath.mpf(region.scale[k])
-        box[k] = (float(b + q * rng[0]), float(b + q * rng[1]))
+        if hint is not None:
+            hint["box"] = box
     # a range that reaches into a smaller binade holds numbers of a finer spacing: refine that scale
     finer, rebase = {}, {}
     for k, (lo, hi) in box.items():
@@ -378,10 +407,16 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
         region.rescale(finer)
         region.cut(bound)
     T = _reduce(region.A)
+    if hint is not None and hint.get("T") is not None and np.array_equal(hint["T"], T):
+        order = hint["order"]
+    else:
+        B = region.A @ T
+        widths = [hi - lo for lo, hi in ranges(B, [("width", tuple(T[:, j].tolist())) for j in range(m)])]
+        order = np.argsort(widths)
+        if hint is not None:
+            hint.update(T=T, order=order)
+    T = T[:, order]
     B = region.A @ T
-    widths = [hi - lo for lo, hi in ranges(B, [("width", tuple(T[:, j].tolist())) for j in range(m)])]
-    order = np.argsort(widths)
-    T, B = T[:, order], B[:, order]
     sub = _Region.__new__(_Region)
     sub.r, sub.A, sub.grid = region.r, B, region.grid
     found = []
@@ -482,10 +517,11 @@ def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int =
         grid |= {min(max(x + d * (b - a) * 2.0 ** -k, a), b) for k in (8, 12) for d in (-1, 1)}
     nodes = lps = 0
     bases = {}   # optimal LP vertices, shared by the rounds (see _lp_range)
+    hint = {}    # box and coordinate order, shared by the rounds: each round's region lies in the last one's
     prev = None
     for rnd in range(1, max_rounds + 1):
         region = _Region(prob, sorted(grid), base, scale)
-        found, box, nn, nl = enumerate_region(region, fmt, best_up, max_nodes=max_nodes, bases=bases)
+        found, box, nn, nl = enumerate_region(region, fmt, best_up, max_nodes=max_nodes, bases=bases, hint=hint)
         nodes, lps = nodes + nn, lps + nl
         cands = np.array([full(v) for v in found]) if found else np.zeros((0, prob.degree + 1))
         if best not in cands.tolist():
@@ -504,6 +540,8 @@ def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int =
         prev = len(found)
         # cutting planes: the points where the candidates peak
         grid |= set(where.tolist())
+    if rnd > 1:   # the rounds after the first took the first round's box: the last region's own
+        box = region_box(region, bases) or box
     rivals, unresolved = [], []
     for c, x in zip(cands.tolist(), where.tolist()):
         if c == best:
