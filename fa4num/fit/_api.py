@@ -5,7 +5,9 @@ Pipeline:
 2. rounding to the format: round-to-nearest and the Brisebarre–Chevillard lattice point (_lattice), then a
    search of the +-r-ulp neighbourhood of both, ranked on the objective (method="remez"), then (minimax
    objective) the exact search's branch and bound on shrinking error cuts, which never returns a worse set
-   and reaches lattice points far outside the neighbourhood (_exact.bounded_search; no proof);
+   and reaches lattice points far outside the neighbourhood (_exact.bounded_search; no proof), from the
+   better of that set and the fit without the highest power padded with a 0 (so adding a power never makes
+   the result worse);
 3. method="exact" (the default, through "auto", up to 5 free coefficients): a complete branch-and-bound over
    the format's coefficient lattice that proves the winner optimal (_exact); where that region is too big,
    "auto" falls back to step 2;
@@ -327,6 +329,11 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
                     # ties (a flat error) make the proof too long: fall back to the bounded search, say so
                     method, skipped = "remez", f" (exact search skipped: {exc})"
             if method == "remez" and objective == "minimax" and bnb:
+                seed = _lower_degree_seed(f, prob, (a, b), error, coeff_format, weight,
+                                          "auto" if auto else method, certify_bound)
+                if seed is not None and sup_error(prob, seed, extra=opt.extrema)[0] < \
+                        sup_error(prob, coeffs, extra=opt.extrema)[0]:
+                    coeffs = seed
                 coeffs, bounded = bounded_search(prob, fmt, opt, [float(c) for c in coeffs])
                 timings["bounded_search"] = bounded.seconds
                 path = "remez+lattice+search+bnb"
@@ -373,6 +380,25 @@ def _provenance() -> dict:
     is the code it imported at the revision it imported it from."""
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return {**_process_provenance(), "date": now}
+
+
+def _lower_degree_seed(f, prob: Problem, interval, error, coeff_format, weight, method, certify_bound):
+    """The fit without the highest free power (same settings), its coefficients padded with 0 there: a set
+    of this problem's format too, so the bounded search, which never returns a worse set than it is given,
+    returns one at least as good as the lower degree's. None when only one power is free."""
+    free = prob.free
+    fixed = {k: v for k, v in prob.fixed.items() if v != 0.0}
+    if len(free) < 2 or any(k > free[-1] for k in fixed):
+        return None
+    try:
+        lower = fit(f, free[:-1], interval, error=error, coeff_format=coeff_format, fixed=fixed or None,
+                    weight=weight, method=method, certify_bound=certify_bound)
+    except (ValueError, RuntimeError):   # the lower degree has no fit of its own (a singular system, say)
+        return None
+    coeffs = [0.0] * (prob.degree + 1)
+    for k, c in enumerate(lower.coeffs):
+        coeffs[k] = c
+    return coeffs
 
 
 def _negligible(prob: Problem, opt) -> set:
