@@ -435,10 +435,12 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
             stats["lps"] += 2
         if rng is None:
             return
-        ys = np.arange(int(np.ceil(rng[0] - RANGE_SLACK)), int(np.floor(rng[1] + RANGE_SLACK)) + 1)
+        # a lazy range: a region that is huge in some direction (a coefficient free to be 0) can hold more
+        # integers than memory; the node and set limits stop the search long before it is listed
+        ys = range(int(np.ceil(rng[0] - RANGE_SLACK)), int(np.floor(rng[1] + RANGE_SLACK)) + 1)
         if j < m - 1:
             lo, hi, v_lo, v_hi = rng
-            for y in ys.tolist():
+            for y in ys:
                 # a feasible point of the child's slice: on the segment between this slice's extreme points
                 t = (y - lo) / (hi - lo) if hi > lo else 0.0
                 child = (v_lo + t * (v_hi - v_lo))[1:] if 0.0 <= t <= 1.0 else None
@@ -448,6 +450,7 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
             raise TooManySets(f"method: the exact search region holds more than {max_sets} coefficient sets "
                               f"within the incumbent's error: the error is flat in some direction (typically "
                               f"set at one point by one coefficient, so many sets tie); use method='remez'", found)
+        ys = np.arange(ys.start, ys.stop)
         Y = np.column_stack([np.repeat(np.array(fixed_y, dtype=np.int64)[None, :], len(ys), axis=0), ys])
         C = base + (Y @ T.T) * scale      # exact: integers times powers of two, well inside float64
         ok = np.all(fmt.round_array(C) == C, axis=1)
