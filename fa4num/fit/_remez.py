@@ -10,7 +10,7 @@ exactly where Sollya's constrained fpminimax reports "degenerated system in a no
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import flint
 import mpmath
@@ -40,6 +40,9 @@ class Problem:
     relative: bool
     weight: Target | None = None
     shift: int = 0
+    # (g, w) rounded to float64 at the points gw_floats was asked for: the steps of one fit rank candidates on
+    # grids that share most points (the equispaced part), and each fit builds its own Problem
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def free(self) -> list[int]:
@@ -294,17 +297,24 @@ def gw_floats(prob: Problem, xs, *, prec: int = PREC):
     """(g, w) of Problem.gw at the float points ``xs``, each computed at ``prec`` bits and rounded to float64:
     in ball arithmetic where f (and the weight) takes balls (ten times faster than mpmath), else in mpmath."""
     xs = [float(x) for x in xs]
-    if _takes_balls(prob):
+    memo = prob.memo
+    todo = [x for x in dict.fromkeys(xs) if (x, prec) not in memo]
+    if todo and _takes_balls(prob):
         old = flint.ctx.prec
         flint.ctx.prec = prec
         try:
-            gw = [gw_ball(prob, flint.arb(x)) for x in xs]
+            for x in todo:
+                g, w = gw_ball(prob, flint.arb(x))
+                memo[x, prec] = (float(g.mid()), float(w.mid()))
         finally:
             flint.ctx.prec = old
-        return (np.array([float(g.mid()) for g, _ in gw]), np.array([float(w.mid()) for _, w in gw]))
-    with mpmath.workprec(prec):
-        gw = [prob.gw(mpmath.mpf(x)) for x in xs]
-    return np.array([float(g) for g, _ in gw]), np.array([float(w) for _, w in gw])
+    elif todo:
+        with mpmath.workprec(prec):
+            for x in todo:
+                g, w = prob.gw(mpmath.mpf(x))
+                memo[x, prec] = (float(g), float(w))
+    gw = [memo[x, prec] for x in xs]
+    return np.array([g for g, _ in gw]), np.array([w for _, w in gw])
 
 
 def _takes_balls(prob: Problem) -> bool:
