@@ -265,7 +265,29 @@ def ex2_ftz_bits(b, tpos, tneg):
 
 @njit(cache=True, inline="always")
 def ex2_ftz_bits_compact(b, knots, packed, offsets):
-    """:func:`ex2_ftz_bits` reading a :class:`CompactEx2` (knots, packed, offsets)."""
+    """:func:`ex2_ftz_bits` (``ex2.approx.ftz.f32``) reading a :class:`CompactEx2` instead of the plain tables:
+    the same bits for every input (the compact form is checked entry by entry when built), from 4 MB instead
+    of 64 MB, so the lookups stay in cache.
+
+    Parameters
+    ----------
+    b : uint32
+        The input's fp32 bits.
+    knots, packed, offsets : arrays
+        The fields of a :class:`CompactEx2` (``MufuTables.ex2_compact``), row 0 for x >= 0, row 1 for x < 0.
+
+    Returns
+    -------
+    uint32
+        The result's fp32 bits (NaN results: the canonical 0x7FFFFFFF).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = load_tables("sm90").ex2_compact
+    >>> hex(ex2_ftz_bits_compact(np.uint32(0x3F800000), c.knots, c.packed, c.offsets))   # 2^1
+    '0x40000000'
+    """
     if (b & 0x7FFFFFFF) > 0x7F800000:
         return np.uint32(0x7FFFFFFF)
     t = _ex2_fixed(b)
@@ -456,7 +478,28 @@ def ex2_bits(b, tpos, tneg):
 
 @njit(cache=True, inline="always")
 def ex2_bits_compact(b, knots, packed, offsets):
-    """:func:`ex2_bits` reading a :class:`CompactEx2`."""
+    """:func:`ex2_bits` (``ex2.approx.f32``, no .ftz: the halved input squared below -126) reading a
+    :class:`CompactEx2`; the same bits as with the plain tables.
+
+    Parameters
+    ----------
+    b : uint32
+        The input's fp32 bits.
+    knots, packed, offsets : arrays
+        The fields of a :class:`CompactEx2` (``MufuTables.ex2_compact``).
+
+    Returns
+    -------
+    uint32
+        The result's fp32 bits (subnormal results kept).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = load_tables("sm90").ex2_compact
+    >>> hex(ex2_bits_compact(np.float32(-130.0).view(np.uint32), c.knots, c.packed, c.offsets))   # 2^-130
+    '0x80000'
+    """
     x = _f32(b)
     if x < np.float32(-126.0):
         y = _f32(ex2_ftz_bits_compact(_b32(x * np.float32(0.5)), knots, packed, offsets))
