@@ -483,6 +483,46 @@ def fit_exp2(degree: int = 3, *, interval=(0.0, 1.0), error: str = "relative", c
                    bf16 of 2^x (see fa4num.fit.bf16_mismatch_share for exactly which inputs)
     method="fa4" regenerates POLY_EX2 with FA4's Sollya call (c0 from a 1-bit format, so ``fixed`` is not
     used); ``.regeneration`` says whether fa4num's own fpminimax reproduced Sollya's bits.
+
+    Parameters
+    ----------
+    degree : int or list of int
+        n (powers 0..n) or a monomial list, as :func:`fit` takes it.
+    interval : (a, b)
+        Default [0, 1], FA4's fraction range.
+    error : {"relative", "absolute"}
+    coeff_format : {"fp32", "bf16", "fp16"} or int
+        The coefficients' format (:func:`get_format`).
+    objective : {"minimax", "evaluated", "bf16"}
+        See above.
+    method : {"auto", "exact", "remez", "fpminimax", "fa4"}
+        As :func:`fit` (``"auto"``: the proven-optimal "exact" search where it is small enough).
+    fixed : dict, optional
+        {power: value} held fixed; default {0: 1.0} (p(0) = 1, as FA4's sets).
+    certify_bound : bool
+        Compute the rigorous bound (needed by "exact").
+    radius : int, optional
+        Neighbourhood search radius in coefficient spacings.
+    bnb : bool
+        method "remez": the branch and bound after the neighbourhood search.
+
+    Returns
+    -------
+    FitResult
+        .coeffs (c0 first, exact in coeff_format), .max_error, .certified_bound, .path, ...
+
+    Raises
+    ------
+    ValueError
+        For an argument outside its allowed values (the message names it).
+
+    Examples
+    --------
+    >>> r = fit_exp2(3)
+    >>> r.coeffs, r.path
+    ((1.0, 0.6951168179512024, 0.22764486074447632, 0.07706715166568756), 'exact')
+    >>> r.max_error < 8.57e-5, r.max_error <= r.certified_bound
+    (True, True)
     """
     if fixed is None:
         fixed = {0: 1.0}
@@ -502,7 +542,38 @@ class SupNorm:
 
 def sup_norm(f, coeffs, interval=(0.0, 1.0), *, error: str = "relative", rel_tol: float = 1e-4) -> SupNorm:
     """The error of the polynomial ``coeffs`` (c0 first) against ``f`` on ``interval``, with a certificate
-    (like Sollya's ``supnorm``); ``rel_tol`` is how close the certified bounds must close in."""
+    (like Sollya's ``supnorm``).
+
+    Parameters
+    ----------
+    f : str or callable
+        As :func:`fit` takes it (``"2^x"``, ``"exp(x)"``, ... or a callable on mpmath numbers).
+    coeffs : sequence of numbers
+        c0 first, finite.
+    interval : (a, b)
+    error : {"relative", "absolute"}
+        |p/f - 1| or |p - f|.
+    rel_tol : float
+        How close the certified lower and upper bounds must close in.
+
+    Returns
+    -------
+    SupNorm
+        .max_error and .argmax (search), .certified_bound >= the true sup >= .certified_lower (ball arithmetic;
+        None when f cannot be evaluated on balls).
+
+    Raises
+    ------
+    ValueError
+        For no coefficients, a non-finite coefficient, or a bad interval / error.
+
+    Examples
+    --------
+    >>> from fa4num.fit.registry import fa4_sets
+    >>> s = sup_norm("2^x", fa4_sets()[3])
+    >>> round(s.max_error, 9), s.certified_lower <= s.max_error <= s.certified_bound
+    (8.763e-05, True)
+    """
     degree = len(coeffs) - 1
     if degree < 0:
         raise ValueError("coeffs: need at least one coefficient")

@@ -80,7 +80,35 @@ FORMATS = {
 
 
 def get_format(spec) -> Format:
-    """``"fp32" | "bf16" | "fp16"`` or an integer precision (Sollya style, unbounded exponent)."""
+    """A coefficient format: ``"fp32" | "bf16" | "fp16"`` or an integer precision (Sollya style, unbounded
+    exponent).
+
+    Parameters
+    ----------
+    spec : str, int or Format
+        A name of FORMATS, a precision of 1-53 bits, or a Format (returned as is).
+
+    Returns
+    -------
+    Format
+        name, precision (significand bits with the hidden one), emin, max_value (None when unbounded).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, a bool, or a precision outside 1-53.
+
+    Examples
+    --------
+    >>> get_format("bf16")
+    Format(name='bf16', precision=8, emin=-126, max_value=3.3895313892515355e+38)
+    >>> get_format(12).name, get_format(12).emin
+    ('12-bit', None)
+    >>> get_format(64)
+    Traceback (most recent call last):
+        ...
+    ValueError: coeff_format: precision 64 out of range 1-53 bits
+    """
     if isinstance(spec, Format):
         return spec
     if isinstance(spec, bool):

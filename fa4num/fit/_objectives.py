@@ -132,6 +132,34 @@ def evaluated_error(coeffs, *, inputs: str = "all") -> dict:
     ``bounded`` says what the bounds covered ({"pieces", "inputs", "bound": the largest bound skipped}) or is
     None. The result is the exhaustive one (same value, same argmax: among equal errors, the one the
     exhaustive pass meets first, see _argmax_key), for degree 3 about 30x fewer emulated inputs.
+
+    Parameters
+    ----------
+    coeffs : sequence of float
+        c0 first, exact fp32 values (as fa4num.ex2.fa4_emulated takes them).
+    inputs : {"all", "grid"}
+
+    Returns
+    -------
+    dict
+        "value" (the max relative error), "argmax", "inputs" (inputs covered), "evaluated" (inputs run through
+        the emulator), "bounded" (None, or what the per-piece bounds covered: {"pieces", "inputs", "bound"}), "definition".
+
+    Raises
+    ------
+    ValueError
+        For another ``inputs``.
+
+    Examples
+    --------
+    >>> from fa4num.fit.registry import fa4_sets
+    >>> r = evaluated_error(fa4_sets()[3], inputs="grid")
+    >>> round(r["value"], 9), r["inputs"], r["bounded"]
+    (8.7688e-05, 8388608, None)
+    >>> evaluated_error(fa4_sets()[3], inputs="some")
+    Traceback (most recent call last):
+        ...
+    ValueError: inputs: must be 'all' or 'grid', got 'some'
     """
     if inputs not in ("all", "grid"):
         raise ValueError(f"inputs: must be 'all' or 'grid', got {inputs!r}")
@@ -396,7 +424,32 @@ def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
 
     domain="softmax": x in [-126, 0) (``value``), and with the coefficient-independent [-127, -126) piece
     (``value_with_subnormal``: there FA4's bit add yields a mis-decoded subnormal for any polynomial, see
-    reference/fa4-numerics.md section A); domain="frac": only x in [-126, -1], the proxy used in searches."""
+    reference/fa4-numerics.md section A); domain="frac": only x in [-126, -1], the proxy used in searches.
+
+    Parameters
+    ----------
+    coeffs : sequence of float
+        c0 first, exact fp32 values.
+    domain : {"softmax", "frac"}
+
+    Returns
+    -------
+    dict
+        "value" (the share), "parts" (the share of each piece of the domain), "definition"; with
+        domain="softmax" also "value_with_subnormal".
+
+    Raises
+    ------
+    ValueError
+        For another ``domain``.
+
+    Examples
+    --------
+    >>> from fa4num.fit.registry import fa4_sets
+    >>> r = bf16_mismatch_share(fa4_sets()[3], domain="frac")
+    >>> round(r["value"], 6), r["parts"]["[-2,-1)"] > 0
+    (0.009957, True)
+    """
     c = tuple(coeffs)
     degree = len(c) - 1
     if domain not in ("softmax", "frac"):

@@ -30,7 +30,7 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
              rel_optimum: float | None = None, rel_error: tuple | None = None) -> dict:
     """Every metric of a 2^x coefficient set on [0, 1] (c0 first).
 
-    max_rel_error / argmax     sup |p/2^x - 1| in real arithmetic (mpmath scan + refinement)
+    max_rel_error / argmax     sup |p/2^x - 1| in real arithmetic (scan of the error + Newton refinement)
     certified_rel_bound        rigorous upper bound (ball arithmetic, fa4num.fit certify)
     max_abs_error              sup |p - 2^x|
     rel_optimum, ratio_to_optimum   the p(0)=1 real-coefficient optimum of the same degree and the ratio
@@ -39,6 +39,12 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
 
     Parameters
     ----------
+    coeffs : sequence of float
+        c0 first, 2^x on [0, 1].
+    emulation : bool
+        Measure the emulation metrics (evaluated_rel_error, bf16_mismatch_share): exhaustive, seconds per set.
+    degree_optimum : bool
+        Compute rel_optimum and ratio_to_optimum (a Remez run unless ``rel_optimum`` is given).
     stored : bool
         Take the metrics from the registry shipped with fa4num when one of its 2^x entries on [0, 1] holds
         exactly these fp32 coefficients and every metric asked for (FA4's five sets are there, measured by
@@ -50,6 +56,20 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
     rel_error : (max_rel_error, argmax, certified_rel_bound), optional
         The set's own relative error on [0, 1] and a rigorous bound of it, when the caller has them (a fit
         of 2^x on [0, 1] with relative error computes them), instead of a second search and certificate.
+
+    Returns
+    -------
+    dict
+        The metrics of the table above that were asked for, plus "seconds" (time taken) and, with
+        ``stored=True`` when the shipped registry had them, "stored_in" (the entry's name).
+
+    Examples
+    --------
+    >>> m = describe(fa4_sets()[3], emulation=False, degree_optimum=False)
+    >>> sorted(m), round(m["max_rel_error"], 9), m["max_rel_error"] <= m["certified_rel_bound"]
+    (['argmax', 'certified_rel_bound', 'max_abs_error', 'max_rel_error', 'seconds'], 8.763e-05, True)
+    >>> describe(fa4_sets()[3], stored=True)["stored_in"]
+    'fa4-deg3'
     """
     coeffs = tuple(float(c) for c in coeffs)
     if stored:
@@ -101,13 +121,57 @@ def _stored_metrics(coeffs: tuple, keys) -> dict | None:
 
 
 def fa4_sets() -> dict:
-    """FA4's POLY_EX2 sets (degrees 1-5) as fa4num.ex2 holds them (fp32 bit patterns copied from FA4)."""
+    """FA4's POLY_EX2 sets (degrees 1-5) as fa4num.ex2 holds them (fp32 bit patterns copied from FA4).
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    dict
+        {degree: (c0, ..., c_degree)} with Python floats, each exactly an fp32 value; c0 first.
+
+    Examples
+    --------
+    >>> s = fa4_sets()
+    >>> sorted(s), s[3]
+    ([1, 2, 3, 4, 5], (1.0, 0.6951461434364319, 0.22756439447402954, 0.07711908966302872))
+    """
     from fa4num.ex2 import POLY_EX2
     return {d: tuple(float(c) for c in cs) for d, cs in POLY_EX2.items()}
 
 
 def add_fa4_sets(*, registry=None, emulation: bool = True) -> list[str]:
-    """Write FA4's five sets, with every metric, as entries fa4-deg1..fa4-deg5."""
+    """Write FA4's five sets, with every metric (:func:`describe`), as entries fa4-deg1..fa4-deg5.
+
+    Parameters
+    ----------
+    registry : str or Path, optional
+        The registry file to write (created if absent); default: the one shipped with fa4num.
+    emulation : bool
+        Also measure the emulation metrics (evaluated_rel_error, bf16_mismatch_share): exhaustive, seconds per
+        set.
+
+    Returns
+    -------
+    list of str
+        The entry names written.
+
+    Raises
+    ------
+    ValueError
+        When the registry cannot be written (fa4num.polys.check_writable).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> reg = pathlib.Path(tempfile.mkdtemp()) / "fa4.json"
+    >>> add_fa4_sets(registry=reg, emulation=False)
+    ['fa4-deg1', 'fa4-deg2', 'fa4-deg3', 'fa4-deg4', 'fa4-deg5']
+    >>> load_poly("fa4-deg3", registry=reg) == fa4_sets()[3]
+    True
+    """
     from fa4num.provenance import provenance
     names = []
     for d, coeffs in fa4_sets().items():

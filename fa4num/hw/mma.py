@@ -72,8 +72,33 @@ def _dtype_name(a: np.ndarray) -> str:
 
 
 def split_exponents(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(value as float64, exponent as int16) for every element; exponent = floor(log2|x|) for normal x, the
-    format's minimum exponent for subnormals, and a large negative marker for zeros."""
+    """(value as float64, exponent as int16) for every element, as the wgmma model aligns terms.
+
+    exponent = floor(log2|x|) for normal x, the format's minimum exponent for subnormals (their significands
+    are scaled to it), and a large negative marker (-10000) for zeros.
+
+    Parameters
+    ----------
+    a : array
+        bfloat16, float16, float8_e4m3fn, float8_e5m2 or float32 (any shape).
+
+    Returns
+    -------
+    (values, exponents) : (float64 array, int16 array), both of a's shape
+        The values are exact (every input format fits in float64).
+
+    Raises
+    ------
+    ValueError
+        For any other dtype.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> v, e = split_exponents(np.array([3.0, 2.0 ** -130, 0.0], ml_dtypes.bfloat16))
+    >>> v.tolist()[0], e.tolist()
+    (3.0, [1, -126, -10000])
+    """
     name = _dtype_name(a)
     x = np.asarray(a).astype(np.float64)   # exact: every input format fits in float64
     e = np.empty(x.shape, np.int16)
@@ -113,7 +138,23 @@ class MmaOperand:
 
 
 def mma_operand(x, *, role: str = "a") -> MmaOperand:
-    """Prepare ``x`` ((M, K) for role "a", (N, K) for role "b") once for repeated ``mma_chain`` calls.
+    """Prepare ``x`` once (values, exponents, layout) for repeated ``mma_chain`` calls with the same operand.
+
+    Parameters
+    ----------
+    x : 2-D array
+        (M, K) for role "a", (N, K) for role "b"; bfloat16, float16, float8_e4m3fn, float8_e5m2 (or float32).
+    role : {"a", "b"}
+        Which side of ``mma_chain`` it will be passed as (role "b" is stored transposed).
+
+    Returns
+    -------
+    MmaOperand
+
+    Raises
+    ------
+    ValueError
+        For another role, a non-2-D x, or an unsupported dtype.
 
     Examples
     --------
@@ -366,8 +407,25 @@ def sgemm(a, b, c=None) -> np.ndarray:
 
     The statistical mode's GEMM for the many small tiles of attention: a multithreaded BLAS call on a
     128 x 128 x 128 tile costs more in thread hand-offs (and, on a busy machine, in spinning threads) than the
-    arithmetic, and callers already run tiles in parallel. a: (M, K), b: (N, K), c: (M, N) or None; any real
-    dtype, converted to float32.
+    arithmetic, and callers already run tiles in parallel.
+
+    Parameters
+    ----------
+    a : (M, K) array
+        Any real dtype, converted to float32.
+    b : (N, K) array
+        Any real dtype, converted to float32.
+    c : (M, N) array, optional
+        Added (in float32) to the product sum.
+
+    Returns
+    -------
+    numpy.ndarray, float32, shape (M, N)
+
+    Raises
+    ------
+    ValueError
+        When a and b are not (M, K) and (N, K).
 
     Examples
     --------
@@ -384,18 +442,66 @@ def sgemm(a, b, c=None) -> np.ndarray:
 
 
 def chunk_elements(dtype, arch: str = "sm90") -> int:
-    """K elements per fused sum for inputs of ``dtype`` (16 for 16-bit, 32 for 8-bit inputs)."""
+    """K elements per fused sum (one MMA K step) for inputs of ``dtype``: 16 for 16-bit, 32 for 8-bit inputs.
+
+    ``ACCUMULATORS[arch].chunk_bytes // itemsize``: a wgmma ``k16`` (tcgen05 likewise) consumes 32 bytes of K per
+    instruction, and each such chunk folds into the fp32 accumulator with one fused sum (module docstring).
+
+    Parameters
+    ----------
+    dtype : numpy dtype or its name
+        The input format: "bfloat16", "float16", "float8_e4m3fn" or "float8_e5m2" (ml_dtypes names).
+    arch : {"sm90", "sm100"}
+        A key of ACCUMULATORS.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    KeyError
+        For an arch that ACCUMULATORS lacks.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> chunk_elements("bfloat16"), chunk_elements(ml_dtypes.float8_e4m3fn, "sm100")
+    (16, 32)
+    """
     return ACCUMULATORS[arch].chunk_bytes // np.dtype(dtype).itemsize
 
 
 def mma_chain(a, b, c=None, *, model: str = "wgmma", arch: str = "sm90", chunk: int | None = None) -> np.ndarray:
     """D = C + a @ b.T as a chain of tensor-core MMA steps (see the module docstring for the models).
 
-    a: (M, K) and b: (N, K) arrays of one input format (bfloat16, float16, float8_e4m3fn, float8_e5m2), or
-    ``mma_operand`` objects made from such arrays (role "a" and "b");
-    c: (M, N) float32 accumulator or None (zero-initialised, as ``wgmma`` with scale-d = 0).
-    chunk: K elements per instruction (default: ``chunk_elements(a.dtype, arch)``).
-    Returns float32 (M, N).
+    The K axis is cut into consecutive chunks of ``chunk`` elements, each folded into the running fp32
+    accumulator with one fused sum: "wgmma" (Hopper/Blackwell: terms aligned to the largest exponent and
+    truncated to 25 fraction bits, summed, rounded toward zero), "exact" (one RN rounding per chunk) or "blas"
+    (float32 BLAS, statistical).
+
+    Parameters
+    ----------
+    a : (M, K) array, or an ``mma_operand(..., role="a")``
+        bfloat16, float16, float8_e4m3fn or float8_e5m2.
+    b : (N, K) array of a's dtype, or an ``mma_operand(..., role="b")``
+    c : (M, N) float32 array, optional
+        The accumulator; None starts from zeros (``wgmma`` with scale-d = 0).
+    model : {"wgmma", "exact", "blas"}
+    arch : {"sm90", "sm100"}
+        The ACCUMULATORS entry (fraction bits, chunk size, zero-term exponent).
+    chunk : int, optional
+        K elements per instruction (>= 1); default ``chunk_elements(a.dtype, arch)``.
+
+    Returns
+    -------
+    numpy.ndarray, float32, shape (M, N)
+
+    Raises
+    ------
+    ValueError
+        For an unknown model or arch, operands of the wrong role, shape or dtype, or differing dtypes, a c of
+        the wrong shape, or chunk < 1.
 
     Examples
     --------
@@ -403,6 +509,8 @@ def mma_chain(a, b, c=None, *, model: str = "wgmma", arch: str = "sm90", chunk: 
     >>> a = np.array([[2.0 ** 30, 1.0, -(2.0 ** 30)] + [0.0] * 13], ml_dtypes.bfloat16)
     >>> float(mma_chain(a, np.ones((1, 16), ml_dtypes.bfloat16))[0, 0])   # 1.0 lies below the 25 kept bits
     0.0
+    >>> float(mma_chain(a, np.ones((1, 16), ml_dtypes.bfloat16), model="exact")[0, 0])
+    1.0
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
