@@ -7,7 +7,7 @@ from the table models in :mod:`fa4num.hw`, looked up at call time so that the ha
 from __future__ import annotations
 
 import numpy as np
-from numba import vectorize
+from numba import njit, vectorize
 
 from fa4num.constants import LN2_F32, LOG2_E_F32  # 0x3F317218 and utils.LOG2_E as a Float32 constant
 from fa4num.fp.scalar import fma_rn_f32
@@ -163,3 +163,14 @@ def scale_log2_of(softmax_scale) -> np.float32:
     0.127517431974411
     """
     return np.float32(np.float32(softmax_scale) * LOG2_E_F32)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fmax(a, b):
+    """max.f32 as the fused softmax kernels take a row max (and as numpy's fmax, their array path): a NaN
+    operand is ignored."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a > b else b

@@ -30,7 +30,7 @@ from fa4num.ex2.emulate import exact_steps, fast_steps, horner_tuple, poly_coeff
 from fa4num.fp.scalar import f32_to_u32, fma_rn_f32, u32_to_f32
 from fa4num.hw.mufu import ex2_bits_compact, ex2_ftz_bits_compact
 
-from ._ops import LN2_F32, LOG2_E_F32, ex2_compact, f32, ffma, mufu
+from ._ops import LN2_F32, LOG2_E_F32, _fmax, ex2_compact, f32, ffma, mufu
 
 FRAGMENT = 32   # frg_tile in apply_exp2_convert
 
@@ -197,16 +197,6 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
         lag = (state.true_max.astype(np.float64) - state.row_max) * np.float64(sl2)
     lag = np.where(np.isfinite(lag), lag, 0).astype(np.float32)
     return Sm100Step(p, acc_scale, rescaled, skipped, lag)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fmax(a, b):
-    """max.f32 (and numpy's fmax): a NaN operand is ignored."""
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return a if a > b else b
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -24,7 +24,7 @@ from numba import njit
 from fa4num.fp.scalar import f32_to_u32, fma_rn_f32, u32_to_f32
 from fa4num.hw.mufu import ex2_ftz_bits_compact
 
-from ._ops import LN2_F32, LOG2_E_F32, ex2_compact, f32, ffma, mufu
+from ._ops import LN2_F32, LOG2_E_F32, _fmax, ex2_compact, f32, ffma, mufu
 
 LANES = 4   # threads of a quad that share one accumulator row
 
@@ -99,16 +99,6 @@ def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str
         acc = acc + lanes[:, :, i]
     state.row_sum = acc
     return p, row_scale
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fmax(a, b):
-    """max.f32 (and numpy's fmax): a NaN operand is ignored."""
-    if a != a:
-        return b
-    if b != b:
-        return a
-    return a if a > b else b
 
 
 @njit(cache=True, nogil=True)
