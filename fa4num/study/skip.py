@@ -32,9 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fa4num.constants import LOG2_E_F32
+
 LAG_BINS_PER_UNIT = 64      # histogram resolution of the stale-max lag, log2 units
 LAG_RANGE = 32              # lags above this (never for thresholds <= 16) go into the last bin
-_LOG2_E_F32 = np.float32(math.log2(math.e))
 
 
 def scale_log2(softmax_scale: float) -> np.float32:
@@ -56,7 +57,7 @@ def scale_log2(softmax_scale: float) -> np.float32:
     >>> float(scale_log2(1 / 64 ** 0.5))
     0.1803368777036667
     """
-    return np.float32(np.float32(softmax_scale) * _LOG2_E_F32)
+    return np.float32(np.float32(softmax_scale) * LOG2_E_F32)
 
 
 def pick_device(device=None):
