@@ -86,16 +86,16 @@ def read(registry=None) -> dict:
     registry : str or Path, optional
         A registry file; default: the one shipped with fa4num (:func:`default_registry`).
 
+    Returns
+    -------
+    dict
+        {"schema": "fa4num-polys/1", "entries": {name: entry}}.
+
     Raises
     ------
     ValueError
         When the file does not exist, is not JSON, or is not a ``fa4num-polys/1`` registry (the message names
         ``registry`` and the path).
-
-    Returns
-    -------
-    dict
-        {"schema": "fa4num-polys/1", "entries": {name: entry}}.
 
     Examples
     --------

@@ -174,6 +174,8 @@ class BackwardStats:
 
 @dataclass
 class BackwardResult:
+    """What ``backward`` returns: dq, dk, dv (and dsink), statistics and the options that were used."""
+
     dq: object           # q's shape and dtype (numpy or torch, like the inputs)
     dk: object           # k's shape and dtype
     dv: object           # v's shape and dtype

@@ -80,6 +80,8 @@ class AttentionStats:
 
 @dataclass
 class AttentionResult:
+    """What ``forward`` returns: the output, the LSE, per-row statistics and the options that were used."""
+
     out: object          # q's layout with head_dim_v, q's dtype (bf16 for fp8 inputs); numpy or torch
     lse: object          # float32 (batch, heads, seqlen_q), or (heads, total_q) with cu_seqlens_q
     stats: AttentionStats
@@ -778,7 +780,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
         fa4-sm100 split-KV: 1 (none), > 1 splits merged by FA4's combine kernel, < 1 FA4's heuristic.
         fa4-sm90 refuses splits, as FA4 does ("SplitKV not supported on SM 9.0").
     q_descale, k_descale, v_descale : float32 (batch, heads_kv), optional
-        fp8 only (fa4-sm100): scale_log2 *= q_descale * k_descale, the final O scale *= v_descale.
+        fp8 only (fa4-sm100): ``scale_log2 *= q_descale * k_descale``, the final O scale ``*= v_descale``.
     page_table : int array (batch, pages_per_seq), optional
         Paged KV (fa4-sm100): keys are gathered page by page; numerically the same as contiguous K/V of
         length pages_per_seq * page_size.

@@ -57,21 +57,31 @@ _PTX_TANH_REL = 2.0 ** -10.987
 
 @dataclass
 class AttentionBound:
-    """Bounds on |kernel - exact| for FA4's forward.
+    """Bounds on ``|kernel - exact|`` for FA4's forward.
 
-    out                 (batch, seqlen_q, heads, head_dim) float64: worst-case bound per output element
-    lse                 (batch, heads, seqlen_q) float64: worst-case bound on the natural-log LSE per row
-    out_probabilistic   as ``out``, holding with probability >= 1 - delta per element (Higham-Mary model)
-    out_exact           the real-arithmetic attention (float64, its evaluation error is inside the bound)
-    lse_exact           its LSE
-    terms               per source, the largest contribution over the elements (absolute units of out):
-                        s_gemm, softcap, scale_exponent, exp2_mufu, exp2_software, rescale, p_cast, row_sum, pv_gemm,
-                        rcp, out_cast; lse_terms likewise for the LSE
     Elements with no finite bound (docs/bounds.md, section 5.8) have ``out``/``lse`` = +inf: rows that see a
     non-finite q, k or v value, rows where the kernel's fp32 arithmetic can overflow (huge softmax_scale) and
     every element for a negative softmax_scale; their ``out_exact``/``lse_exact`` are NaN where the exact value
     is undefined (a NaN or infinite input in the row's visible keys, its query or the value column).
-    a_priori            closed-form normwise bound on max |out - exact| (see ``a_priori_bound``)
+
+    Attributes
+    ----------
+    out : numpy.ndarray
+        (batch, seqlen_q, heads, head_dim) float64: worst-case bound per output element.
+    lse : numpy.ndarray
+        (batch, heads, seqlen_q) float64: worst-case bound on the natural-log LSE per row.
+    out_probabilistic : numpy.ndarray
+        As ``out``, holding with probability >= 1 - delta per element (Higham-Mary model).
+    out_exact : numpy.ndarray
+        The real-arithmetic attention (float64, its evaluation error is inside the bound).
+    lse_exact : numpy.ndarray
+        Its LSE.
+    terms : dict
+        Per source, the largest contribution over the elements (absolute units of out): s_gemm, softcap,
+        scale_exponent, exp2_mufu, exp2_software, rescale, p_cast, row_sum, pv_gemm, rcp, out_cast; lse_terms
+        likewise for the LSE.
+    a_priori : dict
+        Closed-form normwise bound on ``max |out - exact|`` (see ``a_priori_bound``).
     """
     out: np.ndarray
     lse: np.ndarray
@@ -190,7 +200,7 @@ def _delta_lambda(softmax_scale: float) -> tuple[float, float, float]:
 
 def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", delta=1e-6,
                           **options) -> AttentionBound:
-    """Rigorous per-element bound on |out_kernel - out_exact| and |lse_kernel - lse_exact| for FA4's forward.
+    """Rigorous per-element bound on ``|out_kernel - out_exact|`` and ``|lse_kernel - lse_exact|`` for FA4's forward.
 
     Parameters
     ----------
@@ -858,11 +868,13 @@ def _cast_bound(ostar, err, out_dt):
 def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="bfloat16", kernel="fa4-sm90",
                    exp2_relative=2.4e-7, qk_abs_max=1.0, v_abs_max=1.0, scale_log2=None, tile_n=128,
                    gemm="wgmma") -> dict:
-    """Closed-form normwise bound on max |out - out_exact| from the problem's sizes alone.
+    """Closed-form normwise bound on ``max |out - out_exact|`` from the problem's sizes alone.
 
     With n = seqlen_k, blocks B = ceil(n / tile_n), u_p the unit roundoff of P's format, u_o the output's,
     gamma_m the per-chunk tensor-core error (fa4num.hw.mma), theta = 2^(e_x) (1 + e_exp2)(1 + e_ex2)^(B-1) - 1 with
-    e_x = sl2 * ceil(d/L) gamma_m * d * qk_max (S error) + 2^-24 (|x| + |bias|) terms bounded by 2 * 2 sl2 d qk_max:
+    e_x = sl2 * ceil(d/L) gamma_m * d * qk_max (S error) + 2^-24 ``(|x| + |bias|)`` terms bounded by
+    2 * 2 sl2 d qk_max::
+
         |out - out*| <= 2 theta v_max / (1 - theta) + u_p (1 + theta) v_max / (1 - theta)
                         + (ceil(n/L) gamma_m + B u) (1 + u_p) v_max + (gamma_D + 2^-22) v_max + u_o v_max.
 
@@ -878,7 +890,7 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     exp2_relative : float
         Relative error bound of the exp2 used for P (e.g. exp2_error_bound(...).relative).
     qk_abs_max, v_abs_max : float
-        Bounds on |q|, |k| entries and on |v| entries.
+        Bounds on ``|q|``, ``|k|`` entries and on ``|v|`` entries.
     scale_log2 : float, optional
         softmax_scale * log2(e) as the kernel rounds it (default: from 1/sqrt(head_dim)).
     tile_n : int

@@ -115,13 +115,18 @@ def _halfulp(ymax: float, ftz: bool) -> float:
 class Exp2Bound:
     """A rigorous bound of FA4's software exp2 error, with its terms.
 
-    relative            >= |ex2(x)/2^x - 1| for every fp32 x in the domain whose result is normal (x >= -126)
-    absolute_subnormal  >= |ex2(x) - 2^x| for every fp32 x in the domain with 2^x < 2^-126
-    terms               per source: "polynomial" (certified sup over [0, 1]), "polynomial_reached" (sup of the
-                        enclosure over the fractions reached), "cody_waite" (relative, from f = RN(1 + a)),
-                        "horner" (largest running rounding bound of each step, relative to 2^f), "exponent_insertion",
-                        "ftz"
-    argmax_f            the fraction subinterval (lo, hi) where ``relative`` is attained
+    Attributes
+    ----------
+    relative : float
+        ``>= |ex2(x)/2^x - 1|`` for every fp32 x in the domain whose result is normal (x >= -126).
+    absolute_subnormal : float
+        ``>= |ex2(x) - 2^x|`` for every fp32 x in the domain with 2^x < 2^-126.
+    terms : dict
+        Per source: "polynomial" (certified sup over [0, 1]), "polynomial_reached" (sup of the enclosure over the
+        fractions reached), "cody_waite" (relative, from f = RN(1 + a)), "horner" (largest running rounding bound
+        of each step, relative to 2^f), "exponent_insertion", "ftz".
+    argmax_f : tuple
+        The fraction subinterval (lo, hi) where ``relative`` is attained.
     """
     relative: float
     absolute_subnormal: float
@@ -297,11 +302,17 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
 class MufuBounds:
     """Error bounds of the MUFU models (fa4num.hw), from their tables.
 
-    ex2_relative     >= |ex2(x)/2^x - 1| for every fp32 x whose result is at least 2^-126 (both tables, every
-                     entry, the truncated argument bits at both ends)
-    ex2_flush        results below 2^-126 are flushed to +0: absolute error < 2^-126
-    rcp_relative     >= |rcp(x) x - 1| for every normal x with a normal result
-    lg2_table_abs    (e >= 0 table, e < 0 table) largest |table - log2| on [1, 2) and [1/2, 1)
+    Attributes
+    ----------
+    ex2_relative : float
+        ``>= |ex2(x)/2^x - 1|`` for every fp32 x whose result is at least 2^-126 (both tables, every entry, the
+        truncated argument bits at both ends).
+    ex2_flush : float
+        Results below 2^-126 are flushed to +0: absolute error < 2^-126.
+    rcp_relative : float
+        ``>= |rcp(x) x - 1|`` for every normal x with a normal result.
+    lg2_table_abs : tuple
+        (e >= 0 table, e < 0 table): largest ``|table - log2|`` on [1, 2) and [1/2, 1).
     """
     arch: str
     ex2_relative: float
@@ -310,7 +321,7 @@ class MufuBounds:
     lg2_table_abs: tuple
 
     def lg2_absolute(self, exponent_max: int) -> float:
-        """|lg2(x) - log2(x)| for x in [2^-e, 2^(e+1)) with e = exponent_max: the table error plus the RZ
+        """``|lg2(x) - log2(x)|`` for x in [2^-e, 2^(e+1)) with e = exponent_max: the table error plus the RZ
         rounding of the fixed-point sum (one fp32 ulp of the result's magnitude)."""
         mag = max(abs(int(exponent_max)), 1) + 1
         return max(self.lg2_table_abs) + 2.0 ** (math.floor(math.log2(mag)) + 1 - 23)

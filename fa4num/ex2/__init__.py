@@ -1,5 +1,5 @@
 """FA4's software exp2 (any degree and coefficients; the packed, scalar and asm forms) and the exhaustive sweep
-engine that measures an exp2 implementation against the correctly rounded 2^x over all fp32 inputs.
+engine that measures an exp2 implementation against the correctly rounded 2^x over all fp32 inputs::
 
     fa4_emulated(x, degree=3, *, coeffs=None, variant="packed")    bit-exact FA4 exp2 (emulate.py)
     sweep(impl, domain) -> SweepResult                             ulp / bf16 statistics (engine.py)

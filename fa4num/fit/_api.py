@@ -60,23 +60,38 @@ class Optimum:
 class FitResult:
     """A fitted coefficient set and how good it is.
 
-    coeffs           c0..cn as Python floats, each exactly a number of ``coeff_format``
-    max_error        sup over the interval of |p/f - 1| (relative) or |p - f| (absolute), real arithmetic
-    argmax           where that sup is reached
-    certified_bound  rigorous upper bound of max_error (ball arithmetic with subdivision); None when the
-                     target cannot be evaluated on balls
-    certified_lower  rigorous lower bound found on the way
-    optimum          the real-coefficient optimum with the same fixed coefficients
-    objective_value  the objective's own score of ``coeffs`` (max_error for "minimax")
-    path             what produced the coefficients: "exact" (proven optimal, see ``exact``),
-                     "remez+lattice+search", "remez+lattice" (fpminimax), "sollya" or "own-fpminimax" (method "fa4")
-    monomials        the powers that were fitted (free), as Sollya's [|...|]
-    weight           the weight's name, if any
-    exact            method "exact": the ExactCertificate (region searched, candidates, each rival's certified
-                     error); None otherwise
-    bounded          method "remez" (and "auto" where the exact search is too big): the BoundedSearch record
-                     of the branch and bound on shrinking cuts that ran after the neighbourhood search
-    regeneration     method "fa4" only: {"sollya": coeffs or None, "own": coeffs, "bit_identical": bool|None}
+    Attributes
+    ----------
+    coeffs
+        The coefficients c0..cn as Python floats, each exactly a number of ``coeff_format``.
+    max_error
+        Sup over the interval of ``|p/f - 1|`` (relative) or ``|p - f|`` (absolute), real arithmetic.
+    argmax
+        Where that sup is reached.
+    certified_bound
+        Rigorous upper bound of max_error (ball arithmetic with subdivision); None when the target cannot be
+        evaluated on balls.
+    certified_lower
+        Rigorous lower bound found on the way.
+    optimum
+        The real-coefficient optimum with the same fixed coefficients.
+    objective_value
+        The objective's own score of ``coeffs`` (max_error for "minimax").
+    path
+        What produced the coefficients: "exact" (proven optimal, see ``exact``), "remez+lattice+search",
+        "remez+lattice" (fpminimax), "sollya" or "own-fpminimax" (method "fa4").
+    monomials
+        The powers that were fitted (free), as Sollya's ``[|...|]``.
+    weight
+        The weight's name, if any.
+    exact
+        Method "exact": the ExactCertificate (region searched, candidates, each rival's certified error); None
+        otherwise.
+    bounded
+        Method "remez" (and "auto" where the exact search is too big): the BoundedSearch record of the branch
+        and bound on shrinking cuts that ran after the neighbourhood search.
+    regeneration
+        Method "fa4" only: ``{"sollya": coeffs or None, "own": coeffs, "bit_identical": bool or None}``.
     """
     coeffs: tuple
     degree: int
@@ -475,12 +490,14 @@ def fit_exp2(degree: int = 3, *, interval=(0.0, 1.0), error: str = "relative", c
     """Coefficients for FA4's software exp2: p(frac) ~ 2^frac on [0, 1] with p(0) = 1 (``fixed={0: 1.0}``).
 
     FA4 (``flash_attn/cute/utils.py``, ``ex2_emulation_2``) computes 2^x = 2^floor(x) * p(x - floor(x)) with
-    p evaluated by fp32 FMA Horner and POLY_EX2 coefficients. objective:
+    p evaluated by fp32 FMA Horner and POLY_EX2 coefficients. objective::
+
       "minimax"    sup of |p/2^x - 1| in real arithmetic (the default, what Sollya optimises)
       "evaluated"  max relative error of the fp32 FMA Horner evaluation, fa4num.ex2.fa4_emulated, over every
                    fp32 input in [0, 1) (see fa4num.fit.evaluated_error)
       "bf16"       share of the softmax domain x in [-127, 0] whose bf16 P differs from the correctly rounded
                    bf16 of 2^x (see fa4num.fit.bf16_mismatch_share for exactly which inputs)
+
     method="fa4" regenerates POLY_EX2 with FA4's Sollya call (c0 from a 1-bit format, so ``fixed`` is not
     used); ``.regeneration`` says whether fa4num's own fpminimax reproduced Sollya's bits.
 
@@ -552,7 +569,7 @@ def sup_norm(f, coeffs, interval=(0.0, 1.0), *, error: str = "relative", rel_tol
         c0 first, finite.
     interval : (a, b)
     error : {"relative", "absolute"}
-        |p/f - 1| or |p - f|.
+        ``|p/f - 1|`` or ``|p - f|``.
     rel_tol : float
         How close the certified lower and upper bounds must close in.
 

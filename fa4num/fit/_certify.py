@@ -25,6 +25,8 @@ from ._target import to_arb
 
 @dataclass(frozen=True)
 class Certificate:
+    """A rigorous enclosure of a sup norm: certified upper and lower bounds and where the lower one was found."""
+
     upper: float       # rigorous upper bound of sup |e| (rounded up to a float)
     lower: float       # rigorous lower bound (rounded down to a float)
     lower_at: float    # the point whose error gave ``lower``

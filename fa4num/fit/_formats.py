@@ -16,6 +16,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Format:
+    """A binary floating-point format for coefficients: significand bits, smallest normal exponent, largest value."""
+
     name: str
     precision: int           # significand bits including the hidden one
     emin: int | None         # exponent of the smallest normal number (None: unbounded)

@@ -30,12 +30,14 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
              rel_optimum: float | None = None, rel_error: tuple | None = None) -> dict:
     """Every metric of a 2^x coefficient set on [0, 1] (c0 first).
 
-    max_rel_error / argmax     sup |p/2^x - 1| in real arithmetic (scan of the error + Newton refinement)
-    certified_rel_bound        rigorous upper bound (ball arithmetic, fa4num.fit certify)
-    max_abs_error              sup |p - 2^x|
-    rel_optimum, ratio_to_optimum   the p(0)=1 real-coefficient optimum of the same degree and the ratio
-    evaluated_rel_error        (emulation) max rel. error of FA4's fp32 evaluation over every fp32 in [0, 1)
-    bf16_mismatch_share(_with_subnormal)   (emulation) see fa4num.fit.bf16_mismatch_share
+    The metrics::
+
+        max_rel_error / argmax     sup |p/2^x - 1| in real arithmetic (scan of the error + Newton refinement)
+        certified_rel_bound        rigorous upper bound (ball arithmetic, fa4num.fit certify)
+        max_abs_error              sup |p - 2^x|
+        rel_optimum, ratio_to_optimum   the p(0)=1 real-coefficient optimum of the same degree and the ratio
+        evaluated_rel_error        (emulation) max rel. error of FA4's fp32 evaluation over every fp32 in [0, 1)
+        bf16_mismatch_share(_with_subnormal)   (emulation) see fa4num.fit.bf16_mismatch_share
 
     Parameters
     ----------

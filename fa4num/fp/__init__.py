@@ -1,21 +1,24 @@
 """fa4num.fp: bit-exact IEEE binary32 / bf16 / fp16 / fp8 arithmetic on arrays, with NVIDIA's conventions.
 
-arith      add, sub, mul, fma (rounding "rn"/"rz"/"rm"/"rp", ftz), max, min; packed *_f32x2 forms
-convert    to_bf16 / to_fp16 / to_e4m3 / to_e5m2 (+ x2 packed forms) and back (from_*)
-ulp        ulp_distance, as_bits, from_bits
-reference  exp2_cr, log2_cr, rcp_cr: correctly rounded float32 / bfloat16 references (and numba scalar
-           kernels exp2_cr_f32, exp2_cr_bf16, log2_cr_f32, ... for use inside other njit loops)
-cases      deterministic random and adversarial operands (for oracles and GPU captures)
-oracle     gmpy2/MPFR binary32 oracle for add/sub/mul/fma in every rounding mode
-scalar     the scalar-kernel tier: numba ``@njit`` functions on one float32 (f32_add/sub/mul/fma/max/min with
-           RN/RZ/RM/RP ints and ftz, fma_rn_f32, bit casts f32_to_u32/u32_to_f32/f64_to_u64/u64_to_f64,
-           canonical_nan) for the vectorised loops of fa4num.ex2, fa4num.hw, fa4num.softmax and fa4num.gpu
-arrays     array plumbing for functions that take numpy arrays or torch tensors (as_float32, tensor_device,
-           wrap, is_tensor, flat_broadcast): never rounds an input silently
+Modules::
+
+    arith      add, sub, mul, fma (rounding "rn"/"rz"/"rm"/"rp", ftz), max, min; packed *_f32x2 forms
+    convert    to_bf16 / to_fp16 / to_e4m3 / to_e5m2 (+ x2 packed forms) and back (from_*)
+    ulp        ulp_distance, as_bits, from_bits
+    reference  exp2_cr, log2_cr, rcp_cr: correctly rounded float32 / bfloat16 references (and numba scalar
+               kernels exp2_cr_f32, exp2_cr_bf16, log2_cr_f32, ... for use inside other njit loops)
+    cases      deterministic random and adversarial operands (for oracles and GPU captures)
+    oracle     gmpy2/MPFR binary32 oracle for add/sub/mul/fma in every rounding mode
+    scalar     the scalar-kernel tier: numba @njit functions on one float32 (f32_add/sub/mul/fma/max/min with
+               RN/RZ/RM/RP ints and ftz, fma_rn_f32, bit casts f32_to_u32/u32_to_f32/f64_to_u64/u64_to_f64,
+               canonical_nan) for the vectorised loops of fa4num.ex2, fa4num.hw, fa4num.softmax and fa4num.gpu
+    arrays     array plumbing for functions that take numpy arrays or torch tensors (as_float32, tensor_device,
+               wrap, is_tensor, flat_broadcast): never rounds an input silently
 
 Every NaN an arithmetic operation makes has the bits 0x7FFFFFFF (NVIDIA's canonical NaN).
 
 How it is checked (numbers in experiments/results and fa4num/fp/data):
+
 - add/sub/mul/fma in rn/rz/rm/rp against gmpy2/MPFR on 10^6 random and adversarial cases each
   (experiments/fp_oracle_check.py; CI re-checks them through the committed digests, plus 10^5 live);
 - every op, mode, ftz and conversion against the golden vectors captured on an H200 (tests/golden, which settle

@@ -117,7 +117,7 @@ def _line(bits: np.ndarray, width: int) -> np.ndarray:
 
 def ulp_distance(a, b, *, signed=False) -> np.ndarray:
     """Distance between a and b in units in the last place of their format: float32, bfloat16 or float16 arrays
-    (both of the same dtype; broadcasting applies). Returns int64: |pos(a) - pos(b)|, or pos(a) - pos(b) with
+    (both of the same dtype; broadcasting applies). Returns int64: ``|pos(a) - pos(b)|``, or pos(a) - pos(b) with
     ``signed=True``. See the module docstring for ±0, ±inf and NaN.
 
     Parameters

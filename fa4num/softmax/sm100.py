@@ -37,6 +37,8 @@ FRAGMENT = 32   # frg_tile in apply_exp2_convert
 
 @dataclass
 class Sm100State:
+    """The SM100 softmax's running state per row: the stored (possibly stale) max, the row sum, the exact max."""
+
     row_max: np.ndarray   # (R,) float32, the stored (possibly stale) max; -inf before the first block
     row_sum: np.ndarray   # (R,) float32
     true_max: np.ndarray  # (R,) float32, the exact running max (for the stale-max lag statistic only)

@@ -85,16 +85,6 @@ def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads:
     :func:`fa4num.study.skip.block_maxima` with softmax_scale = 1/sqrt(head_dim) (FA4's default) and
     ``rescale_threshold = threshold``.
 
-    Returns
-    -------
-    dict
-        ``rows`` (query rows x heads), ``blocks_per_row`` (mean KV blocks with a visible key), ``rescale_events``
-        (true max grew; threshold-0 rescales), ``rescales_done``, ``rescales_avoided`` (events - done),
-        ``rescales_avoided_share`` (avoided / events; NaN without events), ``events_per_row``,
-        ``done_per_row``, ``lag_mean``, ``lag_q50``, ``lag_q90``, ``lag_q99`` (per (row, block) step after the
-        row's first block, upper edges of 1/64 bins), ``lag_max`` (exact), ``stale_share`` (steps with a lag > 0),
-        ``row_max_lag_q50``, ``causal``, ``heads_q``, ``heads_kv``, ``head_dim_eff`` and ``device``.
-
     Parameters
     ----------
     dist : str
@@ -107,6 +97,16 @@ def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads:
         Keys per KV block.
     device : str
         "cpu", "cuda" or "auto".
+
+    Returns
+    -------
+    dict
+        ``rows`` (query rows x heads), ``blocks_per_row`` (mean KV blocks with a visible key), ``rescale_events``
+        (true max grew; threshold-0 rescales), ``rescales_done``, ``rescales_avoided`` (events - done),
+        ``rescales_avoided_share`` (avoided / events; NaN without events), ``events_per_row``,
+        ``done_per_row``, ``lag_mean``, ``lag_q50``, ``lag_q90``, ``lag_q99`` (per (row, block) step after the
+        row's first block, upper edges of 1/64 bins), ``lag_max`` (exact), ``stale_share`` (steps with a lag > 0),
+        ``row_max_lag_q50``, ``causal``, ``heads_q``, ``heads_kv``, ``head_dim_eff`` and ``device``.
 
     Raises
     ------
@@ -201,13 +201,6 @@ def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: 
     "bitexact" (tensor-core and MUFU models) or "statistical" (fp32 BLAS GEMMs and libm MUFU; the software
     exp2 stays bit-exact).
 
-    Returns
-    -------
-    dict
-        ``rel_l2``, ``max_abs`` (output vs fp64), ``lse_max_abs``, ``lse_mean_abs``, the same output errors of
-        fp64 rounded once to the dtype (``floor_rel_l2``, ``floor_max_abs``), ``rel_l2_over_floor``,
-        ``rescales`` (rescales the kernel did), ``exp2_emulated_share`` and ``causal``.
-
     Parameters
     ----------
     knob : str
@@ -218,6 +211,13 @@ def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: 
     mode : {"bitexact", "statistical"}
     q_mult : float
         Scale of q (sharper softmax rows for larger values).
+
+    Returns
+    -------
+    dict
+        ``rel_l2``, ``max_abs`` (output vs fp64), ``lse_max_abs``, ``lse_mean_abs``, the same output errors of
+        fp64 rounded once to the dtype (``floor_rel_l2``, ``floor_max_abs``), ``rel_l2_over_floor``,
+        ``rescales`` (rescales the kernel did), ``exp2_emulated_share`` and ``causal``.
 
     Raises
     ------
