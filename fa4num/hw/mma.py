@@ -8,23 +8,26 @@ accumulator with one *fused* sum.
 Models (``model=``):
 
 ``"wgmma"`` -- the Hopper/Blackwell fused dot-product-add measured by MMA-Sim (Xie et al., arXiv 2511.10909;
-reference/emulation-and-accuracy.md §4) and confirmed on the H200 for bf16 wgmma (h200-measurements.md §4):
+docs/notes/emulation-and-accuracy.md) and confirmed on the H200 for bf16 wgmma (docs/notes/h200-measurements.md):
+
   1. products a*b are exact; each term carries the exponent e_a + e_b of its factors (significands in [1, 2),
      subnormals pinned to the format's minimum exponent), so a product's significand lies in [1, 4);
      a zero term carries the exponent ``e_zero`` (-133 for an fp32 accumulator);
   2. all terms and C are aligned to the largest exponent E and truncated toward zero to F fraction bits
      below 2^E (F = 25 for 16-bit inputs on Hopper and Blackwell);
   3. the truncated terms are summed exactly and the result is rounded toward zero to fp32 (+0 for zero).
+
 ``"exact"`` -- the products summed with no intermediate rounding (float64 with Neumaier compensation, which
 is exact for 16-bit inputs unless the terms span more than ~2^100) and rounded once to fp32 (RN), per chunk
 chain as well: each chunk adds C exactly and rounds once.
+
 ``"blas"`` -- float32 matrix products through BLAS (torch/numpy); the fast statistical mode, not bit-exact.
 
 Architecture differences are data (``ACCUMULATORS``), not branches.
 
 Speed: the wgmma model with 16-term chunks (16-bit inputs) first runs in float32/int32 lanes (8 per AVX2
 vector; see ``_wgmma_rows_f32`` for why that is exact over the exponent range attention meets) and falls back to
-the general float64 kernel for the whole call when a chunk leaves that range (inf/NaN, |terms| near 2^126, or
+the general float64 kernel for the whole call when a chunk leaves that range (inf/NaN, ``|terms|`` near 2^126, or
 nonzero terms all below 2^-102). Both kernels release the GIL and run serially; ``mma_chain`` splits large calls
 by rows over threads, and callers that run many small GEMMs (the attention emulators) parallelise above them.
 """
