@@ -60,7 +60,7 @@ def test_the_readme_functions_have_numpydoc_sections():
         assert not missing and ">>>" in doc, f"{fn.__module__}.{fn.__name__} lacks {missing}"
 
 
-# --- every public function has the numpydoc sections of house style (/work/shared/DESIGN.md) ------------------
+# --- every public function has the numpydoc sections of house style (docs/CONTRIBUTING.md) ------------------
 # "Public function" = every callable that is not a class among the names in a module's __all__ (plain functions,
 # numba dispatchers / intrinsics / ufuncs, lru_cache wrappers), in every module of the package, plus the public
 # functions of modules without __all__ that the README or a subpackage __init__ presents as API (_EXTRA).

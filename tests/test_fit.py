@@ -1,5 +1,5 @@
 """fa4num.fit against independent anchors: Sollya 8.0 (FA4's fpminimax call, supnorm, remez), the published
-real-coefficient optima (reference/fitters.md section 5.1, external values), FA4's POLY_EX2 as shipped
+real-coefficient optima (docs/notes/fitters.md section 2, external values), FA4's POLY_EX2 as shipped
 (fa4num.ex2.POLY_EX2, bit patterns copied from flash_attn/cute/utils.py), and analytic sup norms."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fa4num.fit import registry as reg
 
 needs_sollya = pytest.mark.skipif(not _sollya.available(), reason="sollya not installed (apt-get install sollya)")
 
-# Published optimum (fitters.md 5.1): best max relative error of 2^x on [0, 1] with p(0) = 1, and c1..cn.
+# Published optimum (docs/notes/fitters.md, section 2): best max relative error of 2^x on [0, 1] with p(0) = 1, and c1..cn.
 PUBLISHED_OPTIMUM = {
     1: (3.8221581e-2, [0.923556839]),
     2: (2.0533273e-3, [0.665960941, 0.329932404]),

@@ -24,7 +24,7 @@ def test_cpu_backends_match_fp64_attention(backend, causal, heads_kv):
     assert r.out.shape == q.shape and r.out.dtype == torch.bfloat16
     assert r.lse.shape == (2, 4, 96) and r.lse.dtype == torch.float32
     assert len(r.times_ms) == 2 and r.median_ms > 0
-    # bf16 kernels: relative L2 a few 1e-3 (h200-measurements.md §3 has 1.7-2.3e-3 on the H200)
+    # bf16 kernels: relative L2 a few 1e-3 (docs/notes/h200-measurements.md section 3 has 1.7-2.3e-3 on the H200)
     assert reference.metrics(r.out.float().numpy(), out64).rel_l2 < 1e-2
     assert np.abs(r.lse.numpy() - lse64).max() < 1e-3
 

@@ -1,5 +1,5 @@
 """fa4num.hw.mma against MMA-Sim (PyPI ``mmasim``), an independent bit-accurate model of Hopper wgmma and
-Blackwell tcgen05 (h200-measurements.md §4: MMA-Sim's Hopper model matched the H200 on every bit)."""
+Blackwell tcgen05 (docs/notes/h200-measurements.md section 4: MMA-Sim's Hopper model matched the H200 on every bit)."""
 import ml_dtypes
 import numpy as np
 import pytest

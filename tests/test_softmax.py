@@ -22,7 +22,7 @@ def test_lane_columns_follow_the_wgmma_accumulator_layout():
     (0, 4, 1, []),
 ])
 def test_emulated_columns_match_fa4_tuning_table(freq, res, start, expect):
-    """fa4-numerics.md §B lists the emulated columns of each tuning-table entry."""
+    """docs/notes/fa4-numerics.md section B lists the emulated columns of each tuning-table entry."""
     assert np.flatnonzero(sm100.emulated_columns(128, freq=freq, res=res, start_frg=start)).tolist() == expect
 
 

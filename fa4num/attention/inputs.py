@@ -3,7 +3,7 @@
 Only numpy and ml_dtypes are used here: the GPU capture script loads this file by path on the device
 machine, and CI regenerates exactly the same bits from the spec stored in each golden file.
 
-Kinds (h200-measurements.md §3):
+Kinds (docs/notes/h200-measurements.md, section 3):
 - ``"normal"``: q, k, v ~ N(0, 1) (times ``q_mult`` for q), drawn in float32 and rounded once to the dtype.
 - ``"exact"``: q and k on the grid k/8 with |entries| <= 1 and head_dim <= 256, so every partial sum of
   QK^T is a multiple of 1/64 below 2^8 and therefore exact in fp32 whatever the tensor-core order;

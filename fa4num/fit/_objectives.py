@@ -424,7 +424,7 @@ def bf16_mismatch_share(coeffs, *, domain: str = "softmax") -> dict:
 
     domain="softmax": x in [-126, 0) (``value``), and with the coefficient-independent [-127, -126) piece
     (``value_with_subnormal``: there FA4's bit add yields a mis-decoded subnormal for any polynomial, see
-    reference/fa4-numerics.md section A); domain="frac": only x in [-126, -1], the proxy used in searches.
+    docs/notes/fa4-numerics.md section A); domain="frac": only x in [-126, -1], the proxy used in searches.
 
     Parameters
     ----------
