@@ -27,7 +27,6 @@ version = release = fa4num.__version__
 
 extensions = [
     "sphinx.ext.autodoc",
-    "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_parser",
