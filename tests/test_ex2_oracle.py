@@ -84,8 +84,8 @@ def ptx_max(a, b, ftz):
     return a if a > b else b  # the clamp -127 is never equal to a zero, so the signed-zero rule is not needed
 
 
-# .ftz on (max, add.rm, sub.rn, fma.rn), read off the PTX of each form (docs/notes/fa4-numerics.md section A), written out
-# here rather than taken from fa4num.ex2.VARIANTS so that the test checks that table too.
+# .ftz on (max, add.rm, sub.rn, fma.rn), read off the PTX of each form (docs/notes/fa4-numerics.md section A),
+# written out here rather than taken from fa4num.ex2.VARIANTS so that the test checks that table too.
 FTZ = {"packed": (False, False, False, False),   # ex2_emulation_2: cute.arch packed f32x2 ops, ftz=None
        "scalar": (False, True, False, False),    # ex2_emulation: only the inline-PTX add.rm.ftz.f32
        "asm": (True, True, True, True)}          # e2e_asm2: every instruction .ftz

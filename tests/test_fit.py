@@ -16,7 +16,8 @@ from fa4num.fit import registry as reg
 
 needs_sollya = pytest.mark.skipif(not _sollya.available(), reason="sollya not installed (apt-get install sollya)")
 
-# Published optimum (docs/notes/fitters.md, section 2): best max relative error of 2^x on [0, 1] with p(0) = 1, and c1..cn.
+# Published optimum (docs/notes/fitters.md, section 2): best max relative error of 2^x on [0, 1] with p(0) = 1,
+# and c1..cn.
 PUBLISHED_OPTIMUM = {
     1: (3.8221581e-2, [0.923556839]),
     2: (2.0533273e-3, [0.665960941, 0.329932404]),

@@ -152,7 +152,7 @@ def check_ftz(ftz) -> bool:
 
     Parameters
     ----------
-    ftz : bool or numpy.bool_
+    ftz : bool or ``numpy.bool_``
 
     Returns
     -------

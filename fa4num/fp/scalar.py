@@ -305,7 +305,7 @@ def round_pair(s, e, mode):
     s : float64
         RN64(s + e): finite and nonzero.
     e : float64
-        The exact remainder: 0, or |e| <= ulp64(s)/2 (a TwoSum error or an exact product's 0).
+        The exact remainder: 0, or ``|e| <= ulp64(s)/2`` (a TwoSum error or an exact product's 0).
     mode : int
         RN, RZ, RM or RP.
 
@@ -354,10 +354,12 @@ def _tiny_before_rounding(s, e):
 def round_pair_ftz(s, e, mode):
     """Like round_pair, for a PTX .ftz result: a result below 2^-126 becomes a zero of the result's sign.
 
-    When a result counts as "below 2^-126" is set in one place, FTZ_TININESS_AFTER_ROUNDING:
-    True  -- round to 24 bits with an unbounded exponent, then flush if below 2^-126 (a value just under 2^-126
-             that rounds up to 2^-126 survives);
-    False -- flush whenever the exact value is below 2^-126 (tininess before rounding).
+    When a result counts as "below 2^-126" is set in one place, FTZ_TININESS_AFTER_ROUNDING::
+
+        True  -- round to 24 bits with an unbounded exponent, then flush if below 2^-126 (a value just under 2^-126
+                 that rounds up to 2^-126 survives);
+        False -- flush whenever the exact value is below 2^-126 (tininess before rounding).
+
     The H200 rounds first (golden vectors in tests/golden/fp.json.xz).
 
     Parameters
