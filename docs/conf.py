@@ -37,7 +37,6 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build"]
-myst_heading_anchors = 3
 
 # autodoc: members in the order of each module's __all__ (the order its author chose), signatures as written
 autodoc_member_order = "bysource"
