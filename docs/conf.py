@@ -38,7 +38,8 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build"]
 
-# autodoc: members in the order of each module's __all__ (the order its author chose), signatures as written
+# autodoc: members in the order of each module's __all__ (the order its author chose); signatures without type hints
+# (the docstrings give the types)
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"
 autodoc_default_options = {"members": True, "show-inheritance": False}
