@@ -102,8 +102,8 @@ def write_report(out_dir="fa4num-report", *, quick: bool = False, progress: bool
     >>> from fa4num.section import Check, Section
     >>> def broken(ctx):
     ...     raise RuntimeError("boom")
-    >>> out = write_report(tempfile.mkdtemp(), progress=False, sections=[("mine", lambda ctx: [Section("Mine", "text")]),
-    ...                                                  ("broken", broken)])
+    >>> mine = lambda ctx: [Section("Mine", "text")]
+    >>> out = write_report(tempfile.mkdtemp(), progress=False, sections=[("mine", mine), ("broken", broken)])
     >>> out.failed, "## Mine" in out.path.read_text()
     (('broken',), True)
     >>> none = lambda ctx: [Section("Golden", "text", checks=[Check("cases", compared=0, unit="cases")])]
@@ -150,6 +150,10 @@ def golden_counts() -> dict:
     """What each committed golden file holds, counted from the files now: the one source of the case counts in
     the report and in the README's "What has been measured" (tests/test_report_sections.py holds the README to
     them).
+
+    Parameters
+    ----------
+    None
 
     Returns
     -------
