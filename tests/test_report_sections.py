@@ -174,3 +174,12 @@ def test_readme_counts_are_the_golden_files_counts():
     summary = json.loads(run.read_text())["summary"]
     assert summary["h200"]["cases"] == golden_fwd        # the committed run covered every such case
     assert _number(r"vs the emulator \((\d+) cases", t) == (summary["emulator"]["cases"],)
+
+
+def test_study_section_counts_its_tasks(tmp_path):
+    """The smoke-grid section's check is the grid's tasks (none failed); a grid with no task would compare nothing."""
+    from fa4num.study._report import report_sections
+    from fa4num.study.grid import load_grid
+    smoke = next(s for s in report_sections(ReportContext(tmp_path, True, False)) if "smoke grid" in s.title)
+    (c,) = smoke.checks
+    assert (c.compared, c.failed) == (len(load_grid("smoke").tasks), 0)
