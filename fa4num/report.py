@@ -246,8 +246,9 @@ def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
     for s in done:
         md.append(f"## {s.title}\n\n{s.markdown}")
     if checks:
-        md.append("## Checks\n\nWhat each section compared, and how many of the compared values failed (a check "
-                  "that compared nothing, or one with failures, makes `fa4num report` exit 1).\n\n"
+        md.append("## Checks\n\nWhat each section compared, and how many of the compared values failed (– for a "
+                  "measurement with no pass/fail criterion); a check that compared nothing, or one with failures, "
+                  "makes `fa4num report` exit 1.\n\n"
                   "| section | check | compared | failed |\n|---|---|---|---|\n"
                   + "".join(f"| {title} | {c.name} | {c.compared:,} {c.unit}"
                             f"{' (**nothing compared**)' if c.empty else ''} | "
