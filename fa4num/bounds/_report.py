@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from fa4num.attention import forward
+from fa4num.attention import golden as attention_golden
 from fa4num.attention.config import KERNELS
 from fa4num.section import Check, Section
 
@@ -74,7 +75,6 @@ def _emulator_part(shape):
 def _golden_part(cases, quick: bool):
     """BoundCheck of the smallest plain H200 golden case (the package-data file) of each input kind (one-hot,
     exact products, Gaussian) and head dim (each kind only, quick), and how many plain cases exist."""
-    from fa4num.attention import golden as attention_golden
     plain = [c for c in cases if c[1] == attention_golden.GOLDEN_SM90.name]
     smallest = {}
     for c in plain:
