@@ -8,9 +8,9 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[2] / "experiments" / "results"
 
 
-def _section(title, md, figs, data=None):
+def _section(title, md, figs, data=None, checks=()):
     from fa4num.section import Section
-    return Section(title, md, [str(f) for f in figs], data or {})
+    return Section(title, md, [str(f) for f in figs], data or {}, checks=list(checks))
 
 
 def _store_dirs(pattern: str) -> list[Path]:
@@ -64,7 +64,11 @@ def report_section(out_dir, *, run_smoke: bool = True) -> list:
               "threshold 0 rescales for); *avoided* = (events - done) / events, with a 95 % Student-t interval "
               "over seeds. The SM100 path is emulated from FA4's source, not run on a Blackwell GPU.\n\n"
               + s.markdown + "\n\n" + "\n".join(f"![{f}]({f})" for f in figs) + "\n")
-        sections.append(_section("Studies: lazy-rescale skip rate (smoke grid)", md, figs))
+        from fa4num.section import Check
+        # a grid that ran no task, or tasks that raised, is a report that checked nothing / failed
+        sections.append(_section("Studies: lazy-rescale skip rate (smoke grid)", md, figs,
+                                 checks=[Check("smoke grid tasks", res.total - len(res.failed), len(res.failed),
+                                               unit="tasks")]))
     full = _store_dirs("study_skip_rate*")
     if full:
         df = merged_skip_rows(full)
