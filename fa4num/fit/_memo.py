@@ -3,13 +3,14 @@
 What is cached is a pure function of its key: the fit of ``fa4num fit`` (:func:`fit`, the command's own door,
 the library's :func:`fa4num.fit.fit` always computes) and the metrics of :func:`fa4num.fit.registry.describe`
 (the exhaustive emulation sweeps cost seconds). The key holds the call's arguments (floats by their bits), the
-source of fa4num (every file of the package, by content), fa4num's version, and the versions of Python and of
-the packages the numbers come from; a change of any of these is another key, so an entry is never stale. Entries
-live in the user cache (``$FA4NUM_CACHE_DIR``, else ``$XDG_CACHE_HOME/fa4num``, else ``~/.cache/fa4num``), never
-inside the installed package; ``FA4NUM_NO_CACHE=1`` turns the cache off. A cached value is the pickled object
-itself, so what is printed from it is the same text, bit for bit, as from a computation.
+files of fa4num (see :func:`code_key`), fa4num's version, and the versions of Python and of the packages the
+numbers come from; a change of any of these is another key, so an entry is never stale. Entries live in the user
+cache (``$FA4NUM_CACHE_DIR``, else ``$XDG_CACHE_HOME/fa4num``, else ``~/.cache/fa4num``), never inside the
+installed package; ``FA4NUM_NO_CACHE=1`` turns the cache off. A cached value is the pickled object itself, so
+what is printed from it is the same text, bit for bit, as from a computation (the fit's timing line included:
+it says how long the fit took when it ran).
 
-This module imports only the standard library: a cache hit costs no numpy, mpmath or flint import.
+This module imports only the standard library (and fa4num's root): a cache hit costs no numpy, mpmath or flint.
 """
 from __future__ import annotations
 
