@@ -74,9 +74,14 @@ def test_an_entry_is_read_back_only_under_its_own_key(tmp_path, monkeypatch):
     assert _memo.remember("t", ("a", 2.0.hex()), compute) == 2      # another input
     monkeypatch.setattr(_memo, "code_key", lambda: "another fa4num")
     assert _memo.remember("t", ("a", 1.0.hex()), compute) == 3      # another code or package versions
+    _memo._path("t", ("a", 2.0.hex())).write_bytes(b"\x80truncated")
+    assert _memo.remember("t", ("a", 2.0.hex()), compute) == 4      # a damaged entry is recomputed
+    assert _memo.remember("t", ("a", 2.0.hex()), compute) == 4      # and replaced
+    assert _memo.remember("t", ("b",), lambda: (lambda: 0)) is not None   # an unpicklable value is not kept
     monkeypatch.setenv("FA4NUM_NO_CACHE", "1")
-    assert _memo.remember("t", ("a", 2.0.hex()), compute) == 4      # off
-    assert len(calls) == 4
+    assert _memo.remember("t", ("a", 2.0.hex()), compute) == 5      # off
+    assert len(calls) == 5
+    assert not list(tmp_path.rglob(".tmp-*"))                      # no temporary file left behind
 
 
 def test_code_key_follows_the_source_and_the_version(tmp_path, monkeypatch):

@@ -131,7 +131,7 @@ def remember(kind: str, key, compute):
             except BaseException:
                 os.unlink(tmp)
                 raise
-        except OSError:
+        except (OSError, pickle.PicklingError, TypeError, AttributeError):   # no room, read-only, unpicklable
             pass
     return value
 
