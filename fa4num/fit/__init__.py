@@ -5,18 +5,26 @@
     >>> r.coeffs[0], r.max_error < 8.57e-5, r.max_error <= r.certified_bound
     (1.0, True, True)
 """
-from ._api import FitResult, Optimum, SupNorm, fit, fit_exp2, sup_norm
-from ._certify import Certificate
-from ._formats import FORMATS, Format, get_format
-from .registry import describe, export, load_poly, poly_entry
+import importlib
 
-__all__ = ["fit", "fit_exp2", "sup_norm", "FitResult", "Optimum", "SupNorm", "Certificate", "FORMATS", "Format", "get_format",
-           "load_poly", "poly_entry", "describe", "export", "evaluated_error", "bf16_mismatch_share"]
+# name -> the module that defines it. Loaded on first use (PEP 562), so that a module of this package that
+# needs none of them (the registry reader, the `fa4num fit` command on a cache hit) imports no fitter: mpmath,
+# flint and the fitter's modules take a few tenths of a second, the emulation objectives numba.
+_EXPORTS = {
+    "fit": "_api", "fit_exp2": "_api", "sup_norm": "_api", "FitResult": "_records", "Optimum": "_records",
+    "SupNorm": "_api", "Certificate": "_certify", "FORMATS": "_formats", "Format": "_formats",
+    "get_format": "_formats", "load_poly": "registry", "poly_entry": "registry", "describe": "registry",
+    "export": "registry", "evaluated_error": "_objectives", "bf16_mismatch_share": "_objectives",
+}
+
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name):
-    # the emulation objectives import numba kernels: load them on first use only
-    if name in ("evaluated_error", "bf16_mismatch_share"):
-        from . import _objectives
-        return getattr(_objectives, name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module 'fa4num.fit' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

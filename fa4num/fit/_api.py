@@ -17,21 +17,21 @@ itself cannot run on this problem); method="fa4" regenerates FA4's POLY_EX2 reci
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import mpmath
 import numpy as np
 
 from . import _sollya
 from ._certify import certify
-from ._exact import BoundedSearch, ExactCertificate, TooManySets, bounded_search, exact_search
+from ._exact import TooManySets, bounded_search, exact_search
 from ._formats import FORMATS, Format, get_format
 from ._lattice import GridScorer, lattice_round, neighbourhood
+from ._records import FitResult, Optimum
 from ._remez import PREC, Problem, remez, sup_error
 from ._target import EXP2, check_target, make_target, takes_balls, zero_order
 
@@ -42,95 +42,6 @@ EXACT_AUTO_MAX_FREE = 5   # method="auto" runs the exact search up to this many 
 MAX_DEGREE = 8
 # search radius in units of each coefficient's spacing, by degree: the neighbourhood has (2r+1)^n points
 SEARCH_RADIUS = {1: 8, 2: 6, 3: 4, 4: 3, 5: 2, 6: 2, 7: 1, 8: 1}
-
-
-@dataclass(frozen=True)
-class Optimum:
-    """The real-coefficient best approximation (what rounding to a format is measured against)."""
-    coeffs: tuple      # c0..cn as decimal strings, 30 significant digits
-    max_error: float
-    iterations: int
-
-    @property
-    def coeffs_float(self) -> tuple:
-        return tuple(float(c) for c in self.coeffs)
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """A fitted coefficient set and how good it is.
-
-    Attributes
-    ----------
-    coeffs
-        The coefficients c0..cn as Python floats, each exactly a number of ``coeff_format``.
-    max_error
-        Sup over the interval of ``|p/f - 1|`` (relative) or ``|p - f|`` (absolute), real arithmetic.
-    argmax
-        Where that sup is reached.
-    certified_bound
-        Rigorous upper bound of max_error (ball arithmetic with subdivision); None when the target cannot be
-        evaluated on balls.
-    certified_lower
-        Rigorous lower bound found on the way.
-    optimum
-        The real-coefficient optimum with the same fixed coefficients.
-    objective_value
-        The objective's own score of ``coeffs`` (max_error for "minimax").
-    path
-        What produced the coefficients: "exact" (proven optimal, see ``exact``), "remez+lattice+search",
-        "remez+lattice" (fpminimax), "sollya" or "own-fpminimax" (method "fa4").
-    monomials
-        The powers that were fitted (free), as Sollya's ``[|...|]``.
-    weight
-        The weight's name, if any.
-    exact
-        Method "exact": the ExactCertificate (region searched, candidates, each rival's certified error); None
-        otherwise.
-    bounded
-        Method "remez" (and "auto" where the exact search is too big): the BoundedSearch record of the branch
-        and bound on shrinking cuts that ran after the neighbourhood search.
-    regeneration
-        Method "fa4" only: ``{"sollya": coeffs or None, "own": coeffs, "bit_identical": bool or None}``.
-    """
-    coeffs: tuple
-    degree: int
-    function: str
-    interval: tuple
-    error: str
-    coeff_format: str
-    fixed: dict
-    objective: str
-    method: str
-    path: str
-    max_error: float
-    argmax: float
-    certified_bound: float | None
-    certified_lower: float | None
-    optimum: Optimum
-    objective_value: float
-    metrics: dict = field(default_factory=dict)
-    regeneration: dict | None = None
-    timings: dict = field(default_factory=dict)
-    provenance: dict = field(default_factory=dict)
-    monomials: tuple = ()
-    weight: str | None = None
-    exact: ExactCertificate | None = None
-    bounded: BoundedSearch | None = None
-
-    @property
-    def proven_optimal(self) -> bool:
-        """Whether the exact search proved that no other set in the format has a smaller max_error."""
-        return self.exact is not None and self.exact.proven
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        if self.exact is not None:
-            d["exact"]["region_grid"] = len(self.exact.region_grid)   # the count; the points are in .exact
-            d["exact"]["box"] = {str(k): v for k, v in self.exact.box.items()}
-        d["coeffs_hex"] = [c.hex() for c in self.coeffs]
-        d["fixed"] = {str(k): v for k, v in self.fixed.items()}
-        return d
 
 
 def _check_args(degree, interval, error, coeff_format, objective, method):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 
 import flint
 import mpmath
@@ -36,55 +35,10 @@ import numpy as np
 
 from ._certify import certify, point_error_lower
 from ._formats import Format
+from ._records import CERT_TOL, LP_SLACK, RANGE_SLACK, BoundedSearch, ExactCertificate, Rival
 from ._remez import PREC, Problem, gw_floats, sup_error
 from ._series import gw_ball
 from ._target import takes_balls
-
-LP_SLACK = 1e-7        # R is enlarged by this relative amount ...
-RANGE_SLACK = 1e-6     # ... and every coordinate range by this many format spacings
-CERT_TOL = 1e-9        # relative gap allowed between the winner's certified upper and lower bounds
-
-
-@dataclass(frozen=True)
-class Rival:
-    """A format point of the searched region other than the winner, and why it loses."""
-    coeffs: tuple            # c0..cn
-    certified_lower: float   # rigorous lower bound of its sup error (ball arithmetic at ``at``)
-    at: float                # the exact point where that bound was evaluated
-
-
-@dataclass(frozen=True)
-class ExactCertificate:
-    """What method="exact" proved: every set in the format with error <= ``bound`` lies in the region, the
-    region's format points are the winner and ``rivals``, and each rival's certified lower bound exceeds
-    the winner's certified upper bound (``unresolved`` lists the rivals for which that failed: ties).
-
-    region_grid   the grid X (exact floats) defining the region R(X, bound) (see the module docstring)
-    bound         U: the certified upper bound the region was cut with (>= winner_upper)
-    box           {power: (least, greatest)} format numbers of R's projection on each free coefficient
-    candidates    number of format points found in the region (the winner included)
-    winner_upper  certified upper bound of the winner's sup error; winner_lower its certified lower bound
-    nodes, lps    branch-and-bound nodes visited and LPs solved (all rounds); rounds: cutting-plane rounds
-    """
-    region_grid: tuple
-    bound: float
-    box: dict
-    candidates: int
-    winner_upper: float
-    winner_lower: float
-    rivals: tuple
-    unresolved: tuple
-    nodes: int
-    lps: int
-    rounds: int
-    seconds: float
-    slack: dict = field(default_factory=lambda: {"lp_relative": LP_SLACK, "range_spacings": RANGE_SLACK,
-                                                 "certify_rel_tol": CERT_TOL})
-
-    @property
-    def proven(self) -> bool:
-        return not self.unresolved
-
 
 class _Region:
     """The scaled constraints |r_i + A_i u| <= 1 of R(X, U), with c_k = base_k + scale_k u_k."""
@@ -560,30 +514,6 @@ def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int =
     cert = ExactCertificate(tuple(region.grid), region.bound, box, len(found), best_up, best_lo, tuple(rivals),
                             tuple(unresolved), nodes, lps, rnd, time.perf_counter() - t0)
     return best, cert
-
-
-@dataclass(frozen=True)
-class BoundedSearch:
-    """What :func:`bounded_search` did: the branch and bound of method="exact" run on shrinking cuts.
-
-    cuts        each cut U tried, in order, with its outcome: the number of sets found, "none" or "too many"
-                (the region held more sets or nodes than allowed)
-    floor       the highest cut that came back empty while the whole lattice was searched: no set in the
-                format has an error below it (on the region's grid, so rigorously); None if there was none
-    candidates  sets found and ranked, all cuts together
-    complete    whether every cut searched the format's whole lattice (False where a coefficient's range
-                held 0 and only the multiples of its coarsest spacing were listed)
-    improved    whether it found a set better than the incumbent it was given
-    nodes, lps  branch-and-bound nodes visited and LPs solved
-    """
-    cuts: tuple
-    floor: float | None
-    candidates: int
-    complete: bool
-    improved: bool
-    nodes: int
-    lps: int
-    seconds: float
 
 
 def bounded_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int = 1500, max_sets: int = 4000,

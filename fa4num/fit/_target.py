@@ -7,6 +7,9 @@ functions or to flint ball methods, so the same text serves both arithmetics and
 rigorous. A callable is called with mpmath numbers for the fit and with ``flint.arb_series`` for the
 certificate; if it cannot take a ball series (it calls ``math.exp``, say) the fit still works and the
 certificate is reported as unavailable.
+
+numpy, mpmath and flint are imported where a target is first evaluated, not with this module: ``fa4num fit``
+names its target (and finds its result in the user cache) without them.
 """
 from __future__ import annotations
 
@@ -14,17 +17,21 @@ import ast
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import flint
-import mpmath
-import numpy as np
+if TYPE_CHECKING:
+    import flint
 
 _UNARY = ("exp", "log", "sqrt", "sin", "cos", "tan", "atan", "asin", "acos", "erf", "erfc", "log1p", "expm1",
           "tanh", "sinh", "cosh")
 
 
+_CONSTANTS = ("pi", "e", "ln2", "exp2", "log2", "abs")   # the other names an expression may use
+
+
 def _ball_fn(name):
+    import flint
+
     def fn(v):
         if isinstance(v, (flint.arb, flint.arb_series)):
             if name == "log1p":
@@ -44,6 +51,7 @@ def _ball_fn(name):
 
 
 def _mp_namespace():
+    import mpmath
     ns = {name: getattr(mpmath, name) for name in _UNARY}
     ns.update(pi=mpmath.pi, e=mpmath.e, ln2=mpmath.ln2, exp2=lambda v: mpmath.mpf(2) ** v,
               log2=lambda v: mpmath.log(v, 2), abs=abs)
@@ -51,6 +59,7 @@ def _mp_namespace():
 
 
 def _np_fn(name):
+    import numpy as np
     if name in ("erf", "erfc"):
         def fn(v):
             import scipy.special   # imported on first use: most targets need no special function
@@ -60,12 +69,14 @@ def _np_fn(name):
 
 
 def _np_namespace():
+    import numpy as np
     ns = {name: _np_fn(name) for name in _UNARY}
     ns.update(pi=np.pi, e=np.e, ln2=np.log(2.0), exp2=np.exp2, log2=np.log2, abs=np.abs)
     return ns
 
 
 def _ball_namespace():
+    import flint
     ns = {name: _ball_fn(name) for name in _UNARY}
     ns.update(pi=flint.arb.pi(), e=flint.arb(1).exp(), ln2=flint.arb.const_log2(),
               exp2=lambda v: (v * flint.arb.const_log2()).exp(),
@@ -93,7 +104,7 @@ def _compile(expr: str):
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise ValueError(f"f: cannot parse expression {expr!r}: {exc.msg}") from None
-    allowed = set(_mp_namespace()) | {"x"}
+    allowed = set(_UNARY) | set(_CONSTANTS) | {"x"}
     for node in ast.walk(tree):
         if not isinstance(node, _NODES) or (isinstance(node, ast.Constant) and
                                             not isinstance(node.value, (int, float))):
@@ -102,11 +113,21 @@ def _compile(expr: str):
             raise ValueError(f"f: unknown name {node.id!r} in {expr!r}; allowed: x, {sorted(allowed - {'x'})}")
         if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.keywords):
             raise ValueError(f"f: {expr!r} may only call the allowed functions with positional arguments")
-    # one lambda per arithmetic, its globals the allowed names only
-    mp_eval = eval(f"lambda x: ({text})", {"__builtins__": {}, **_mp_namespace()})  # noqa: S307
-    ball_eval = eval(f"lambda x: ({text})", {"__builtins__": {}, **_ball_namespace()})  # noqa: S307
-    np_eval = eval(f"lambda x: ({text})", {"__builtins__": {}, **_np_namespace()})  # noqa: S307
-    return mp_eval, ball_eval, np_eval
+    return tuple(_Lambda(text, ns) for ns in (_mp_namespace, _ball_namespace, _np_namespace))
+
+
+class _Lambda:
+    """``lambda x: (text)`` evaluated in one arithmetic, its globals that arithmetic's names only; compiled on
+    the first call, which imports the arithmetic's package (so naming a target costs no import)."""
+    __slots__ = ("text", "namespace", "fn")
+
+    def __init__(self, text: str, namespace: Callable):
+        self.text, self.namespace, self.fn = text, namespace, None
+
+    def __call__(self, x):
+        if self.fn is None:
+            self.fn = eval(f"lambda x: ({self.text})", {"__builtins__": {}, **self.namespace()})  # noqa: S307
+        return self.fn(x)
 
 
 def make_target(f) -> Target:
@@ -127,6 +148,8 @@ EXP2 = make_target("2^x")
 def zero_order(target: Target, *, max_order: int = 8) -> int:
     """Order of the zero of f at x = 0 (0 when f(0) != 0): the number of leading Taylor coefficients at 0
     that are exactly zero in ball arithmetic (for a callable without balls: below 2^-100 in mpmath)."""
+    import flint
+    import mpmath
     if takes_balls(target):
         old = flint.ctx.prec
         flint.ctx.prec = 128
@@ -177,6 +200,8 @@ def _check_target(target: Target, a, b, *, relative: bool, samples: int = 257, z
     certificate then checks the quotient there.
     A function finite at a point where its derivatives are not (sqrt at 0) is named as such.
     """
+    import flint
+    import mpmath
     what = "a zero (relative error is undefined there)" if relative else "a pole or non-finite value"
     with mpmath.workprec(80):
         for i in range(samples):
@@ -229,6 +254,7 @@ def _check_target(target: Target, a, b, *, relative: bool, samples: int = 257, z
 
 def _finite_mp(target: Target, *points) -> bool:
     """f is finite and real at every one of ``points`` (in mpmath)."""
+    import mpmath
     try:
         ys = [target.mp(mpmath.mpf(p)) for p in points]
     except (ZeroDivisionError, ValueError, OverflowError):
@@ -238,6 +264,8 @@ def _finite_mp(target: Target, *points) -> bool:
 
 def to_arb(x) -> flint.arb:
     """Exact conversion of an mpmath number or Python float to a flint ball of radius 0."""
+    import flint
+    import mpmath
     sign, man, exp, _ = mpmath.mpf(x)._mpf_   # man is the magnitude; the sign is separate
     if not man:
         return flint.arb(0)
@@ -246,6 +274,7 @@ def to_arb(x) -> flint.arb:
 
 def takes_balls(target: Target) -> bool:
     """Whether the target evaluates on flint ball series (string targets always do)."""
+    import flint
     try:
         y = target.ball(flint.arb_series([flint.arb(0.5), 1], prec=2))
     except Exception:  # noqa: BLE001 -- any failure means "cannot certify this callable"

@@ -10,9 +10,7 @@ import time
 from fa4num.polys import (DEFAULT_REGISTRY, EXPORT_FORMATS, SCHEMA, check_writable, default_registry, export,
                           fp32_bits, load_poly, poly_entry, read, write_entry)
 
-from ._certify import certify
-from ._remez import Problem, remez, sup_error
-from ._target import EXP2
+from . import _memo
 
 __all__ = ["DEFAULT_REGISTRY", "EXPORT_FORMATS", "SCHEMA", "add_fa4_sets", "check_writable", "default_registry",
            "describe", "export", "fa4_sets", "fp32_bits", "load_poly", "poly_entry", "read", "write_entry"]
@@ -38,6 +36,10 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
         rel_optimum, ratio_to_optimum   the p(0)=1 real-coefficient optimum of the same degree and the ratio
         evaluated_rel_error        (emulation) max rel. error of FA4's fp32 evaluation over every fp32 in [0, 1)
         bf16_mismatch_share(_with_subnormal)   (emulation) see fa4num.fit.bf16_mismatch_share
+
+    What is measured is kept in the user cache (keyed by the bits, the options, fa4num's code and the packages'
+    versions; ``FA4NUM_NO_CACHE=1`` turns it off), so a set is measured once: the same numbers, "seconds" being
+    the time the measurement took.
 
     Parameters
     ----------
@@ -80,6 +82,16 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
         found = _stored_metrics(coeffs, keys)
         if found is not None:
             return found
+    # computed once per set and options: the user cache (fa4num.fit._memo) keeps the result, "seconds" included
+    key = (_memo.plain(coeffs), emulation, degree_optimum, _memo.plain(rel_optimum), _memo.plain(rel_error))
+    return _memo.remember("describe", key, lambda: _describe(coeffs, emulation, degree_optimum, rel_optimum,
+                                                             rel_error))
+
+
+def _describe(coeffs: tuple, emulation: bool, degree_optimum: bool, rel_optimum, rel_error) -> dict:
+    from ._certify import certify   # here: reading or writing the registry needs no mpmath, flint or numpy
+    from ._remez import Problem, remez, sup_error
+    from ._target import EXP2
     n = len(coeffs) - 1
     t0 = time.perf_counter()
     rel = Problem(EXP2, 0.0, 1.0, n, {}, True)
@@ -123,7 +135,7 @@ def _stored_metrics(coeffs: tuple, keys) -> dict | None:
 
 
 def fa4_sets() -> dict:
-    """FA4's POLY_EX2 sets (degrees 1-5) as fa4num.ex2 holds them (fp32 bit patterns copied from FA4).
+    """FA4's POLY_EX2 sets (degrees 1-5), the ones fa4num.ex2 emulates (fp32 bit patterns copied from FA4).
 
     Parameters
     ----------
@@ -140,7 +152,7 @@ def fa4_sets() -> dict:
     >>> sorted(s), s[3]
     ([1, 2, 3, 4, 5], (1.0, 0.6951461434364319, 0.22756439447402954, 0.07711908966302872))
     """
-    from fa4num.ex2 import POLY_EX2
+    from fa4num.constants import POLY_EX2   # not fa4num.ex2: that imports numba (0.4 s), for data only
     return {d: tuple(float(c) for c in cs) for d, cs in POLY_EX2.items()}
 
 
