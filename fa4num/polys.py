@@ -92,7 +92,13 @@ def shipped_dir() -> Path:
 
 
 def default_registry() -> Path:
-    """The shipped sets' folder (:func:`shipped_dir`); kept as the name older callers use."""
+    """The shipped sets' folder (:func:`shipped_dir`); kept as the name older callers use.
+
+    Examples
+    --------
+    >>> default_registry() == shipped_dir()
+    True
+    """
     return shipped_dir()
 
 
@@ -275,7 +281,11 @@ def _lookup(name: str, registry, what: str):
 
 
 def _fp32(value: float) -> float:
-    return struct.unpack("<f", struct.pack("<f", value))[0]
+    """value rounded to fp32; inf when beyond fp32's range (then it is not an fp32 number: the caller refuses it)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:
+        return math.inf
 
 
 def _from_bits(bits: int) -> float:
