@@ -76,6 +76,10 @@ class PolySet:
 def shipped_dir() -> Path:
     """The folder of the sets shipped with fa4num (one ``<name>.json`` per set).
 
+    Parameters
+    ----------
+    None
+
     Returns
     -------
     pathlib.Path
@@ -94,6 +98,14 @@ def shipped_dir() -> Path:
 def default_registry() -> Path:
     """The shipped sets' folder (:func:`shipped_dir`); kept as the name older callers use.
 
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    pathlib.Path
+
     Examples
     --------
     >>> default_registry() == shipped_dir()
@@ -105,6 +117,15 @@ def default_registry() -> Path:
 def user_dir() -> Path:
     """The user registry (a folder of set files): ``$XDG_DATA_HOME/fa4num/polys``, default
     ``~/.local/share/fa4num/polys``. ``fa4num fit --write`` writes here; it is searched when it exists.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    pathlib.Path
+        The folder (it may not exist yet).
 
     Examples
     --------
@@ -422,6 +443,20 @@ def _entry_values(entry: dict) -> list:
 def load_poly(name: str, *, registry=None) -> tuple:
     """Coefficients c0..cn (Python floats, exact) of the set ``name``: ``resolve(name).coeffs``.
 
+    Usable directly as ``fa4num.ex2.fa4_emulated(x, degree, coeffs=load_poly(name))``.
+
+    Parameters
+    ----------
+    name : str
+        A set name or alias (see :func:`resolve`).
+    registry : path or list of paths, optional
+        Searched first.
+
+    Returns
+    -------
+    tuple of float
+        c0..cn, each exactly an fp32 value.
+
     Examples
     --------
     >>> load_poly("fa4-deg1")[0]
@@ -432,6 +467,15 @@ def load_poly(name: str, *, registry=None) -> tuple:
 
 def fp32_bits(value: float) -> int:
     """The fp32 bit pattern of ``value`` rounded to fp32 (round to nearest even), as an int.
+
+    Parameters
+    ----------
+    value : float
+
+    Returns
+    -------
+    int
+        0 .. 2^32 - 1.
 
     Raises
     ------

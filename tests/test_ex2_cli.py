@@ -42,9 +42,10 @@ def test_sweep_names_the_coefficient_source(tmp_path):
 
 
 def test_sweep_command_rejects_bad_coefficient(tmp_path, capsys):
-    assert main(["sweep", "--range", "-1", "0", "--coeffs", "1.0,0.1", "--out", str(tmp_path), "--no-progress"]) == 2
+    with pytest.raises(SystemExit) as exc:   # refused while parsing (the --coeffs type), before any work
+        main(["sweep", "--range", "-1", "0", "--coeffs", "1.0,0.1", "--out", str(tmp_path), "--no-progress"])
     err = capsys.readouterr().err
-    assert err.startswith("fa4num: error: ") and "coeffs[1]" in err and err.count("\n") == 1
+    assert exc.value.code == 2 and err.startswith("fa4num: error: --coeffs: c1 = 0.1 ") and err.count("\n") == 1
 
 
 def test_report_quick(tmp_path):
