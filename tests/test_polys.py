@@ -193,9 +193,10 @@ def test_two_registries_disagreeing_on_a_name_is_an_error(tmp_path):
      "coeffs: no coefficient set 'nope'"),
     (["attention", "run", "--opt", "coeffs=1,0.1"], "--opt: coeffs: c1 = 0.1 is not exactly"),
     (["polys", "export", "1,zz"], "COEFFS: expected c0,c1,..."),
-    (["polys", "--registry", "/nonexistent", "list"], "registry: no such file: /nonexistent"),
+    (["polys", "--registry", "{tmp}/missing", "list"], "registry: no such file: {tmp}/missing"),
 ])
-def test_cli_coeffs_errors_one_line(argv, message, capsys):
+def test_cli_coeffs_errors_one_line(argv, message, tmp_path, capsys):
+    argv, message = [a.format(tmp=tmp_path) for a in argv], message.format(tmp=tmp_path)
     with pytest.raises(SystemExit) as exc:
         raise SystemExit(main(argv))
     err = capsys.readouterr().err
