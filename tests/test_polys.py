@@ -244,3 +244,18 @@ def test_registry_file_and_folder_forms(tmp_path):
         polys.check_writable(tmp_path / "plain")
     with pytest.raises(ValueError, match="name: '1.5' must be"):
         polys.write_entry("1.5", (1.0, 0.5), source="", metrics={}, provenance={}, registry=file_reg)
+
+
+def test_forward_reads_a_set_by_name_without_the_fitter():
+    """attention.forward resolves a name with fa4num.polys; the fitter (mpmath, flint) is never imported."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np, ml_dtypes; from fa4num.attention import forward; "
+            "q = np.zeros((1, 16, 1, 64), ml_dtypes.bfloat16); "
+            "forward(q, q, q, kernel='fa4-sm100', coeffs='fa4num-minimax-deg5'); "
+            "print([m for m in sys.modules if m.startswith('fa4num.fit') or m in ('mpmath', 'flint')])")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr[-2000:])
