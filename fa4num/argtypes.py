@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from fa4num import polys
+
 
 def _err(expected: str, text: str) -> argparse.ArgumentTypeError:
     return argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
@@ -97,3 +99,28 @@ def int_tuple(names: tuple, *, lo: int = 1):
 
     parse.__name__ = "shape"
     return parse
+
+
+def coeffs(text: str):
+    """``--coeffs``: a set name (kept as text: it is looked up with the command's ``--registry``, see
+    :func:`fa4num.polys.resolve`) or "c0,c1,..." of decimals / 0x fp32 bit patterns, each exact in fp32
+    (returned as a :class:`fa4num.polys.PolySet`)."""
+    text = text.strip()
+    if polys.is_name(text):
+        return text
+    try:
+        return polys.resolve(text)
+    except (ValueError, TypeError) as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("coeffs: ")) from None
+
+
+COEFFS_HELP = ("a coefficient set: a polys name (fa4num polys list; --registry and $FA4NUM_POLYS are searched "
+               "too) or c0,c1,... as decimals or 0x fp32 bit patterns, each exact in fp32")
+
+
+def add_registry_option(parser, *, help: str | None = None) -> None:
+    """The ``--registry PATH`` option of every command that takes a set name (repeatable; searched first, before
+    ``$FA4NUM_POLYS``, the user registry and the shipped sets: :func:`fa4num.polys.search_path`)."""
+    parser.add_argument("--registry", metavar="PATH", action="append", default=None,
+                        help=help or "a polys registry (folder of set files or registry .json) to search first; "
+                                     "repeatable; $FA4NUM_POLYS (':'-separated) is searched next")

@@ -35,9 +35,9 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["sweep", "--range", "0", "-1"], "--range: LO must be <= HI"),
     (["sweep", "--grid", "8"], "--grid: needs a finite --range"),
     (["sweep", "--coeffs", "1,zz"], "--coeffs: expected c0,c1,..."),
-    (["sweep", "--coeffs", "no-such-set"], "name: no coefficient set 'no-such-set'"),
+    (["sweep", "--coeffs", "no-such-set"], "coeffs: no coefficient set 'no-such-set'"),
     (["polys", "show", "no-such-set"], "name: no coefficient set 'no-such-set'"),
-    (["polys", "export", "no-such-set"], "name: no coefficient set"),
+    (["polys", "export", "no-such-set"], "coeffs: no coefficient set"),
     (["polys", "--registry", "/nonexistent.json", "list"], "registry: no such file: /nonexistent.json"),
     (["fit", "--interval", "nan", "1"], "--interval: expected a finite number"),
     (["fit", "--interval", "0", "200", "--quick"], "interval: the Remez system"),
@@ -145,14 +145,17 @@ def test_fit_refuses_unwritable_registry_before_work(tmp_path, monkeypatch, caps
     monkeypatch.setattr(_api, "fit_exp2", lambda *a, **k: pytest.fail("the fit ran before the check"))
     (tmp_path / "file").write_text("x")
     assert main(["fit", "--degree", "2", "--registry", str(tmp_path / "file" / "reg.json")]) == 2
-    assert "registry: cannot create files in" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("fa4num: error: --registry: ") and "exists and is not a folder" in err
 
 
 def test_fit_writes_only_when_asked(tmp_path, monkeypatch, capsys):
-    before = polys.default_registry().read_bytes()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))   # the user registry --write would use
+    before = sorted((p.name, p.read_bytes()) for p in polys.shipped_dir().iterdir())
     assert main(["fit", "--degree", "1", "--quick"]) == 0
     assert "not written (pass --write" in capsys.readouterr().out
-    assert polys.default_registry().read_bytes() == before
+    assert sorted((p.name, p.read_bytes()) for p in polys.shipped_dir().iterdir()) == before
+    assert not (tmp_path / "xdg").exists()
     user = tmp_path / "mine.json"
     assert main(["fit", "--degree", "1", "--quick", "--method", "fa4", "--registry", str(user)]) == 0
     assert main(["fit", "--degree", "1", "--quick", "--method", "fa4", "--registry", str(user),
@@ -190,14 +193,16 @@ def test_report_refuses_a_folder_that_is_not_a_report(tmp_path):
 
 # --- packaging -----------------------------------------------------------------------------------------------
 def test_data_is_package_data():
-    """What the library reads at run time lives inside the package (importlib.resources), so a wheel has it."""
+    """What the library reads at run time lives inside the package (importlib.resources), so a wheel has it; the
+    coefficient sets are the top-level polys/ folder, which the build maps into the package (fa4num.polys_data)."""
     from fa4num.attention.golden import GOLDEN_SM90
     pkg = Path(__import__("fa4num").__file__).parent
-    for path in (polys.default_registry(), GOLDEN_SM90):
-        assert path.is_file() and pkg in path.parents
+    assert GOLDEN_SM90.is_file() and pkg in GOLDEN_SM90.parents
+    assert polys.shipped_dir() in (pkg / "polys_data", pkg.parent / "polys")
     assert len(polys.read()["entries"]) >= 15
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'include = ["fa4num", "fa4num.*"]' in text   # not fa4num-report/ beside the package
+    assert '"fa4num.polys_data" = "polys"' in text
+    assert 'include=["fa4num", "fa4num.*"]' in (ROOT / "setup.py").read_text()   # not fa4num-report/ beside it
 
 
 def test_registry_entry_keeps_its_revision(tmp_path):

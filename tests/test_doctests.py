@@ -40,7 +40,7 @@ def test_the_public_api_has_examples():
     from fa4num import constants, fp, hw, polys, report
     from fa4num.ex2 import emulate
     from fa4num.gpu import ops
-    for obj in (fp.fma, fp.to_bf16, emulate.fa4_emulated, hw.mufu_ex2, hw.load_tables, polys.default_registry,
+    for obj in (fp.fma, fp.to_bf16, emulate.fa4_emulated, hw.mufu_ex2, hw.load_tables, polys.resolve,
                 constants, report.write_report,
                 ops):
         assert "Examples\n" in (obj.__doc__ or "") and ">>>" in obj.__doc__, getattr(obj, "__name__", obj)

@@ -40,7 +40,7 @@ LAYERS = {
 # else depends on them; only the named top-level unit may import them.
 HOOKS = {"_cli": "cli", "_report": "report"}
 # the leaves among themselves: an explicit order (a leaf may import only leaves before it)
-LEAF_ORDER = ("constants", "argtypes", "outputs", "provenance", "golden", "polys", "section")
+LEAF_ORDER = ("constants", "outputs", "polys", "argtypes", "provenance", "golden", "section")
 MODULE_STRING = re.compile(r"^fa4num(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 COMPUTED_PREFIX = re.compile(r"^fa4num(\.[A-Za-z_][A-Za-z0-9_]*)*\.$")   # f"fa4num.{pkg}._report"
 

@@ -9,7 +9,7 @@ import pathlib
 import sys
 import time
 
-from fa4num.argtypes import finite_float, int_tuple, nonneg_int, positive_int
+from fa4num.argtypes import add_registry_option, coeffs, finite_float, int_tuple, nonneg_int, positive_int
 from fa4num.outputs import atomic_files, check_output_dir
 
 _shape = int_tuple(("batch", "seqlen_q", "heads", "head_dim"))
@@ -21,6 +21,12 @@ def _parse_opt(text: str):
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    if key == "coeffs":   # the --coeffs syntax (a set name or c0,c1,...), resolved with --registry by _run
+        try:
+            coeffs(value)
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentTypeError(f"coeffs: {err}") from None
+        return key, value
     try:
         return key, json.loads(value)
     except json.JSONDecodeError:
@@ -64,9 +70,13 @@ def _run(args) -> int:
                            seed=args.seed)
     q, k, v = inputs.make_inputs(spec)
     opts = dict(args.opt)
+    kw = dict(opts)
+    if "coeffs" in kw:   # searched in --registry, $FA4NUM_POLYS, the user registry, the shipped sets
+        from fa4num import polys
+        kw["coeffs"] = polys.resolve(kw["coeffs"], registry=args.registry).coeffs
     t0 = time.perf_counter()
     res = forward(q, k, v, softmax_scale=args.scale, causal=args.causal, kernel=args.kernel, mode=args.mode,
-                  **opts)
+                  **kw)
     seconds = time.perf_counter() - t0
     ref, lse_ref = attention_fp64(q, k, v, softmax_scale=args.scale, causal=args.causal)
     fin = np.isfinite(lse_ref)
@@ -149,6 +159,7 @@ def register(subparsers) -> None:
                    help="exit 0 even when the output or LSE has NaN/inf (default: warn and exit 3)")
     r.add_argument("--opt", action="append", type=_parse_opt, default=[], metavar="KEY=VALUE",
                    help="kernel option, e.g. rescale_threshold=4 ex2_emu_freq=0 coeffs=fa4-deg4 gemm=exact")
+    add_registry_option(r)
     r.add_argument("--json", default=None, help="also write the report here")
     r.set_defaults(func=_run)
     g = sub.add_parser("golden", help="re-check the H200 golden outputs of the SM90 kernel, bit for bit")

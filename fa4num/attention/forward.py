@@ -551,15 +551,9 @@ def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, *, batch=1, h
     opts = config.apply_overrides(opts, options)
     if kernel == "fa4-sm100":
         if opts.coeffs is not None:
-            # a polys/ entry name or explicit fp32 coefficients c0..c_deg: the degree follows from them
+            # anything fa4num.polys.resolve takes (a set name, "c0,c1,...", fp32 numbers): the degree follows
             from fa4num.ex2 import poly_coeffs
-            coeffs = opts.coeffs
-            if isinstance(coeffs, str):
-                from fa4num import fit
-                entry = fit.load_poly(coeffs)
-                coeffs = getattr(entry, "coeffs", entry)
-            coeffs = tuple(np.float32(c) for c in coeffs)
-            poly_coeffs(len(coeffs) - 1, coeffs=coeffs)
+            coeffs = poly_coeffs(None, coeffs=opts.coeffs)
             opts = config.replace(opts, coeffs=coeffs, poly_degree=len(coeffs) - 1)
         if opts.tile_n % _sm100.FRAGMENT:
             raise ValueError(f"tile_n must be a multiple of {_sm100.FRAGMENT} for fa4-sm100, got {opts.tile_n}")

@@ -183,7 +183,7 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
         emu = emulated_columns(tn, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res, start_frg=opts.ex2_emu_start_frg)
         if emu.any():
             emu_cols = torch.from_numpy(np.flatnonzero(emu)).to(dev)
-        coeffs = [float(c) for c in (opts.coeffs or poly_coeffs(opts.poly_degree))]
+        coeffs = [float(c) for c in poly_coeffs(opts.poly_degree, coeffs=opts.coeffs)]
     sink = None
     if setup.sink is not None:
         # per (g, rep) row group: head = kv head * rep + r

@@ -339,7 +339,7 @@ def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int =
                                start_frg=opts.ex2_emu_start_frg)
         has_emu = bool(emu.any())
         emu_mask = torch.from_numpy(emu.astype(np.int32)).to(dev)
-        cs = [float(c) for c in (opts.coeffs or poly_coeffs(opts.poly_degree))]
+        cs = [float(c) for c in poly_coeffs(opts.poly_degree, coeffs=opts.coeffs)]
         deg = len(cs) - 1
         coef = torch.tensor(cs + [0.0] * (8 - len(cs)), dtype=torch.float32, device=dev)
     sink = torch.zeros(h, dtype=torch.float32, device=dev)

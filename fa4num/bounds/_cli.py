@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from fa4num.argtypes import COEFFS_HELP, add_registry_option, coeffs
+
 
 def _exp2(args) -> int:
     from .exp2 import exp2_error_bound, mufu_error_bounds
@@ -15,7 +17,8 @@ def _exp2(args) -> int:
         return 0
     b = exp2_error_bound(args.degree, coeffs=args.coeffs, variant=args.variant,
                          domain=(args.lo, args.hi))
-    print(f"FA4 software exp2, degree {b.degree}, {args.coeffs or 'FA4 POLY_EX2'}, {b.variant} form, "
+    print(f"FA4 software exp2, degree {b.degree}, {args.coeffs.label if args.coeffs else 'FA4 POLY_EX2'}, "
+          f"{b.variant} form, "
           f"x in [{b.domain[0]:g}, {b.domain[1]:g}]")
     print(f"  relative bound      {b.relative:.6g}  (at fractions {b.argmax_f[0]:.6f}..{b.argmax_f[1]:.6f})")
     print(f"  subnormal absolute  {b.absolute_subnormal:.6g}")
@@ -57,6 +60,9 @@ def _attention(args) -> int:
     opts = {}
     if args.rescale_threshold is not None:
         opts["rescale_threshold"] = args.rescale_threshold
+    if args.coeffs is not None:
+        from fa4num import polys
+        opts["coeffs"] = polys.resolve(args.coeffs, registry=args.registry).coeffs
     res = forward(q, k, v, causal=args.causal, kernel=args.kernel, softmax_scale=args.softmax_scale, **opts)
     c = check(q, k, v, res.out, res.lse, name="cli", causal=args.causal, kernel=args.kernel,
               softmax_scale=args.softmax_scale, **opts)
@@ -77,12 +83,13 @@ def register(subparsers) -> None:
     e = sub.add_parser("exp2", help="bound of FA4's software exp2 (or the MUFU model) vs its exhaustive maximum")
     g = e.add_mutually_exclusive_group()
     g.add_argument("--degree", type=int, default=3, help="FA4 POLY_EX2 degree 1..5 (default 3)")
-    g.add_argument("--coeffs", help="a polys/ registry entry name (its degree is used)")
+    g.add_argument("--coeffs", type=coeffs, default=None, help=f"{COEFFS_HELP} (its degree is used)")
     g.add_argument("--mufu", action="store_true", help="the MUFU ex2/rcp/lg2 models instead")
     e.add_argument("--variant", default="packed", choices=("packed", "scalar", "asm"))
     e.add_argument("--lo", type=float, default=-127.0)
     e.add_argument("--hi", type=float, default=0.0)
     e.add_argument("--arch", default="sm90")
+    add_registry_option(e)
     e.set_defaults(func=_run_exp2)
     a = sub.add_parser("attention", help="per-element bound of FA4's forward on Gaussian inputs vs the emulator")
     a.add_argument("--shape", required=True, help="B,S,H,D of q")
@@ -92,6 +99,8 @@ def register(subparsers) -> None:
     a.add_argument("--causal", action="store_true")
     a.add_argument("--softmax-scale", type=float, default=None)
     a.add_argument("--rescale-threshold", type=float, default=None, help="fa4-sm100 only")
+    a.add_argument("--coeffs", type=coeffs, default=None, help=f"fa4-sm100 only: {COEFFS_HELP}")
+    add_registry_option(a)
     a.add_argument("--q-mult", type=float, default=1.0, help="scale of q (larger logits)")
     a.add_argument("--seed", type=int, default=0)
     a.set_defaults(func=_attention)
@@ -99,7 +108,8 @@ def register(subparsers) -> None:
 
 
 def _run_exp2(args) -> int:
-    if args.coeffs:
-        from fa4num.fit import poly_entry
-        args.degree = int(poly_entry(args.coeffs)["degree"])
+    if args.coeffs is not None:
+        from fa4num import polys
+        args.coeffs = polys.resolve(args.coeffs, registry=args.registry)
+        args.degree = args.coeffs.degree
     return _exp2(args)

@@ -11,7 +11,8 @@ import json
 import math
 from pathlib import Path
 
-from fa4num.ex2 import Domain, fa4_implementation, mufu_implementation, sweep
+from fa4num.ex2 import Domain, fa4_implementation, mufu_implementation, poly_coeffs, sweep
+from fa4num.polys import read, resolve
 
 __all__ = ["OBSERVED_PATH", "observed_exp2", "observed_key", "NORMAL_DOMAIN"]
 
@@ -21,14 +22,16 @@ NORMAL_DOMAIN = (-126.0, 0.0)
 
 
 def observed_key(*, degree=3, coeffs=None, variant="packed", mufu_arch=None) -> str:
-    """The cache key of one exp2 implementation (the sweep's implementation name).
+    """The cache key of one exp2 implementation: the form and the polynomial's fp32 bits (fa4num.polys.PolySet.key),
+    so that one set has one record whatever name it is reached by, and a regenerated set never meets the record
+    of its predecessor.
 
     Parameters
     ----------
     degree : int
-        Polynomial degree of FA4's emulation.
-    coeffs : None or str
-        None: FA4's POLY_EX2; a str: a polys/ registry entry name.
+        Polynomial degree of FA4's emulation (POLY_EX2[degree] when ``coeffs`` is None).
+    coeffs : None, str or sequence of fp32 numbers
+        Anything fa4num.polys.resolve takes.
     variant : {"packed", "scalar", "asm"}
     mufu_arch : str, optional
         Key of MUFU.EX2 (.ftz) on that arch instead of the software exp2.
@@ -37,27 +40,17 @@ def observed_key(*, degree=3, coeffs=None, variant="packed", mufu_arch=None) -> 
     -------
     str
 
-    Raises
-    ------
-    ValueError
-        When coeffs is a sequence of numbers (only POLY_EX2 and registry entries have cached sweeps).
-
     Examples
     --------
-    >>> observed_key(), observed_key(degree=5, variant="asm"), observed_key(mufu_arch="sm90")
-    ('fa4-packed-deg3', 'fa4-asm-deg5', 'mufu-ex2-sm90-ftz')
-    >>> observed_key(coeffs=(1.0, 0.5))
-    Traceback (most recent call last):
-        ...
-    ValueError: coeffs: only FA4's POLY_EX2 (None) and polys/ entry names have cached sweeps
+    >>> observed_key(degree=1)
+    'fa4-packed-fp32-3f800000-3f6c28c5'
+    >>> observed_key(coeffs="fa4-deg1") == observed_key(degree=1), observed_key(mufu_arch="sm90")
+    (True, 'mufu-ex2-sm90-ftz')
     """
     if mufu_arch is not None:
         return f"mufu-ex2-{mufu_arch}-ftz"
-    if coeffs is None:
-        return f"fa4-{variant}-deg{degree}"
-    if isinstance(coeffs, str):
-        return f"{coeffs}-{variant}"
-    raise ValueError("coeffs: only FA4's POLY_EX2 (None) and polys/ entry names have cached sweeps")
+    c = poly_coeffs(degree if coeffs is None else None, coeffs=coeffs)
+    return f"fa4-{variant}-{resolve([float(x) for x in c]).key}"
 
 
 def observed_exp2(key: str, *, path=None) -> dict | None:
@@ -72,14 +65,14 @@ def observed_exp2(key: str, *, path=None) -> dict | None:
     Returns
     -------
     dict or None
-        {"max_rel", "max_rel_x", "count", "seconds"}: the largest |ex2(x)/2^x - 1| over every fp32 x in
+        {"name", "max_rel", "max_rel_x", "count", "seconds"}: the implementation swept, the largest |ex2(x)/2^x - 1| over every fp32 x in
         NORMAL_DOMAIN, where it occurs, the number of inputs and the sweep's time.
 
     Examples
     --------
     >>> r = observed_exp2(observed_key())
     >>> sorted(r), r["max_rel"] < 1e-4, r["count"] > 10 ** 9
-    (['count', 'max_rel', 'max_rel_x', 'seconds'], True, True)
+    (['count', 'max_rel', 'max_rel_x', 'name', 'seconds'], True, True)
     >>> observed_exp2("no-such-implementation") is None
     True
     """
@@ -89,14 +82,14 @@ def observed_exp2(key: str, *, path=None) -> dict | None:
     return json.loads(p.read_text())["results"].get(key)
 
 
-def _implementations():
-    from fa4num.fit.registry import read
-    impls = [fa4_implementation(d) for d in range(1, 6)]
-    impls += [fa4_implementation(3, variant=v) for v in ("scalar", "asm")]
+def _implementations() -> dict:
+    """{cache key: implementation}: FA4's POLY_EX2 in every form, each shipped set of degree <= 5, MUFU."""
+    impls = {observed_key(degree=d): fa4_implementation(d) for d in range(1, 6)}
+    impls |= {observed_key(degree=3, variant=v): fa4_implementation(3, variant=v) for v in ("scalar", "asm")}
     for name, e in read()["entries"].items():
         if 1 <= int(e["degree"]) <= 5:
-            impls.append(fa4_implementation(int(e["degree"]), coeffs=name))
-    impls.append(mufu_implementation(arch="sm90", ftz=True))
+            impls.setdefault(observed_key(coeffs=name), fa4_implementation(None, coeffs=name))
+    impls[observed_key(mufu_arch="sm90")] = mufu_implementation(arch="sm90", ftz=True)
     return impls
 
 
@@ -110,15 +103,15 @@ def build(path=None, *, progress=False) -> Path:
     rec = json.loads(p.read_text()) if p.exists() else {
         "what": "largest |ex2(x)/2^x - 1| over every fp32 x in [-126, 0] (results normal), fa4num.ex2.sweep "
                 "(2^x from libm float64)", "domain": list(NORMAL_DOMAIN), "results": {}, "provenance": []}
-    for impl in _implementations():
-        if impl.name in rec["results"]:
+    for key, impl in _implementations().items():
+        if key in rec["results"]:
             continue
         r = sweep(impl, dom, xbins=0, progress=progress)
         if not math.isfinite(r.max_rel):
             raise RuntimeError(f"{impl.name}: the sweep gave a non-finite maximum")
-        rec["results"][impl.name] = {"max_rel": r.max_rel, "max_rel_x": r.max_rel_x, "count": r.count,
+        rec["results"][key] = {"name": impl.name, "max_rel": r.max_rel, "max_rel_x": r.max_rel_x, "count": r.count,
                                      "seconds": round(r.seconds, 2)}
-        rec["provenance"].append(provenance(domain=dom.describe(), implementation=impl.name))
+        rec["provenance"].append(provenance(domain=dom.describe(), implementation=impl.name, key=key))
         print(f"{impl.name}: max rel {r.max_rel:.6g} at x={r.max_rel_x!r} ({r.count} inputs, {r.seconds:.1f} s)",
               flush=True)
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from numba import njit, prange
 
 from fa4num.attention import config, masking
 from fa4num.attention.forward import check_softcap
+from fa4num.ex2 import poly_coeffs
 from fa4num.hw import tanh_table
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
 from fa4num.softmax import LN2_F32, LOG2_E_F32, emulated_columns, scale_log2_of
@@ -378,16 +379,10 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
         emu_cols = emulated_columns(tn, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
                                     start_frg=opts.ex2_emu_start_frg)
         if emu_cols.any():
-            coeffs = opts.coeffs
-            deg = opts.poly_degree
-            if isinstance(coeffs, str):
-                from fa4num.fit import load_poly
-                deg = len(load_poly(coeffs)) - 1
-            elif coeffs is not None:
-                deg = len(coeffs) - 1
+            # the kernel's polynomial through the one resolver (fa4num.polys.resolve, as forward resolves it);
             # softmax arguments reach thr + off (+ rounding): domain up to thr + off + 1
-            sw = _sw_bound(deg, coeffs if coeffs is None or isinstance(coeffs, str) else
-                           tuple(float(c) for c in coeffs), thr + off + 1.0)
+            c32 = poly_coeffs(None if opts.coeffs is not None else opts.poly_degree, coeffs=opts.coeffs)
+            sw = _sw_bound(len(c32) - 1, tuple(float(c) for c in c32), thr + off + 1.0)
     # absolute error of a P value (normalised by c >= 2^(off - rho sl2)): MUFU flush below 2^-126, the software
     # exp2's subnormal results, and a rescale factor flushed to 0 (contributions below 2^-126 of 2^(thr+off))
     eta_exp = max(2.0 ** -126, sw.absolute_subnormal if sw is not None else 0.0) * (1 + 2.0 ** (thr + off + 1))

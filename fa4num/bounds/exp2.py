@@ -166,7 +166,7 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
     degree : int
         Polynomial degree (FA4's POLY_EX2 for 1..5 when ``coeffs`` is None).
     coeffs : sequence of fp32 numbers or str, optional
-        c0..c_degree, or a polys/ registry entry name (fa4num.fit.load_poly).
+        c0..c_degree, or anything fa4num.polys.resolve takes (a set name, "c0,c1,...").
     variant : {"packed", "scalar", "asm"}
         The PTX form (see fa4num.ex2.VARIANTS).
     domain : (float, float)

@@ -3,30 +3,10 @@ from __future__ import annotations
 
 import math
 
-from fa4num.argtypes import nonneg_int, not_nan_float, positive_int
+from fa4num import polys
+from fa4num.argtypes import (COEFFS_HELP, add_registry_option, coeffs, nonneg_int, not_nan_float,
+                             positive_int)
 from fa4num.outputs import atomic_files, check_output_dir
-
-
-def _coeffs(text: str):
-    """'c0,c1,...' (decimal or 0x hex fp32 bit patterns) -> tuple of floats; anything else is a polys/ name."""
-    import numpy as np
-    if "," not in text:
-        return text
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if part.lower().startswith("0x"):
-                bits = int(part, 16)
-                if bits >> 32:
-                    raise ValueError
-                out.append(float(np.array(bits, dtype=np.uint32).view(np.float32)))
-            else:
-                out.append(float(part))
-        except ValueError:
-            raise ValueError(f"--coeffs: expected c0,c1,... as numbers or 0x fp32 bit patterns, got {part!r} "
-                             f"in {text!r}") from None
-    return tuple(out)
 
 
 def _sweep(args) -> int:
@@ -39,15 +19,9 @@ def _sweep(args) -> int:
     from .checkpoint import SweepCheckpoint
     from .engine import Domain, fa4_implementation, mufu_implementation, sweep
     if args.impl == "fa4":
-        coeffs = _coeffs(args.coeffs) if args.coeffs else None
-        degree = args.degree
-        if degree is None:   # FA4's default, or the degree the coefficients have
-            if isinstance(coeffs, str):
-                from .emulate import _registry_coeffs
-                degree = len(_registry_coeffs(coeffs)) - 1
-            else:
-                degree = 3 if coeffs is None else len(coeffs) - 1
-        impl = fa4_implementation(degree, coeffs=coeffs, variant=args.variant)
+        # FA4's POLY_EX2[--degree] (default 3), or the set --coeffs names (its degree, checked against --degree)
+        ps = None if args.coeffs is None else polys.resolve(args.coeffs, degree=args.degree, registry=args.registry)
+        impl = fa4_implementation(3 if args.degree is None else args.degree, coeffs=ps, variant=args.variant)
     else:
         impl = mufu_implementation(arch=args.arch, ftz=not args.no_ftz)
     if args.grid is not None:
@@ -86,9 +60,8 @@ def register(subparsers) -> None:
                     help="fa4: FA4's software exp2 (fa4num.ex2.fa4_emulated); mufu: fa4num.hw.mufu_ex2 model")
     sw.add_argument("--variant", default="packed", choices=("packed", "scalar", "asm"), help="fa4 form: packed (default), scalar or asm")
     sw.add_argument("--degree", type=positive_int, default=None, help="fa4 polynomial degree (default 3, FA4's)")
-    sw.add_argument("--coeffs", default=None,
-                    help="fa4 coefficients c0,c1,... (decimal or 0x fp32 bit patterns, each exact in fp32), "
-                         "or a polys/ entry name")
+    sw.add_argument("--coeffs", type=coeffs, default=None, help=f"fa4: {COEFFS_HELP}")
+    add_registry_option(sw)
     sw.add_argument("--arch", default="sm90", help="mufu: architecture of the measured tables (default sm90)")
     sw.add_argument("--no-ftz", action="store_true", help="mufu: model ex2.approx.f32 instead of .ftz")
     sw.add_argument("--range", nargs=2, type=not_nan_float, metavar=("LO", "HI"),

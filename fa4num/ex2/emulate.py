@@ -32,6 +32,7 @@ from numba import njit, prange
 from fa4num.constants import EX2_CLAMP, EX2_ROUND_SHIFTER, POLY_EX2
 from fa4num.fp import scalar
 from fa4num.fp.arrays import as_float32, tensor_device, wrap
+from fa4num.polys import resolve
 
 __all__ = ["POLY_EX2", "VARIANTS", "Variant", "fa4_emulated", "poly_coeffs", "resolve_variant", "horner_tuple",
            "exact_steps", "fast_steps"]
@@ -110,12 +111,13 @@ def poly_coeffs(degree=3, *, coeffs=None) -> tuple:
 
     Parameters
     ----------
-    degree : int
-        >= 1; without ``coeffs`` one of FA4's POLY_EX2 degrees (1..5).
-    coeffs : sequence of real numbers or str, optional
-        None: FA4's POLY_EX2[degree]. A sequence of degree + 1 values, each exactly representable in fp32
-        (nothing is rounded silently); or the name of a coefficient set in the polys/ registry (read with
-        fa4num.polys.load_poly).
+    degree : int or None
+        >= 1; without ``coeffs`` one of FA4's POLY_EX2 degrees (1..5). None with ``coeffs``: the degree the
+        coefficients have.
+    coeffs : str, sequence of real numbers, optional
+        None: FA4's POLY_EX2[degree]. Otherwise anything fa4num.polys.resolve takes: a polys/ set name, a
+        text "c0,c1,..." (decimals or 0x fp32 bits) or a sequence; each value exactly an fp32 number (nothing
+        is rounded silently), degree + 1 of them.
 
     Returns
     -------
@@ -132,47 +134,24 @@ def poly_coeffs(degree=3, *, coeffs=None) -> tuple:
     [1.0, 0.6951461434364319, 0.22756439447402954, 0.07711908966302872]
     >>> poly_coeffs(1, coeffs=(1.0, 0.5))
     (np.float32(1.0), np.float32(0.5))
+    >>> len(poly_coeffs(None, coeffs="fa4num-minimax-deg5"))
+    6
     >>> poly_coeffs(1, coeffs=(1.0, 0.1))
     Traceback (most recent call last):
         ...
-    ValueError: coeffs[1] = 0.1 is not a finite value exactly representable in fp32; ...
+    ValueError: coeffs: c1 = 0.1 is not exactly an fp32 number; ...
     """
-    if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
-        raise ValueError(f"degree must be an integer >= 1 (FA4's POLY_EX2 has degrees {sorted(POLY_EX2)}), "
-                         f"got {degree!r}")
-    degree = int(degree)
+    if coeffs is None or degree is not None:
+        if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
+            raise ValueError(f"degree must be an integer >= 1 (FA4's POLY_EX2 has degrees {sorted(POLY_EX2)}), "
+                             f"got {degree!r}")
+        degree = int(degree)
     if coeffs is None:
         if degree not in POLY_EX2:
             raise ValueError(f"degree must be one of {sorted(POLY_EX2)} without coeffs (FA4's POLY_EX2), got "
                              f"{degree}; pass coeffs=(c0, ..., c{degree}) for other degrees")
         return tuple(np.float32(c) for c in POLY_EX2[degree])
-    if isinstance(coeffs, str):
-        coeffs = _registry_coeffs(coeffs)
-    try:
-        values = list(coeffs)
-    except TypeError:
-        raise ValueError(f"coeffs must be a sequence of fp32 numbers (c0 first) or a polys/ entry name, got "
-                         f"{type(coeffs).__name__}") from None
-    if len(values) != degree + 1:
-        raise ValueError(f"coeffs has {len(values)} values, so degree must be {len(values) - 1}; got "
-                         f"degree={degree}")
-    out = []
-    for k, c in enumerate(values):
-        if isinstance(c, bool) or not isinstance(c, numbers.Real):
-            raise ValueError(f"coeffs[{k}] must be a real number, got {c!r}")
-        wide = float(c)
-        narrow = np.float32(wide)
-        if not np.isfinite(wide) or float(narrow) != wide:
-            raise ValueError(f"coeffs[{k}] = {c!r} is not a finite value exactly representable in fp32; round "
-                             "it to fp32 first (e.g. numpy.float32) so the rounding is explicit")
-        out.append(narrow)
-    return tuple(out)
-
-
-def _registry_coeffs(name: str):
-    """Coefficients of a polys registry entry (read by the leaf module fa4num.polys, not the fitter)."""
-    from fa4num.polys import load_poly
-    return load_poly(name)
+    return tuple(np.float32(c) for c in resolve(coeffs, degree=degree).coeffs)
 
 
 # --- scalar kernels (reversed coefficient tuple rc = (c_d, ..., c0): Horner order) --------------------------

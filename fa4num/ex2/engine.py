@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
+from fa4num import polys
 from fa4num.fp import scalar
 from fa4num.fp.convert import f32_to_bf16_bits
 from fa4num.fp.reference import exp2_cr, exp2_cr_f32_bf16
@@ -346,8 +347,8 @@ def fa4_implementation(degree=3, *, coeffs=None, variant="packed") -> Implementa
     ----------
     degree : int
         Polynomial degree (FA4's ``POLY_EX2`` has 1 to 5); ignored when ``coeffs`` gives the coefficients.
-    coeffs : sequence of float or str, optional
-        c0..cd (fp32), or the name of a polys/ registry entry; default FA4's own.
+    coeffs : str, sequence of float or fa4num.polys.PolySet, optional
+        Anything fa4num.polys.resolve takes (a set name, "c0,c1,...", fp32 numbers); default FA4's own.
     variant : {"packed", "scalar", "asm"}
         FA4's form (``ex2_emulation_2``, ``ex2_emulation``, ``e2e_asm2``).
 
@@ -363,22 +364,22 @@ def fa4_implementation(degree=3, *, coeffs=None, variant="packed") -> Implementa
     ('fa4-scalar-deg3', 'ex2_emulation')
     """
     v = resolve_variant(variant)
-    c = poly_coeffs(degree, coeffs=coeffs)
+    ps = None if coeffs is None else polys.resolve(coeffs)
+    c = poly_coeffs(degree if ps is None else None, coeffs=ps)
     params = {"variant": variant, "fa4_function": v.fa4_function, "degree": len(c) - 1,
               "coeffs": [float(a) for a in c], "coeffs_hex": [f"{int(np.float32(a).view(np.uint32)):#010x}"
                                                               for a in c],
-              "coeffs_source": "FA4 POLY_EX2" if coeffs is None else (coeffs if isinstance(coeffs, str)
-                                                                        else "user")}
+              "coeffs_source": "FA4 POLY_EX2" if ps is None else (ps.name or "user")}
 
     def run(x):
         return fa4_emulated(x, len(c) - 1, coeffs=c, variant=variant)
-    # the name says whose coefficients run: FA4's own, a polys/ entry (its name), or a user tuple
-    if coeffs is None:
+    # the name says whose coefficients run: FA4's own, a polys/ entry (its name), or others (their fp32 bits)
+    if ps is None:
         name = f"fa4-{variant}-deg{len(c) - 1}"
-    elif isinstance(coeffs, str):
-        name = f"{coeffs}-{variant}"
+    elif ps.name is not None:
+        name = f"{ps.name}-{variant}"
     else:
-        name = f"custom-{variant}-deg{len(c) - 1}"
+        name = f"fa4-{variant}-{ps.key}"
     return Implementation(name, params, run,
                           Fused(np.array(horner_tuple(c, v), np.float32), v.ftz_max, v.ftz_round, v.ftz_arith))
 

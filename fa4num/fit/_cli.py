@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 
+from fa4num import polys
+
 from . import registry as reg
 
 
@@ -14,8 +16,10 @@ def register(subparsers) -> None:
         "fit", help="fit polynomial coefficients (2^x by default), optionally register them",
         description="Fit p ~ f on an interval with coefficients in a machine format (by default the proven "
                     "optimum) and certify it; for 2^x on [0, 1] (FA4's software exp2 polynomial) print a "
-                    "comparison with FA4's POLY_EX2 set of the same degree. Nothing is written unless asked: "
-                    "--write adds the set to the registry shipped with fa4num, --registry FILE to your own file.")
+                    "comparison with FA4's POLY_EX2 set of the same degree. Nothing is written unless asked, and "
+                    "never inside the installed package: --write adds the set to the user registry "
+                    f"({polys.user_dir()}), --registry PATH to your own (a folder of set files, or a .json "
+                    "registry file). Either is then usable by name in every command.")
     p.add_argument("--function", default="2^x",
                    help="f(x) as an expression: 2^x (default), exp(x), sin(x), log2(1+x), 1/(1+x), ...")
     p.add_argument("--degree", type=int, default=None, help="polynomial degree, 1-8 (default 3)")
@@ -34,9 +38,10 @@ def register(subparsers) -> None:
     p.add_argument("--free-c0", action="store_true", help="2^x: let c0 vary (default: p(0) = 1 as in FA4)")
     p.add_argument("--name", help="registry entry name (default fa4num-<objective>-deg<n>)")
     p.add_argument("--write", action="store_true",
-                   help=f"add the set to the shipped registry ({reg.DEFAULT_REGISTRY})")
-    p.add_argument("--registry", metavar="FILE",
-                   help="add the set to this registry file instead (created if absent)")
+                   help=f"add the set to the user registry ({polys.user_dir()}; $XDG_DATA_HOME moves it)")
+    p.add_argument("--registry", metavar="PATH",
+                   help="add the set to this registry instead (created if absent): a folder of set files, or "
+                        "one registry file when PATH ends in .json; checked before the fit")
     p.add_argument("--quick", action="store_true",
                    help="skip the new set's emulation metrics (exhaustive fp32 and bf16 sweeps, seconds; FA4's "
                         "come from the registry)")
@@ -112,7 +117,11 @@ def _cmd_fit(args) -> int:
     if args.json and (args.write or args.registry is not None):
         raise ValueError("--json: prints the fit only; it does not register it (drop --write/--registry, or --json)")
     if args.write or args.registry is not None:   # checked before the fit: a bad path must not cost the work
-        target = reg.check_writable(args.registry if args.registry is not None else reg.default_registry())
+        try:
+            target = reg.check_writable(args.registry if args.registry is not None else reg.user_dir())
+        except ValueError as err:
+            option = "--registry" if args.registry is not None else "--write"
+            raise ValueError(f"{option}: {str(err).removeprefix('registry: ')}") from None
     name = args.name or _default_name(args)
     if not all(ch.isalnum() or ch in "-_." for ch in name):
         raise ValueError(f"--name: {name!r} must be letters, digits, '-', '_' or '.'")
@@ -145,10 +154,10 @@ def _cmd_fit(args) -> int:
                                metrics={k: v for k, v in ours.items() if k != "stored_in"} or {"max_error": result.max_error,
                                                 "certified_bound": result.certified_bound},
                                provenance=_prov.provenance(), interval=tuple(args.interval),
-                               coeff_format=result.coeff_format, fit=fit_info, registry=args.registry)
+                               coeff_format=result.coeff_format, fit=fit_info, registry=target)
         where = f"wrote {name} to {path}"
     else:
-        where = f"not written (pass --write to add {name} to {reg.default_registry()}, or --registry FILE)"
+        where = f"not written (pass --write to add {name} to {reg.user_dir()}, or --registry PATH)"
     rows = [(f"c{k} (fp32 bits)", f"0x{reg.fp32_bits(result.coeffs[k]):08X}",
              f"0x{reg.fp32_bits(fa4[k]):08X}" if fa4 else None) for k in range(args.degree + 1)]
     if result.exact is not None:

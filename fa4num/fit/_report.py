@@ -1,5 +1,5 @@
 """The fitter's section of ``fa4num report``: FA4's POLY_EX2 against fa4num's sets, from the polys registry
-(fa4num/data/polys/registry.json).
+(the shipped sets, the repository's polys/ folder).
 
 Reads the metrics the registry already holds (computed by ``fa4num fit`` with certified bounds and exhaustive
 emulation), so the section costs no computation."""
@@ -26,14 +26,14 @@ def report_sections(ctx) -> list:
     names = sorted(entries, key=lambda n: (entries[n]["degree"], not n.startswith("fa4-"), n))
     rows = [_row(n, entries[n]) for n in names if entries[n].get("function") == "2^x"
             and tuple(entries[n].get("interval", ())) == (0.0, 1.0)]
-    md = f"""Coefficient sets of the polys registry (`fa4num/data/polys/registry.json`: FA4's shipped `POLY_EX2` and fa4num's
+    md = f"""Coefficient sets shipped with fa4num (`polys/`, one file per set: FA4's `POLY_EX2` and fa4num's
 fits), p(f) ~ 2^f on
 [0, 1]. "max rel" is the real-arithmetic sup norm of p/2^f - 1, "certified" a rigorous upper bound
 (python-flint ball arithmetic), "/ optimum" the ratio to the best real-coefficient polynomial with p(0) = 1,
 "evaluated" the max relative error of FA4's fp32 FMA evaluation over every fp32 f in [0, 1), and "bf16
 mismatch" the bf16 mismatch share (defined above) under the exact uniform measure on x in [-126, 0): every fp32
 x counted with the width it covers (`fa4num.fit.bf16_mismatch_share`).
-Regenerate or extend with `fa4num fit --degree N [--objective evaluated|bf16] --write`.
+Fit your own with `fa4num fit --degree N [--objective evaluated|bf16] --write` (into the user registry).
 
 | set | degree | max rel | certified | / optimum | evaluated | bf16 mismatch |
 |---|---|---|---|---|---|---|
@@ -47,7 +47,8 @@ Regenerate or extend with `fa4num fit --degree N [--objective evaluated|bf16] --
 
 def _headline(entries: dict) -> str:
     """FA4's cubic against the best cubic of the registry, on the two metrics a reader compares."""
-    m = lambda n: entries.get(n, {}).get("metrics", {})   # noqa: E731
+    named = {a: e for e in entries.values() for a in (e["name"], *e.get("aliases", ()))}   # FA4's by alias
+    m = lambda n: named.get(n, {}).get("metrics", {})   # noqa: E731
     fa4, ours, bf = m("fa4-deg3"), m("fa4num-minimax-deg3"), m("fa4num-bf16-deg3")
     if not (fa4.get("max_rel_error") and ours.get("max_rel_error")):
         return "Coefficient sets: see the table (the registry lacks FA4's or fa4num's cubic)."

@@ -7,15 +7,17 @@ from __future__ import annotations
 import struct
 import time
 
-from fa4num.polys import (DEFAULT_REGISTRY, EXPORT_FORMATS, SCHEMA, check_writable, default_registry, export,
-                          fp32_bits, load_poly, poly_entry, read, write_entry)
+from fa4num.polys import (EXPORT_FORMATS, SCHEMA, PolySet, check_writable, default_registry, export, fp32_bits,
+                          load_poly, poly_entry, read, resolve, shipped_dir, user_dir, write_entry)
 
 from . import _memo
 
-__all__ = ["DEFAULT_REGISTRY", "EXPORT_FORMATS", "SCHEMA", "add_fa4_sets", "check_writable", "default_registry",
-           "describe", "export", "fa4_sets", "fp32_bits", "load_poly", "poly_entry", "read", "write_entry"]
-FA4_SOURCE = ("FA4 POLY_EX2, flash_attn/cute/utils.py (Sollya fpminimax(exp(x*log(2.0)), n, [|1,24...|], "
-              "[0;1], relative))")
+__all__ = ["EXPORT_FORMATS", "FA4_RELEASE", "SCHEMA", "PolySet", "add_fa4_sets", "check_writable",
+           "default_registry", "describe", "export", "fa4_sets", "fp32_bits", "load_poly", "poly_entry", "read",
+           "resolve", "shipped_dir", "user_dir", "write_entry"]
+FA4_RELEASE = "4.0.0b36"   # the flash-attn-4 release whose POLY_EX2 fa4num.constants holds
+FA4_SOURCE = (f"FA4 POLY_EX2, flash-attn-4 {FA4_RELEASE} flash_attn/cute/utils.py (Sollya "
+              "fpminimax(exp(x*log(2.0)), n, [|1,24...|], [0;1], relative))")
 
 
 _BASE_METRICS = ("max_rel_error", "argmax", "certified_rel_bound", "max_abs_error")
@@ -73,7 +75,7 @@ def describe(coeffs, *, emulation: bool = True, degree_optimum: bool = True, sto
     >>> sorted(m), round(m["max_rel_error"], 9), m["max_rel_error"] <= m["certified_rel_bound"]
     (['argmax', 'certified_rel_bound', 'max_abs_error', 'max_rel_error', 'seconds'], 8.763e-05, True)
     >>> describe(fa4_sets()[3], stored=True)["stored_in"]
-    'fa4-deg3'
+    'fa4-4.0.0b36-deg3'
     """
     coeffs = tuple(float(c) for c in coeffs)
     if stored:
@@ -157,12 +159,13 @@ def fa4_sets() -> dict:
 
 
 def add_fa4_sets(*, registry=None, emulation: bool = True) -> list[str]:
-    """Write FA4's five sets, with every metric (:func:`describe`), as entries fa4-deg1..fa4-deg5.
+    """Write FA4's five sets, with every metric (:func:`describe`), as entries fa4-<release>-deg1..5 (aliases
+    fa4-deg1..5).
 
     Parameters
     ----------
     registry : str or Path, optional
-        The registry file to write (created if absent); default: the one shipped with fa4num.
+        The registry to write (created if absent); default: the user registry (never the package).
     emulation : bool
         Also measure the emulation metrics (evaluated_rel_error, bf16_mismatch_share): exhaustive, seconds per
         set.
@@ -181,16 +184,16 @@ def add_fa4_sets(*, registry=None, emulation: bool = True) -> list[str]:
     --------
     >>> import tempfile, pathlib
     >>> reg = pathlib.Path(tempfile.mkdtemp()) / "fa4.json"
-    >>> add_fa4_sets(registry=reg, emulation=False)
-    ['fa4-deg1', 'fa4-deg2', 'fa4-deg3', 'fa4-deg4', 'fa4-deg5']
-    >>> load_poly("fa4-deg3", registry=reg) == fa4_sets()[3]
-    True
+    >>> add_fa4_sets(registry=reg, emulation=False)[2]
+    'fa4-4.0.0b36-deg3'
+    >>> poly_entry("fa4-4.0.0b36-deg3", registry=reg)["aliases"]
+    ['fa4-deg3']
     """
     from fa4num.provenance import provenance
     names = []
     for d, coeffs in fa4_sets().items():
-        name = f"fa4-deg{d}"
+        name = f"fa4-{FA4_RELEASE}-deg{d}"
         write_entry(name, coeffs, source=FA4_SOURCE, metrics=describe(coeffs, emulation=emulation),
-                    provenance=provenance(), registry=registry)
+                    provenance=provenance(), aliases=[f"fa4-deg{d}"], release=FA4_RELEASE, registry=registry)
         names.append(name)
     return names
