@@ -109,11 +109,6 @@ def write_report(out_dir="fa4num-report", *, quick: bool = False, progress: bool
     return ReportOutcome(out_dir / "report.md", tuple(failed))
 
 
-def _say(text: str) -> None:
-    """A progress line on stderr (stdout stays for results)."""
-    print(text, file=sys.stderr, flush=True)
-
-
 def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
     from fa4num.ex2.report import DEFINITIONS
     from fa4num.provenance import provenance
@@ -121,8 +116,7 @@ def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
     t0 = time.perf_counter()
     done, failed = [], []
     for step, (name, make) in enumerate(sections, start=1):
-        if progress:
-            _say(f"report [{step}/{len(sections)}]: {name} ...")
+        ctx.say(f"report [{step}/{len(sections)}]: {name} ...")
         try:
             done.extend(make(ctx))
         except Exception:  # noqa: BLE001 -- one failing provider must not hide the others' sections

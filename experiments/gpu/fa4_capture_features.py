@@ -296,7 +296,7 @@ def baselines(path, torch):
         try:
             r = cap(spec, device="cuda", warmup=3, repeats=20)
             r.pop("arrays", None)
-        except Exception as e:  # noqa: BLE001
+        except Exception:  # noqa: BLE001
             r = {"spec": spec.as_dict(), "error": traceback.format_exc()[-800:]}
         recs.append(r)
         print(f"baseline {spec.as_dict()} {time.time() - t0:.1f}s "

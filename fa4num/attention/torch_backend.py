@@ -198,13 +198,11 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
     n_sat = torch.zeros_like(n_done)
     lag_all = torch.zeros((g, rep, sq), device=dev)
     r_pos, c_keys = _tile_sizes(g * rep, sq, sk, tn, max_tile_elems)
-    diag = sk - sq
     first, last_vis = _visible_range(w, sq, sk)
     for r0 in range(0, sq, r_pos):
         r1 = min(r0 + r_pos, sq)
         nr = r1 - r0
         qt = qg[:, :, r0:r1].reshape(g, rep * nr, d)
-        pos = (torch.arange(r0, r1, device=dev)).repeat(rep)                       # query position of each row
         m = torch.full((g, rep * nr), -math.inf, device=dev)
         true_m = m.clone()
         row_sum = torch.zeros_like(m)
