@@ -158,8 +158,8 @@ def golden_cases(directory=None):
     --------
     >>> cases = golden_cases()
     >>> name, file, spec, q, k, v, out, idx, lse = cases[0]
-    >>> name, file, q.shape, out.dtype, lse.shape
-    ('onehot_d64_nc', 'fa4_sm90_h200.npz', (1, 100, 2, 64), dtype(bfloat16), (1, 2, 100))
+    >>> name, file, q.shape, out.dtype.name, lse.shape
+    ('onehot_d64_nc', 'fa4_sm90_h200.npz', (1, 100, 2, 64), 'bfloat16', (1, 2, 100))
     """
     from fa4num.attention import inputs
     d = pathlib.Path(directory) if directory is not None else GOLDEN_DIR
