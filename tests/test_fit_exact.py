@@ -238,9 +238,33 @@ def test_peak_search_fast_path_equals_mpmath_path(monkeypatch, f, powers, interv
         assert abs(x1 - x2) <= 1e-15 and abs(e1 / e2 - 1) <= mpmath.mpf(10) ** -25
 
 
+# scipy.optimize.linprog's statuses: only these two are proofs; 1 (iteration limit), 3 (unbounded: impossible
+# here, the polytope is bounded) and 4 (numerical difficulties; HiGHS at 1e-10 tolerances gives it on the
+# degree-5 LPs with scipy 1.17) prove nothing about the LP
+_HIGHS_OPTIMAL, _HIGHS_INFEASIBLE = 0, 2
+_LINPROG_STATUSES = {0, 1, 2, 3, 4}
+
+
+def _kkt_optimal(Q, shift, c, y) -> bool:
+    """y is feasible for |Q y + shift| <= 1 and minimises c.y over it: c = -G^T lam with lam >= 0 on the tight
+    constraints (G their gradients), the LP optimality conditions checked by NNLS, independent of any solver."""
+    from scipy.optimize import nnls
+    s = Q @ y + shift
+    if np.any(np.abs(s) > 1 + 1e-9):
+        return False
+    tight = np.abs(s) >= 1 - 1e-7
+    if not tight.any():
+        return False                          # an interior point minimises no nonzero linear form
+    G = np.sign(s[tight])[:, None] * Q[tight]
+    _, resid = nnls(G.T, -c)
+    return resid <= 1e-9 * np.linalg.norm(c)
+
+
 def test_lp_walk_equals_highs():
     """The exact search's LPs solved by the active-set walk (from the incumbent, then from the vertices it
-    remembers) give HiGHS's optimum: the degree-5 region, every coordinate's range at the root and below."""
+    remembers) give HiGHS's optimum where HiGHS proves one (and infeasibility where it proves that); every
+    range the walk reports is reached at a feasible point whose optimality conditions hold, whatever status
+    HiGHS returned: the degree-5 region, every coordinate's range at the root and below."""
     from scipy.optimize import linprog
 
     from fa4num.fit import _exact, _remez
@@ -254,6 +278,7 @@ def test_lp_walk_equals_highs():
     region = _exact._Region(prob, np.linspace(0, 1, 97).tolist(), base, scale)
     region.cut(best.certified_bound * 1.5)
     bases = {}
+    compared = 0
     for j in range(len(prob.free) - 1):
         for fixed in (np.zeros(j), np.ones(j)):
             got = _exact._lp_range(region, j, fixed, bases, ("test", j))
@@ -262,13 +287,23 @@ def test_lp_walk_equals_highs():
             shift = region.r + A_fix @ fixed
             Q, R = np.linalg.qr(A_rest)
             z = np.linalg.solve(R.T, np.eye(R.shape[0])[0])
-            want = []
-            for sign in (1.0, -1.0):
+            for k, sign in enumerate((1.0, -1.0)):
                 res = linprog(sign * z, A_ub=np.vstack([Q, -Q]), b_ub=np.concatenate([1 - shift, 1 + shift]),
                               bounds=(None, None), method="highs",
                               options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
-                want.append(None if res.status == 2 else sign * res.fun)
-            if want[0] is None:
-                assert got is None
-                continue
-            assert got is not None and np.allclose(got[:2], want, rtol=0, atol=1e-7)
+                assert res.status in _LINPROG_STATUSES, (res.status, res.message)
+                if res.status == _HIGHS_INFEASIBLE:
+                    assert got is None
+                    continue
+                # the walk found the slice empty where HiGHS did not prove it: wrong (a slice holding the
+                # incumbent is never empty)
+                assert got is not None, (j, fixed, res.status, res.message)
+                if res.status == _HIGHS_OPTIMAL:
+                    assert abs(got[k] - sign * res.fun) <= 1e-7, (j, fixed, sign, got[k], sign * res.fun)
+                    compared += 1
+                # the walk's own answer, checked without HiGHS: its point reaches the range end it reports
+                # (u_j is the point's first coordinate) and is optimal
+                v = got[2 + k]
+                assert abs(v[0] - got[k]) <= 1e-9 * max(1.0, abs(got[k]))
+                assert _kkt_optimal(Q, shift, sign * z, R @ v), (j, fixed, sign)
+    assert compared >= 1, "HiGHS proved no LP optimal: nothing was compared with it"
