@@ -118,13 +118,13 @@ def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
     for step, (name, make) in enumerate(sections, start=1):
         ctx.say(f"report [{step}/{len(sections)}]: {name} ...")
         try:
-            done.extend(make(ctx))
+            done.extend((name, s) for s in make(ctx))
         except Exception:  # noqa: BLE001 -- one failing provider must not hide the others' sections
             failed.append(name)
-            done.append(Section(f"{name}: section failed", "```\n" + traceback.format_exc() + "```\n"))
+            done.append((name, Section(f"{name}: section failed", "```\n" + traceback.format_exc() + "```\n")))
     seconds = time.perf_counter() - t0
     prov = provenance(report_seconds=round(seconds, 1), quick=bool(quick))
-    heads = [s.headline for s in done if s.headline]
+    heads = [s.headline for _, s in done if s.headline]
     md = ["# fa4num report: FlashAttention-4's software exp2\n",
           f"Generated {prov['date']} at code revision `{prov['code_revision']}` in {seconds:.0f} s"
           f"{' (quick mode: subsampled)' if quick else ''}. Data: `report.json`.\n"]
@@ -132,11 +132,12 @@ def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
         md.append(f"**Sections that failed: {', '.join(failed)}** (their tracebacks are below).\n")
     md += ["## Summary\n\n" + "".join(f"- {h}\n" for h in heads),
            "## How to read the numbers\n\n" + DEFINITIONS]
-    for s in done:
+    for _, s in done:
         md.append(f"## {s.title}\n\n{s.markdown}")
     (out / "report.md").write_text("\n".join(md))
     payload = {"provenance": prov, "failed": failed, "summary": heads,
-               "sections": [{"title": s.title, "figures": s.figures, "data": s.data} for s in done]}
+               "sections": [{"provider": name, "title": s.title, "figures": s.figures, "data": s.data}
+                            for name, s in done]}
     (out / "report.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
     return failed
 
