@@ -1,5 +1,5 @@
-"""The attention bound against observed errors: real FA4 kernel bits captured on an H200 (tests/golden/attention/)
-and the emulator (fa4num.attention.forward) on any inputs.
+"""The attention bound against observed errors: real FA4 kernel bits captured on an H200 (package data,
+fa4num/data/golden/) and the emulator (fa4num.attention.forward) on any inputs.
 
 ``check(q, k, v, out, lse, ...)`` counts violations (|observed - exact| > bound) and reports the tightness
 (largest bound / largest observed error, and the median over elements of bound / observed) over the elements with
