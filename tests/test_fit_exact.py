@@ -12,9 +12,9 @@ import mpmath
 import numpy as np
 import pytest
 
-from fa4num.fit import _sollya, fit, fit_exp2, sup_norm
+from fa4num.fit import fit, fit_exp2, sollya, sup_norm
 
-needs_sollya = pytest.mark.skipif(not _sollya.available(), reason="sollya not installed (apt-get install sollya)")
+needs_sollya = pytest.mark.skipif(not sollya.available(), reason="sollya not installed (apt-get install sollya)")
 
 # issue 13's independent complete search over fp32 sets with p(0) = 1 (max relative error, real arithmetic)
 INDEPENDENT_OPTIMUM = {3: 8.5592021e-5, 5: 8.2438488e-8}
@@ -130,8 +130,8 @@ def test_exact_other_formats_whole_box(fmt):
 
 
 def _sollya_fpminimax_error(f: str, monomials: str, interval: str) -> float:
-    out = _sollya.run(f"display=hexadecimal!; p = fpminimax({f}, {monomials}, [|SG...|], {interval}, relative); "
-                      f"s = supnorm(p, {f}, {interval}, relative, 2^-30); print(sup(s));")
+    out = sollya.run(f"display=hexadecimal!; p = fpminimax({f}, {monomials}, [|SG...|], {interval}, relative); "
+                     f"s = supnorm(p, {f}, {interval}, relative, 2^-30); print(sup(s));")
     return float.fromhex(out.split()[-1])
 
 
@@ -147,10 +147,10 @@ def test_bounded_search_beats_fpminimax_where_the_exact_search_is_too_big(f, int
     assert r.path.startswith("remez+lattice+search+bnb") and not r.proven_optimal
     searched = fit(f, 5, interval, coeff_format=fmt, bnb=False)
     assert r.max_error <= searched.max_error
-    out = _sollya.run(f"display=hexadecimal!; p = fpminimax({f}, 5, [|{bits}...|], {sollya_interval}, relative);"
-                      f" s = supnorm(p, {f}, {sollya_interval}, relative, 2^-30); print(sup(s));")
-    sollya = float.fromhex(out.split()[-1])
-    assert r.certified_bound < sollya < searched.max_error
+    out = sollya.run(f"display=hexadecimal!; p = fpminimax({f}, 5, [|{bits}...|], {sollya_interval}, relative);"
+                     f" s = supnorm(p, {f}, {sollya_interval}, relative, 2^-30); print(sup(s));")
+    sollya_error = float.fromhex(out.split()[-1])
+    assert r.certified_bound < sollya_error < searched.max_error
     assert all(float(np.asarray(c, DTYPES[fmt])) == c for c in r.coeffs)
 
 
@@ -174,11 +174,11 @@ def test_relative_error_with_a_zero_at_0(f, interval, sollya_interval):
     assert r.coeffs[0] == 0.0 and r.certified_bound is not None
     assert r.certified_lower <= r.max_error <= r.certified_bound <= r.max_error * (1 + 1e-3)
     assert r.max_error <= SOLLYA_QUOTED[f] * (1 + 1e-6)
-    if _sollya.available():
+    if sollya.available():
         sollya_f = f.replace("log2(1+x)", "log2(1+x)")
         ref = _sollya_fpminimax_error(sollya_f, "[|1,2,3,4,5|]", sollya_interval)
         assert r.max_error <= ref * (1 + 1e-9)
-        lo, hi = _sollya.supnorm(r.coeffs, sollya_f, interval=interval, error="relative")
+        lo, hi = sollya.supnorm(r.coeffs, sollya_f, interval=interval, error="relative")
         assert lo * (1 - 1e-9) <= r.max_error <= hi * (1 + 1e-9)
 
 
@@ -186,7 +186,7 @@ def test_monomial_list_like_sollya():
     r = fit("sin(x)", [1, 3, 5], (0.0, math.pi / 4), error="relative")
     assert r.monomials == (1, 3, 5) and r.coeffs[0] == r.coeffs[2] == r.coeffs[4] == 0.0
     assert r.proven_optimal
-    if _sollya.available():
+    if sollya.available():
         assert r.max_error <= _sollya_fpminimax_error("sin(x)", "[|1,3,5|]", "[0;pi/4]") * (1 + 1e-9)
     # the certificate agrees with an independent sup norm of the same coefficients
     s = sup_norm("sin(x)", r.coeffs, (0.0, math.pi / 4), error="relative")
