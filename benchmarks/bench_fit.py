@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 
 from _common import ROOT, fresh_process_seconds, interleaved_seconds, machine_state, write_result
-from fa4num.fit import _sollya, fit_exp2
+from fa4num.fit import fit_exp2, sollya
 
 DEGREES = range(1, 6)
 
@@ -137,8 +137,8 @@ def main(argv=None) -> int:
         return 0
 
     contenders = {"proven": lambda: fits("auto"), "fpminimax": lambda: fits("fpminimax")}
-    if _sollya.available():
-        contenders["sollya"] = lambda: _sollya.run(SOLLYA_SCRIPT)
+    if sollya.available():
+        contenders["sollya"] = lambda: sollya.run(SOLLYA_SCRIPT)
     times = interleaved_seconds(contenders, args.rounds)
     best = {k: min(v) for k, v in times.items()}
     out["warm_seconds_deg1to5"] = times

@@ -167,7 +167,8 @@ def lag_mechanism(q, k, v, *, causal=False, seed=0) -> dict:
     d = q.shape[-1]
     s = np.einsum("bihd,bjhd->bhij", _f64(q), _f64(k)) / math.sqrt(d)
     if causal:
-        s = np.where(ref._causal_mask(q.shape[1], k.shape[1]), -np.inf, s)
+        sq, sk = q.shape[1], k.shape[1]   # FA4's bottom-right alignment: key j hidden from query i if j > i + sk - sq
+        s = np.where(np.arange(sk)[None, :] > (np.arange(sq) + sk - sq)[:, None], -np.inf, s)
     z = (s - s.max(-1, keepdims=True)) * math.log2(math.e)
     out = {}
     rng = np.random.default_rng(seed)

@@ -49,7 +49,7 @@ PRECISION = {"fp32": 24, "bf16": 8, "fp16": 11}
 
 
 def sollya_case(expr, interval, error, monomials, fmt, precisions=None):
-    from fa4num.fit import _sollya
+    from fa4num.fit import sollya
     mon = ",".join(str(k) for k in monomials)
     prec = f"{PRECISION[fmt]}..." if precisions is None else ",".join(str(p) for p in precisions)
     script = (f"display=hexadecimal!; prec=200!;\n"
@@ -58,7 +58,7 @@ def sollya_case(expr, interval, error, monomials, fmt, precisions=None):
               f"print(sup(s)); for i from 0 to degree(p) do print(coeff(p, i));\n")
     t0 = time.perf_counter()
     try:
-        out = _sollya.run(script, timeout=300)
+        out = sollya.run(script, timeout=300)
     except RuntimeError as exc:
         return {"error": None, "seconds": time.perf_counter() - t0, "failed": str(exc)[:200]}
     seconds = time.perf_counter() - t0
@@ -123,8 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--degrees", default="3,4,5,6,7")
     ap.add_argument("--formats", default="fp32,bf16,fp16")
     args = ap.parse_args(argv)
-    from fa4num.fit import _sollya
-    if not _sollya.available():
+    from fa4num.fit import sollya
+    if not sollya.available():
         print("sollya is not installed (apt-get install sollya)", file=sys.stderr)
         return 2
     suite = SUITE

@@ -46,8 +46,8 @@ SM100_MARK = "SM100, emulated (never run on Blackwell)"
 def skip_table():
     """CI table (95 % Student-t over seeds) of the skip-rate stores; H200 rows win over CPU rows of a task."""
     from fa4num.study import summary
-    from fa4num.study._report import _store_dirs, merged_skip_rows
-    dirs = _store_dirs("study_skip_rate*")
+    from fa4num.study.store import merged_skip_rows, store_dirs
+    dirs = store_dirs(RESULTS, "study_skip_rate*")
     df = merged_skip_rows(dirs)
     return summary.skip_table(df), df
 

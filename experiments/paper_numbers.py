@@ -166,6 +166,7 @@ def exp2_bound(b):
 
 def goldens():
     gd = pc.ROOT / "tests" / "golden" / "attention"
+    package_gd = pc.ROOT / "fa4num" / "data" / "golden"     # the forward feature cases are package data
     feats = ("softcap", "window_size", "varlen", "sink_mult", "learnable_sink", "pack_gqa")
     body, m = [], ""
     total = 0
@@ -174,7 +175,7 @@ def goldens():
                         ("fa4_sm90_bwd_preprocess_h200", "backward preprocess ($D$, dQ accum.)"),
                         ("fa4_sm90_features_dev_h200", "forward features, dev"),
                         ("fa4_sm90_features_holdout_h200", "forward features, holdout")):
-        meta = json.loads(str(np.load(gd / f"{fname}.npz")["meta"]))
+        meta = json.loads(str(np.load((package_gd if "features" in fname else gd) / f"{fname}.npz")["meta"]))
         cs = [c for c in meta["cases"] if "error" not in c]
         hd = sorted({c["case"].get("head_dim") for c in cs if c["case"].get("head_dim")})
         fs = sorted({f.replace("_", " ") for c in cs for f in feats if c["case"].get(f)})

@@ -19,13 +19,12 @@ sys.path.insert(0, str(ROOT))
 def main() -> int:
     from fa4num.provenance import provenance
     from fa4num.study import baselines, summary
-    from fa4num.study._report import _store_dirs, merged_skip_rows
-    from fa4num.study.store import read_store
+    from fa4num.study.store import merged_skip_rows, read_store, store_dirs
     res, figs = ROOT / "experiments" / "results", ROOT / "experiments" / "figures"
     prov = provenance(kind="studies_figures")
     md = [f"# Studies: summary\n\nGenerated {prov['date']} at `{prov['code_revision']}` by "
           "`python experiments/studies_figures.py`. Intervals: 95 % Student-t over seeds.\n"]
-    dirs = _store_dirs("study_skip_rate*")
+    dirs = store_dirs(res, "study_skip_rate*")
     if dirs:
         df = merged_skip_rows(dirs)
         t = summary.skip_table(df)

@@ -206,11 +206,6 @@ def golden_sections(ctx) -> list:
                     {k: dict(c) for k, c in counts.items()})]
 
 
-def _say(text: str) -> None:
-    """A progress line on stderr (stdout stays for results)."""
-    print(text, file=sys.stderr, flush=True)
-
-
 def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
     from fa4num.ex2.report import DEFINITIONS
     from fa4num.provenance import provenance
@@ -218,19 +213,18 @@ def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
     t0 = time.perf_counter()
     done, failed = [], []
     for step, (name, make) in enumerate(sections, start=1):
-        if progress:
-            _say(f"report [{step}/{len(sections)}]: {name} ...")
+        ctx.say(f"report [{step}/{len(sections)}]: {name} ...")
         try:
-            done.extend(make(ctx))
+            done.extend((name, s) for s in make(ctx))
         except Exception:  # noqa: BLE001 -- one failing provider must not hide the others' sections
             failed.append(name)
-            done.append(Section(f"{name}: section failed", "```\n" + traceback.format_exc() + "```\n"))
+            done.append((name, Section(f"{name}: section failed", "```\n" + traceback.format_exc() + "```\n")))
     seconds = time.perf_counter() - t0
     prov = provenance(report_seconds=round(seconds, 1), quick=bool(quick))
-    checks = [(s.title, c) for s in done for c in s.checks]
+    checks = [(s.title, c) for _, s in done for c in s.checks]
     empty = [f"{title}: {c.name}" for title, c in checks if c.empty]
     refuted = [f"{title}: {c.name}" for title, c in checks if c.failed]
-    heads = [s.headline for s in done if s.headline]
+    heads = [s.headline for _, s in done if s.headline]
     md = ["# fa4num report: FlashAttention-4's software exp2\n",
           f"Generated {prov['date']} at code revision `{prov['code_revision']}` in {seconds:.0f} s"
           f"{' (quick mode: subsampled)' if quick else ''}. Data: `report.json`.\n"]
@@ -243,7 +237,7 @@ def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
         md.append(f"**Checks that failed: {'; '.join(refuted)}** (see the Checks table).\n")
     md += ["## Summary\n\n" + "".join(f"- {h}\n" for h in heads),
            "## How to read the numbers\n\n" + DEFINITIONS]
-    for s in done:
+    for _, s in done:
         md.append(f"## {s.title}\n\n{s.markdown}")
     if checks:
         md.append("## Checks\n\nWhat each section compared, and how many of the compared values failed (– for a "
@@ -257,8 +251,8 @@ def _write(out: Path, *, quick: bool, progress: bool, sections) -> list:
     (out / "report.md").write_text("\n".join(md))
     payload = {"provenance": prov, "failed": failed, "empty_checks": empty, "failed_checks": refuted,
                "summary": heads,
-               "sections": [{"title": s.title, "figures": s.figures, "data": s.data,
-                             "checks": [asdict(c) for c in s.checks]} for s in done]}
+               "sections": [{"provider": name, "title": s.title, "figures": s.figures, "data": s.data,
+                             "checks": [asdict(c) for c in s.checks]} for name, s in done]}
     (out / "report.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
     return failed, empty, refuted
 

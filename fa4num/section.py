@@ -12,6 +12,7 @@ True
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,3 +62,9 @@ class ReportContext:
     @property
     def grid_bits(self) -> int:
         return QUICK_GRID_BITS if self.quick else GRID_BITS
+
+    def say(self, text: str) -> None:
+        """A progress line on stderr when progress is on (stdout stays for results); how a provider talks to the
+        user without importing the report module above it."""
+        if self.progress:
+            print(text, file=sys.stderr, flush=True)

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fa4num.attention import config, forward, inputs
+from fa4num.attention import config, forward
 from fa4num.attention.forward import combine_splits
 from fa4num.attention.reference import attention_fp64, metrics, round_once
 from fa4num.softmax import sm100

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from fa4num.attention import forward, inputs
-from fa4num.attention.golden import GOLDEN_SM90 as GOLDEN
 from fa4num.attention.golden import check_case, input_digest, load
 
 _Z, _META = load()

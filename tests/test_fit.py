@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from fa4num.ex2 import POLY_EX2, fa4_emulated
-from fa4num.fit import _sollya, export, fit, fit_exp2, load_poly, sup_norm
+from fa4num.fit import export, fit, fit_exp2, load_poly, sollya, sup_norm
 from fa4num.fit import registry as reg
 
-needs_sollya = pytest.mark.skipif(not _sollya.available(), reason="sollya not installed (apt-get install sollya)")
+needs_sollya = pytest.mark.skipif(not sollya.available(), reason="sollya not installed (apt-get install sollya)")
 
 # Published optimum (docs/notes/fitters.md, section 2): best max relative error of 2^x on [0, 1] with p(0) = 1,
 # and c1..cn.
@@ -60,8 +60,8 @@ def test_defaults_beat_fa4_per_sollya_supnorm(default_fits):
     """Sollya certifies both sets: our upper end is below the lower end of FA4's enclosure, and our own
     max and certified bound agree with Sollya's enclosure."""
     for n, r in default_fits.items():
-        lo, hi = _sollya.supnorm(r.coeffs, accuracy=2.0 ** -40)
-        fa4_lo, _ = _sollya.supnorm(POLY_EX2[n], accuracy=2.0 ** -40)
+        lo, hi = sollya.supnorm(r.coeffs, accuracy=2.0 ** -40)
+        fa4_lo, _ = sollya.supnorm(POLY_EX2[n], accuracy=2.0 ** -40)
         assert hi < fa4_lo
         assert lo * (1 - 1e-9) <= r.max_error <= hi * (1 + 1e-9)
         assert r.certified_bound >= lo
@@ -72,7 +72,7 @@ def test_fa4_method_regenerates_poly_ex2(n):
     r = fit_exp2(n, method="fa4")
     assert r.coeffs == tuple(POLY_EX2[n])
     assert tuple(r.regeneration["own"]) == tuple(POLY_EX2[n])  # fa4num's own fpminimax, bit for bit
-    if _sollya.available():
+    if sollya.available():
         assert r.path == "sollya" and r.regeneration["bit_identical"] is True
     else:
         assert r.path == "own-fpminimax" and r.regeneration["bit_identical"] is None
@@ -82,7 +82,7 @@ def test_fa4_method_regenerates_poly_ex2(n):
 def test_fa4_method_knob_changed_matches_sollya():
     """One knob changed (bf16-precision coefficients): our own recipe vs Sollya's fpminimax."""
     r = fit_exp2(3, method="fa4", coeff_format="bf16")
-    assert r.regeneration["sollya"] == _sollya.fpminimax_fa4(3, precision=8)
+    assert r.regeneration["sollya"] == sollya.fpminimax_fa4(3, precision=8)
     own_err = sup_norm("2^x", r.regeneration["own"]).max_error
     assert own_err <= r.max_error * (1 + 1e-12)
 
@@ -92,11 +92,11 @@ def test_fa4_method_knob_changed_matches_sollya():
 def test_general_fit_matches_sollya_remez(f, n):
     """[-1, 1], absolute error, nothing fixed: our real optimum vs Sollya's remez + supnorm."""
     r = fit(f, n, (-1.0, 1.0), error="absolute", coeff_format="fp32")
-    out = _sollya.run(f"display=hexadecimal!; p = remez({f}, {n}, [-1;1], 1, 2^-60); "
-                      f"s = supnorm(p, {f}, [-1;1], absolute, 2^-40); print(sup(s));")
+    out = sollya.run(f"display=hexadecimal!; p = remez({f}, {n}, [-1;1], 1, 2^-60); "
+                     f"s = supnorm(p, {f}, [-1;1], absolute, 2^-40); print(sup(s));")
     sollya_level = float.fromhex(out.split()[-1])
     assert r.optimum.max_error == pytest.approx(sollya_level, rel=1e-9)
-    lo, hi = _sollya.supnorm(r.coeffs, f, interval=(-1.0, 1.0), error="absolute")
+    lo, hi = sollya.supnorm(r.coeffs, f, interval=(-1.0, 1.0), error="absolute")
     assert lo <= r.certified_bound and lo * (1 - 1e-9) <= r.max_error <= hi * (1 + 1e-9)
     assert all(_is_fp32(c) for c in r.coeffs)
 
@@ -105,7 +105,7 @@ def test_general_fit_matches_sollya_remez(f, n):
 @pytest.mark.parametrize("interval", [(-1.0, 0.0), (-0.5, 0.5)])
 def test_negative_intervals_certified_against_sollya(interval):
     r = fit_exp2(3, interval=interval)
-    lo, hi = _sollya.supnorm(r.coeffs, interval=interval, accuracy=2.0 ** -40)
+    lo, hi = sollya.supnorm(r.coeffs, interval=interval, accuracy=2.0 ** -40)
     assert lo * (1 - 1e-9) <= r.max_error <= hi * (1 + 1e-9)
     assert lo <= r.certified_bound <= 1.01 * hi
 

@@ -12,9 +12,9 @@ import mpmath
 import numpy as np
 import pytest
 
-from fa4num.fit import _sollya, fit, fit_exp2, sup_norm
+from fa4num.fit import fit, fit_exp2, sollya, sup_norm
 
-needs_sollya = pytest.mark.skipif(not _sollya.available(), reason="sollya not installed (apt-get install sollya)")
+needs_sollya = pytest.mark.skipif(not sollya.available(), reason="sollya not installed (apt-get install sollya)")
 
 # issue 13's independent complete search over fp32 sets with p(0) = 1 (max relative error, real arithmetic)
 INDEPENDENT_OPTIMUM = {3: 8.5592021e-5, 5: 8.2438488e-8}
@@ -130,8 +130,8 @@ def test_exact_other_formats_whole_box(fmt):
 
 
 def _sollya_fpminimax_error(f: str, monomials: str, interval: str) -> float:
-    out = _sollya.run(f"display=hexadecimal!; p = fpminimax({f}, {monomials}, [|SG...|], {interval}, relative); "
-                      f"s = supnorm(p, {f}, {interval}, relative, 2^-30); print(sup(s));")
+    out = sollya.run(f"display=hexadecimal!; p = fpminimax({f}, {monomials}, [|SG...|], {interval}, relative); "
+                     f"s = supnorm(p, {f}, {interval}, relative, 2^-30); print(sup(s));")
     return float.fromhex(out.split()[-1])
 
 
@@ -147,10 +147,10 @@ def test_bounded_search_beats_fpminimax_where_the_exact_search_is_too_big(f, int
     assert r.path.startswith("remez+lattice+search+bnb") and not r.proven_optimal
     searched = fit(f, 5, interval, coeff_format=fmt, bnb=False)
     assert r.max_error <= searched.max_error
-    out = _sollya.run(f"display=hexadecimal!; p = fpminimax({f}, 5, [|{bits}...|], {sollya_interval}, relative);"
-                      f" s = supnorm(p, {f}, {sollya_interval}, relative, 2^-30); print(sup(s));")
-    sollya = float.fromhex(out.split()[-1])
-    assert r.certified_bound < sollya < searched.max_error
+    out = sollya.run(f"display=hexadecimal!; p = fpminimax({f}, 5, [|{bits}...|], {sollya_interval}, relative);"
+                     f" s = supnorm(p, {f}, {sollya_interval}, relative, 2^-30); print(sup(s));")
+    sollya_error = float.fromhex(out.split()[-1])
+    assert r.certified_bound < sollya_error < searched.max_error
     assert all(float(np.asarray(c, DTYPES[fmt])) == c for c in r.coeffs)
 
 
@@ -174,11 +174,11 @@ def test_relative_error_with_a_zero_at_0(f, interval, sollya_interval):
     assert r.coeffs[0] == 0.0 and r.certified_bound is not None
     assert r.certified_lower <= r.max_error <= r.certified_bound <= r.max_error * (1 + 1e-3)
     assert r.max_error <= SOLLYA_QUOTED[f] * (1 + 1e-6)
-    if _sollya.available():
+    if sollya.available():
         sollya_f = f.replace("log2(1+x)", "log2(1+x)")
         ref = _sollya_fpminimax_error(sollya_f, "[|1,2,3,4,5|]", sollya_interval)
         assert r.max_error <= ref * (1 + 1e-9)
-        lo, hi = _sollya.supnorm(r.coeffs, sollya_f, interval=interval, error="relative")
+        lo, hi = sollya.supnorm(r.coeffs, sollya_f, interval=interval, error="relative")
         assert lo * (1 - 1e-9) <= r.max_error <= hi * (1 + 1e-9)
 
 
@@ -186,7 +186,7 @@ def test_monomial_list_like_sollya():
     r = fit("sin(x)", [1, 3, 5], (0.0, math.pi / 4), error="relative")
     assert r.monomials == (1, 3, 5) and r.coeffs[0] == r.coeffs[2] == r.coeffs[4] == 0.0
     assert r.proven_optimal
-    if _sollya.available():
+    if sollya.available():
         assert r.max_error <= _sollya_fpminimax_error("sin(x)", "[|1,3,5|]", "[0;pi/4]") * (1 + 1e-9)
     # the certificate agrees with an independent sup norm of the same coefficients
     s = sup_norm("sin(x)", r.coeffs, (0.0, math.pi / 4), error="relative")
@@ -238,9 +238,33 @@ def test_peak_search_fast_path_equals_mpmath_path(monkeypatch, f, powers, interv
         assert abs(x1 - x2) <= 1e-15 and abs(e1 / e2 - 1) <= mpmath.mpf(10) ** -25
 
 
+# scipy.optimize.linprog's statuses: only these two are proofs; 1 (iteration limit), 3 (unbounded: impossible
+# here, the polytope is bounded) and 4 (numerical difficulties; HiGHS at 1e-10 tolerances gives it on the
+# degree-5 LPs with scipy 1.17) prove nothing about the LP
+_HIGHS_OPTIMAL, _HIGHS_INFEASIBLE = 0, 2
+_LINPROG_STATUSES = {0, 1, 2, 3, 4}
+
+
+def _kkt_optimal(Q, shift, c, y) -> bool:
+    """y is feasible for |Q y + shift| <= 1 and minimises c.y over it: c = -G^T lam with lam >= 0 on the tight
+    constraints (G their gradients), the LP optimality conditions checked by NNLS, independent of any solver."""
+    from scipy.optimize import nnls
+    s = Q @ y + shift
+    if np.any(np.abs(s) > 1 + 1e-9):
+        return False
+    tight = np.abs(s) >= 1 - 1e-7
+    if not tight.any():
+        return False                          # an interior point minimises no nonzero linear form
+    G = np.sign(s[tight])[:, None] * Q[tight]
+    _, resid = nnls(G.T, -c)
+    return resid <= 1e-9 * np.linalg.norm(c)
+
+
 def test_lp_walk_equals_highs():
     """The exact search's LPs solved by the active-set walk (from the incumbent, then from the vertices it
-    remembers) give HiGHS's optimum: the degree-5 region, every coordinate's range at the root and below."""
+    remembers) give HiGHS's optimum where HiGHS proves one (and infeasibility where it proves that); every
+    range the walk reports is reached at a feasible point whose optimality conditions hold, whatever status
+    HiGHS returned: the degree-5 region, every coordinate's range at the root and below."""
     from scipy.optimize import linprog
 
     from fa4num.fit import _exact, _remez
@@ -254,6 +278,7 @@ def test_lp_walk_equals_highs():
     region = _exact._Region(prob, np.linspace(0, 1, 97).tolist(), base, scale)
     region.cut(best.certified_bound * 1.5)
     bases = {}
+    compared = 0
     for j in range(len(prob.free) - 1):
         for fixed in (np.zeros(j), np.ones(j)):
             got = _exact._lp_range(region, j, fixed, bases, ("test", j))
@@ -262,13 +287,23 @@ def test_lp_walk_equals_highs():
             shift = region.r + A_fix @ fixed
             Q, R = np.linalg.qr(A_rest)
             z = np.linalg.solve(R.T, np.eye(R.shape[0])[0])
-            want = []
-            for sign in (1.0, -1.0):
+            for k, sign in enumerate((1.0, -1.0)):
                 res = linprog(sign * z, A_ub=np.vstack([Q, -Q]), b_ub=np.concatenate([1 - shift, 1 + shift]),
                               bounds=(None, None), method="highs",
                               options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
-                want.append(None if res.status == 2 else sign * res.fun)
-            if want[0] is None:
-                assert got is None
-                continue
-            assert got is not None and np.allclose(got[:2], want, rtol=0, atol=1e-7)
+                assert res.status in _LINPROG_STATUSES, (res.status, res.message)
+                if res.status == _HIGHS_INFEASIBLE:
+                    assert got is None
+                    continue
+                # the walk found the slice empty where HiGHS did not prove it: wrong (a slice holding the
+                # incumbent is never empty)
+                assert got is not None, (j, fixed, res.status, res.message)
+                if res.status == _HIGHS_OPTIMAL:
+                    assert abs(got[k] - sign * res.fun) <= 1e-7, (j, fixed, sign, got[k], sign * res.fun)
+                    compared += 1
+                # the walk's own answer, checked without HiGHS: its point reaches the range end it reports
+                # (u_j is the point's first coordinate) and is optimal
+                v = got[2 + k]
+                assert abs(v[0] - got[k]) <= 1e-9 * max(1.0, abs(got[k]))
+                assert _kkt_optimal(Q, shift, sign * z, R @ v), (j, fixed, sign)
+    assert compared >= 1, "HiGHS proved no LP optimal: nothing was compared with it"

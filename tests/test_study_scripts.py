@@ -69,7 +69,7 @@ def test_report_section_uses_committed_smoke_results(tmp_path):
 
 def test_merged_skip_rows_prefer_gpu_rows(tmp_path):
     from fa4num.study import store
-    from fa4num.study._report import merged_skip_rows
+    from fa4num.study.store import merged_skip_rows
     from fa4num.study.summary import mean_ci
     store.write_rows(tmp_path / "a", [{"key": "k1", "device": "cuda", "x": 1}, {"key": "k2", "device": "cpu", "x": 2}])
     store.write_rows(tmp_path / "b", [{"key": "k1", "device": "cpu", "x": 3}, {"key": "k3", "device": "cpu", "x": 4}])

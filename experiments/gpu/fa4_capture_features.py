@@ -9,7 +9,8 @@ Run on the device machine after ``. fa4num/gpu/fa4-env.sh``:
 Each case is a dict understood by ``fa4num.attention.inputs.make_feature_inputs`` (loaded by path: only numpy
 and ml_dtypes are needed there). Two sets: ``dev`` (to develop the emulator against) and ``holdout`` (other seeds
 and shapes, kept aside to check the finished emulator on cases it was never tuned on). Files written:
-fa4_sm90_features_{dev,holdout}_h200.npz (forward) and fa4_sm90_bwd_{dev,holdout}_h200.npz (backward), each with
+fa4_sm90_features_{dev,holdout}_h200.npz (forward; committed as package data, fa4num/data/golden/) and
+fa4_sm90_bwd_{dev,holdout}_h200.npz (backward; tests/golden/attention/), each with
 a ``meta`` JSON (provenance, cases, input SHA-256, determinism) and per case ``NAME.out_bits`` (uint16),
 ``NAME.lse`` (float32) and, for backward cases, ``NAME.dq_bits``/``dk_bits``/``dv_bits`` (uint16) and the
 non-deterministic spread ``NAME.dq_nd_min_bits``/``dq_nd_max_bits`` (elementwise min/max, q's dtype) over the repeated runs.
@@ -296,7 +297,7 @@ def baselines(path, torch):
         try:
             r = cap(spec, device="cuda", warmup=3, repeats=20)
             r.pop("arrays", None)
-        except Exception as e:  # noqa: BLE001
+        except Exception:  # noqa: BLE001
             r = {"spec": spec.as_dict(), "error": traceback.format_exc()[-800:]}
         recs.append(r)
         print(f"baseline {spec.as_dict()} {time.time() - t0:.1f}s "

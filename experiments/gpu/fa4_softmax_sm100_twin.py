@@ -61,10 +61,19 @@ def _fnv(h, v):
 
 
 # ---------------------------------------------------------------------------------------------- CPU side
+def _cast_p(p: np.ndarray, dt: str) -> np.ndarray:
+    """P -> the input dtype as the kernel converts it (cvt.rn; fp8 .satfinite), as fa4num.attention.forward does."""
+    import ml_dtypes
+
+    from fa4num import fp
+    if dt == "bfloat16":
+        return p.astype(ml_dtypes.bfloat16)
+    return np.asarray(fp.to_e4m3(p)).view(ml_dtypes.float8_e4m3fn).reshape(p.shape)
+
+
 def emulate(s: np.ndarray, cfg: dict, *, diag_rows: int = 0):
     """The same per-row outputs from fa4num.softmax.sm100 (bit patterns as uint32)."""
     from fa4num.softmax import sm100
-    from fa4num.attention.forward import _cast_p
     rows = s.shape[0]
     sl2 = scale_log2()
     emu = emulated_mask(cfg)
@@ -78,7 +87,7 @@ def emulate(s: np.ndarray, cfg: dict, *, diag_rows: int = 0):
             step = sm100.softmax_step(blk, st, scale_log2=sl2, is_first=b == 0,
                                       rescale_threshold=cfg["threshold"], max_offset=cfg["max_offset"],
                                       emulate=emu, arch="sm90")
-            pq, _ = _cast_p(step.p, cfg["cast"])
+            pq = _cast_p(step.p, cfg["cast"])
             pq_bits = pq.view(np.uint16 if pq.dtype.itemsize == 2 else np.uint8).astype(np.uint32)
             p_bits = step.p.view(np.uint32)
             for c in range(BLOCK_N):

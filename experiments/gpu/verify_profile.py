@@ -18,7 +18,6 @@ import time
 import numpy as np
 
 from fa4num.gpu import compare, fused
-from fa4num.gpu.ops import OpSpec
 from fa4num.gpu.verify import exhaustive_plan
 
 START = 0xBE000000          # an ordinary block of negative values (softmax's exp2 domain)
@@ -42,7 +41,7 @@ def profile(chunk, ops=None):
         if ops and op.name not in ops:
             continue
         old = meta.emulator
-        new, pair = sweep_meta.emulator
+        new, pair = meta.sweep_emulator
         compare.iota(START, x)
         old(x[:1024])
         new(x[:1024].view(np.float32))

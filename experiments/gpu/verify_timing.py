@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from fa4num import golden
-from fa4num.gpu.ops import OpSpec
 from fa4num.gpu.kernels import run_range
 from fa4num.gpu.compare import count_mismatches as _count_diff, iota as _iota
 from fa4num.gpu.verify import CHUNK, exhaustive_plan

@@ -57,7 +57,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 
 from fa4num import fp, hw

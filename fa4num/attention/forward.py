@@ -816,8 +816,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
                             max_seqlen_k=max_seqlen_k, num_splits=num_splits, q_descale=q_descale,
                             k_descale=k_descale, v_descale=v_descale, page_table=page_table, nonfinite=nonfinite,
                             options=options)
-    seqs, batch, h, d, hk, dv, dt = setup.seqs, setup.batch, setup.heads, setup.head_dim, setup.heads_kv, \
-        setup.head_dim_v, setup.dtype
+    seqs, h, hk, dv, dt = setup.seqs, setup.heads, setup.heads_kv, setup.head_dim_v, setup.dtype
     h_per_kv, window, softcap, sink, fp8 = h // hk, setup.window, setup.softcap, setup.sink, setup.fp8
     qd, kd, vd, num_splits, varlen_q, opts = setup.q_descale, setup.k_descale, setup.v_descale, \
         setup.num_splits, setup.varlen_q, setup.opts

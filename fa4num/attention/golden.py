@@ -62,8 +62,8 @@ def check_case(case: dict, z) -> CaseCheck:
 
 
 # ---- feature cases (softcap, windows, sinks, varlen, pack-GQA, non-finite inputs, odd scales, hd256 x GQA) -----
-# repository checkouts only (tests/golden is not package data)
-GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[2] / "tests" / "golden" / "attention"
+# package data beside the plain cases: fa4num.bounds.validate checks the bound on them from a wheel too
+GOLDEN_DIR = GOLDEN_SM90.parent
 FEATURE_FILES = {tag: GOLDEN_DIR / f"fa4_sm90_features_{tag}_h200.npz" for tag in ("dev", "holdout")}
 
 

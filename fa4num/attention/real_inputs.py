@@ -216,8 +216,8 @@ def minilm_qkv(*, text: str = PASSAGE, dtype: str = "bfloat16", max_len: int = 5
     Examples
     --------
     >>> r = minilm_qkv(text="flash attention")
-    >>> r["tokens"], len(r["layers"]), r["layers"][0][0].shape, r["layers"][0][0].dtype
-    (4, 6, (1, 4, 12, 32), dtype(bfloat16))
+    >>> r["tokens"], len(r["layers"]), r["layers"][0][0].shape, r["layers"][0][0].dtype.name
+    (4, 6, (1, 4, 12, 32), 'bfloat16')
     """
     import ml_dtypes
     dts = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}

@@ -64,8 +64,9 @@ def _bmm_f32(a, b):
     return torch.bmm(a.float(), b.float())
 
 
-def _tile_p(sb, bias, sl2, emu_cols, coeffs, p_dtype, sat_max):
-    """P of one tile: ``sb`` (g, rows, nb, tn) scores, ``bias`` (g, rows, nb) = max_offset - max * scale_log2.
+def tile_p(sb, bias, sl2, emu_cols, coeffs, p_dtype, sat_max):
+    """P of one tile (public so that experiments/gpu/bench_forward_torch.py can time a torch.compile'd copy in
+    its place, the one global the dense loop looks up per tile): ``sb`` (g, rows, nb, tn) scores, ``bias`` (g, rows, nb) = max_offset - max * scale_log2.
     Returns (P cast to the P dtype in (g, nb, rows, tn) layout for the per-block P V products, the fp32 row
     sums of each block (g, rows, nb), saturated-P counts (g, rows)). softmax.py ``apply_exp2_convert``: x =
     S * scale_log2 + bias, exp2 (MUFU, or the software polynomial on the emulated columns), p < 2^-126 -> 0."""
@@ -198,13 +199,11 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
     n_sat = torch.zeros_like(n_done)
     lag_all = torch.zeros((g, rep, sq), device=dev)
     r_pos, c_keys = _tile_sizes(g * rep, sq, sk, tn, max_tile_elems)
-    diag = sk - sq
     first, last_vis = _visible_range(w, sq, sk)
     for r0 in range(0, sq, r_pos):
         r1 = min(r0 + r_pos, sq)
         nr = r1 - r0
         qt = qg[:, :, r0:r1].reshape(g, rep * nr, d)
-        pos = (torch.arange(r0, r1, device=dev)).repeat(rep)                       # query position of each row
         m = torch.full((g, rep * nr), -math.inf, device=dev)
         true_m = m.clone()
         row_sum = torch.zeros_like(m)
@@ -257,7 +256,7 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
             suffix = torch.flip(torch.cumprod(torch.flip(acc64, [-1]), -1), [-1])
             later = torch.cat([suffix[..., 1:], torch.ones_like(suffix[..., :1])], -1)
             bias = (offset - m_safe.double() * sl2).float().flip(-1)                 # back to memory order
-            p, bsum, nsat = _tile_p(sb, bias, sl2, emu_cols, coeffs, p_dtype, _FP8_MAX.get(dt))
+            p, bsum, nsat = tile_p(sb, bias, sl2, emu_cols, coeffs, p_dtype, _FP8_MAX.get(dt))
             sat += nsat
             bsum = bsum.flip(-1)                                                     # visiting order
             total = acc64.prod(-1)

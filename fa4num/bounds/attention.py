@@ -275,7 +275,7 @@ def _bound_varlen(q, k, v, cu_q, cu_k, max_q, *, softmax_scale, causal, kernel, 
     # short sequence is legal: it is not wider than the batch's longest)
     masking.check_window_range(masking.resolve_window(bool(causal), options.get("window_size", (None, None))),
                                seqlen_q=int(lq.max(initial=0)), seqlen_k=int(lk.max(initial=0)))
-    h, d = qa.shape[1], qa.shape[2]
+    h = qa.shape[1]
     out = np.zeros(qa.shape)
     out_p = np.zeros(qa.shape)
     out_x = np.zeros(qa.shape)
@@ -361,7 +361,6 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     # with a score_mod the softmax runs on the modified score with scale_log2 = LOG2_E (compute_softmax_scale_log2)
     sl2, lam, dlam, dln2 = _delta_lambda(1.0 if softcap else scale)
-    arch = "sm90" if kernel == "fa4-sm90" else "sm100"
     tanh_err = _tanh_abs_error(opts.mufu_arch) if softcap else None
 
     # --- per-kernel constants -------------------------------------------------------------------------------
@@ -388,7 +387,6 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     eta_exp = max(2.0 ** -126, sw.absolute_subnormal if sw is not None else 0.0) * (1 + 2.0 ** (thr + off + 1))
     u_p, eta_p, pmax = P_FORMATS[dt]
     out_dt = "bfloat16" if dt.startswith("float8") else dt
-    u_o = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}[out_dt]
     # the gemm option names a tensor-core model and its accumulator table ("tcgen05" = the wgmma model with
     # Blackwell's table), config.GEMM_IMPL
     gemm, gemm_arch = config.GEMM_IMPL[opts.gemm]

@@ -1,5 +1,5 @@
-"""The attention bound against observed errors: real FA4 kernel bits captured on an H200 (tests/golden/attention/)
-and the emulator (fa4num.attention.forward) on any inputs.
+"""The attention bound against observed errors: real FA4 kernel bits captured on an H200 (package data,
+fa4num/data/golden/) and the emulator (fa4num.attention.forward) on any inputs.
 
 ``check(q, k, v, out, lse, ...)`` counts violations (|observed - exact| > bound) and reports the tightness
 (largest bound / largest observed error, and the median over elements of bound / observed) over the elements with
@@ -158,8 +158,8 @@ def golden_cases(directory=None):
     --------
     >>> cases = golden_cases()
     >>> name, file, spec, q, k, v, out, idx, lse = cases[0]
-    >>> name, file, q.shape, out.dtype, lse.shape
-    ('onehot_d64_nc', 'fa4_sm90_h200.npz', (1, 100, 2, 64), dtype(bfloat16), (1, 2, 100))
+    >>> name, file, q.shape, out.dtype.name, lse.shape
+    ('onehot_d64_nc', 'fa4_sm90_h200.npz', (1, 100, 2, 64), 'bfloat16', (1, 2, 100))
     """
     from fa4num.attention import inputs
     d = pathlib.Path(directory) if directory is not None else GOLDEN_DIR

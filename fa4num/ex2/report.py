@@ -56,8 +56,8 @@ def _main_section(ctx: ReportContext) -> Section:
     from .plots import plot_error_vs_x, plot_ulp_histogram
     impl = fa4_implementation(3, variant="packed")
     dom = Domain(lo=MAIN_DOMAIN.lo, hi=MAIN_DOMAIN.hi, stride=QUICK_MAIN_STRIDE if ctx.quick else 1)
-    if ctx.progress:   # numba compiles the sweep kernels on the first run (cached on disk afterwards)
-        _say("report: compiling the sweep kernels (numba; up to ~30 s on the first run only) ...")
+    # numba compiles the sweep kernels on the first run (cached on disk afterwards)
+    ctx.say("report: compiling the sweep kernels (numba; up to ~30 s on the first run only) ...")
     full = sweep(impl, dom, progress=ctx.progress)
     grid = sweep(impl, Domain(kind="grid", lo=-126.0, hi=0.0, grid_bits=ctx.grid_bits), progress=ctx.progress)
     # 2^(n + f) = 2^n 2^f exactly and FA4 adds n to the exponent, so one period shows the error's shape

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 
-from . import _sollya
+from . import sollya
 from ._certify import certify
 from ._exact import TooManySets, bounded_search, exact_search
 from ._formats import FORMATS, Format, get_format
@@ -380,10 +380,10 @@ def _fa4_recipe(target, degree, interval, error, fmt: Format, timings):
     own = lattice_round(prob_free, free_opt.coeffs, free_opt.zeros, formats)
     timings["own_fpminimax"] = time.perf_counter() - t0
     sollya_coeffs = None
-    if _sollya.available() and isinstance(target.name, str):
+    if sollya.available() and isinstance(target.name, str):
         function = "exp(x*log(2.0))" if target.name == EXP2.name else target.name.replace("**", "^")
         t0 = time.perf_counter()
-        sollya_coeffs = _sollya.fpminimax_fa4(degree, interval=interval, error=error,
+        sollya_coeffs = sollya.fpminimax_fa4(degree, interval=interval, error=error,
                                               precision=fmt.precision, function=function)
         timings["sollya"] = time.perf_counter() - t0
         for k, c in enumerate(sollya_coeffs):

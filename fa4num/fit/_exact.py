@@ -224,14 +224,17 @@ def _tight_basis(Q, shift, y, grid):
 def _highs_min(Q, shift, c):
     """argmin c.y over {-1 - shift <= Q y <= 1 - shift} by HiGHS (scipy), None when infeasible."""
     from scipy.optimize import linprog
-    res = linprog(c, A_ub=np.vstack([Q, -Q]), b_ub=np.concatenate([1 - shift, 1 + shift]), bounds=(None, None),
-                  method="highs", options={"primal_feasibility_tolerance": 1e-10,
-                                           "dual_feasibility_tolerance": 1e-10})
-    if res.status == 2:
-        return None
-    if res.status != 0:
-        raise RuntimeError(f"exact search: LP failed (status {res.status}: {res.message})")
-    return res.x
+    # HiGHS's default choice can stop on these thin polytopes with "numerical difficulties" (status 4; seen with
+    # scipy 1.17 at 1e-10 tolerances) where its interior-point method (with crossover to a vertex) solves them
+    for method in ("highs", "highs-ipm"):
+        res = linprog(c, A_ub=np.vstack([Q, -Q]), b_ub=np.concatenate([1 - shift, 1 + shift]),
+                      bounds=(None, None), method=method, options={"primal_feasibility_tolerance": 1e-10,
+                                                                   "dual_feasibility_tolerance": 1e-10})
+        if res.status == 2:
+            return None
+        if res.status == 0:
+            return res.x
+    raise RuntimeError(f"exact search: LP failed (status {res.status}: {res.message})")
 
 
 def _last_range(region: _Region, fixed_u: np.ndarray):

@@ -606,8 +606,9 @@ def from_bf16x2(d):
     Examples
     --------
     >>> import numpy as np
-    >>> from_bf16x2(to_bf16x2(np.float32(1.0), np.float32(-3.0)))
-    (np.float32(1.0), np.float32(-3.0))
+    >>> hi, lo = from_bf16x2(to_bf16x2(np.float32(1.0), np.float32(-3.0)))
+    >>> float(hi), float(lo), hi.dtype.name
+    (1.0, -3.0, 'float32')
     """
     return _unpack(d, "bf16", "d")
 

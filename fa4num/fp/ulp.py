@@ -94,8 +94,9 @@ def from_bits(bits, dtype="float32") -> np.ndarray:
     >>> import numpy as np
     >>> from_bits(np.array([0x3F800000, 0x7F800000, 1], np.uint32))   # 1, inf, the smallest subnormal
     array([1.e+00,    inf, 1.e-45], dtype=float32)
-    >>> from_bits(np.array([0x3FC0], np.uint16), "bfloat16")
-    array([1.5], dtype=bfloat16)
+    >>> b = from_bits(np.array([0x3FC0], np.uint16), "bfloat16")
+    >>> b.astype(np.float32).tolist(), b.dtype.name
+    ([1.5], 'bfloat16')
     """
     if dtype not in _BY_NAME:
         raise ValueError(f"dtype must be one of {sorted(_BY_NAME)}, got {dtype!r}")

@@ -15,7 +15,7 @@ import numpy as np
 from .. import golden
 from ..constants import POLY_EX2_BITS
 from . import ptx, require_gpu, run_provenance
-from .ops import PACK_AB, PACK_F16X2, OpSpec
+from .ops import PACK_AB, PACK_F16X2, OpSpec, arith_plan
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,6 @@ def custom_coeffs() -> dict:
 
 def golden_plan() -> list[Spec]:
     """Every golden set that ``capture_golden`` writes, in file order (a pure function: CPU tests list it too)."""
-    from .verify import arith_plan
     plan = [Spec("fp", s.ptx, "ternary" if s.op == "fma" else "binary", s) for s in arith_plan()]
     conversions = [("unary", OpSpec("to_bf16")), ("unary", OpSpec("to_fp16")),
                    ("pair", OpSpec("to_bf16", packed=PACK_AB)), ("pair", OpSpec("to_e4m3", packed=PACK_AB)),

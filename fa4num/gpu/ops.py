@@ -280,3 +280,11 @@ def _from_narrow(op: str):
         lo = f((x & np.uint32(0xFF)).astype(np.uint8).view(dt))
         return (_f16_bits_of_f32(np.asarray(hi)) << np.uint32(16)) | _f16_bits_of_f32(np.asarray(lo))
     return fp8_to_f16x2
+
+
+def arith_plan() -> list[OpSpec]:
+    """The sampled binary and ternary operations (fa4num.gpu.verify, and the golden sets of fa4num.gpu.capture):
+    add/sub/mul/fma in every rounding with and without .ftz, max/min with and without .ftz."""
+    plan = [OpSpec.arith(o, r, ftz=z) for o in ("add", "sub", "mul", "fma") for r in ptx.ROUNDINGS
+            for z in (False, True)]
+    return plan + [OpSpec.arith(o, ftz=z) for o in ("max", "min") for z in (False, True)]

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import golden
 from . import _pool, compare, fused, ptx, require_gpu, run_provenance
-from .ops import OpSpec
+from .ops import OpSpec, arith_plan   # arith_plan: in ops, so that capture (golden sets) shares it
 
 CHUNK = golden.EXHAUSTIVE_CHUNK     # inputs per sweep step (2^24, the digest chunk)
 TOTAL = 1 << 32                     # inputs of an exhaustive unary sweep
@@ -59,13 +59,6 @@ def exhaustive_plan() -> list[OpSpec]:
     plan += [OpSpec("to_bf16"), OpSpec("to_fp16"), OpSpec("to_e4m3", packed="hi=x,lo=-x"),
              OpSpec("to_e5m2", packed="hi=x,lo=-x")]
     return plan
-
-
-def arith_plan() -> list[OpSpec]:
-    """add/sub/mul/fma in every rounding with and without .ftz, max/min with and without .ftz."""
-    plan = [OpSpec.arith(o, r, ftz=z) for o in ("add", "sub", "mul", "fma") for r in ptx.ROUNDINGS
-            for z in (False, True)]
-    return plan + [OpSpec.arith(o, ftz=z) for o in ("max", "min") for z in (False, True)]
 
 
 class Pipeline:

@@ -10,8 +10,8 @@ E = 255 (inf, NaN) is a binade like the others. The GPU script rebuilds all 2^32
 and counts the mismatches before writing it, so a table that loads is exact on every input it was measured on.
 The sm90 table measured on the H200 ships with the package (fa4num/hw/data/mufu_tanh_sm90.npz); the SM100
 emulation uses it too by default (``mufu_arch="sm90"``: no Blackwell GPU was available to measure one). For an
-arch with no table (neither that file nor a capture mufu_tanh_<arch>_h200.npz under tests/golden/ or
-experiments/results/), :func:`tanh_table_available` is False and callers fall back to libm's tanh, which results
+arch with no table (no fa4num/hw/data/mufu_tanh_<arch>.npz: the library reads package data only, so a wheel
+and a checkout agree), :func:`tanh_table_available` is False and callers fall back to libm's tanh, which results
 report (``tanh_exact``).
 """
 from __future__ import annotations
@@ -24,31 +24,23 @@ import numpy as np
 from .mufu import _as_bits, _finish   # the MUFU models' one input rule: float32 only, arrays or tensors
 
 KINDS = {"identity": 0, "const": 1, "table": 2}
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _candidates(arch: str):
-    yield pathlib.Path(__file__).resolve().parent / "data" / f"mufu_tanh_{arch}.npz"
-    for base in ("tests/golden", "experiments/results"):
-        d = _ROOT / base
-        if d.is_dir():
-            yield from sorted(d.rglob(f"mufu_tanh_{arch}_*.npz"))
 
 
 @lru_cache(maxsize=None)
 def _load(arch: str):
-    """The measured table of ``arch`` (first self-checked file found), or None; read once per arch."""
-    for p in _candidates(arch):
-        if p.exists():
-            z = np.load(p)
-            if int(z["mismatches"]) == 0:
-                t = {k: z[k] for k in ("kind", "drop", "const", "offset")}
-                # the shipped file keeps the table as first differences (they compress 20x better than the
-                # entries); a raw GPU capture keeps the entries
-                t["table"] = (np.cumsum(z["table_diff"], dtype=np.int64).astype(np.uint32)
-                              if "table_diff" in z.files else z["table"])
-                return t
-    return None
+    """The measured table of ``arch`` (package data, self-checked), or None; read once per arch."""
+    p = pathlib.Path(__file__).resolve().parent / "data" / f"mufu_tanh_{arch}.npz"
+    if not p.exists():
+        return None
+    z = np.load(p)
+    if int(z["mismatches"]) != 0:
+        return None
+    t = {k: z[k] for k in ("kind", "drop", "const", "offset")}
+    # the shipped file keeps the table as first differences (they compress 20x better than the entries); a raw
+    # GPU capture keeps the entries
+    t["table"] = (np.cumsum(z["table_diff"], dtype=np.int64).astype(np.uint32)
+                  if "table_diff" in z.files else z["table"])
+    return t
 
 
 def tanh_table(arch: str = "sm90"):
@@ -124,8 +116,8 @@ def mufu_tanh(x, *, arch: str = "sm90", ftz: bool = True) -> np.ndarray:
     --------
     >>> import numpy as np
     >>> y = mufu_tanh(np.array([0.0, 2 ** -20, 0.5, 20.0], np.float32))
-    >>> y[:2].tolist(), y[3]
-    ([0.0, 9.5367431640625e-07], np.float32(1.0))
+    >>> y[:2].tolist(), float(y[3]), y.dtype.name
+    ([0.0, 9.5367431640625e-07], 1.0, 'float32')
     >>> abs(float(y[2]) - float(np.tanh(0.5))) < 2 ** -10
     True
     """

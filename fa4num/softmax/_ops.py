@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, vectorize
 
-from fa4num.constants import LN2_F32, LOG2_E_F32  # 0x3F317218 and utils.LOG2_E as a Float32 constant
+from fa4num.constants import LN2_F32 as LN2_F32  # re-exported: sm90/sm100 read it with the ops
+from fa4num.constants import LOG2_E_F32  # utils.LOG2_E as a Float32 constant
 from fa4num.fp.scalar import fma_rn_f32
 
 

@@ -13,22 +13,6 @@ def _section(title, md, figs, data=None, checks=()):
     return Section(title, md, [str(f) for f in figs], data or {}, checks=list(checks))
 
 
-def _store_dirs(pattern: str) -> list[Path]:
-    """Result stores matching ``pattern`` anywhere under experiments/results (GPU runs may sit in a subfolder)."""
-    return sorted(p for p in RESULTS.glob(f"**/{pattern}") if p.is_dir() and any(p.glob("part-*.parquet")))
-
-
-def merged_skip_rows(dirs):
-    """Rows of several skip-rate stores; where two hold the same task (same key), a GPU row wins over a CPU row
-    (the GPU run is the reference run of the full grid)."""
-    import pandas as pd
-
-    from .store import read_store
-    df = pd.concat([read_store(d) for d in dirs], ignore_index=True, sort=False)
-    df = df.assign(_gpu=df.device.astype(str).str.startswith("cuda")).sort_values("_gpu", kind="stable")
-    return df.drop_duplicates("key", keep="last").drop(columns="_gpu").reset_index(drop=True)
-
-
 def report_section(out_dir, *, run_smoke: bool = True) -> list:
     """Report sections (``fa4num.section.Section``) of the studies, figures written into ``out_dir``.
 
@@ -69,7 +53,8 @@ def report_section(out_dir, *, run_smoke: bool = True) -> list:
         sections.append(_section("Studies: lazy-rescale skip rate (smoke grid)", md, figs,
                                  checks=[Check("smoke grid tasks", res.total - len(res.failed), len(res.failed),
                                                unit="tasks")]))
-    full = _store_dirs("study_skip_rate*")
+    from .store import merged_skip_rows, store_dirs
+    full = store_dirs(RESULTS, "study_skip_rate*")
     if full:
         df = merged_skip_rows(full)
         t = skip_table(df)

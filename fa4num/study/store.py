@@ -18,6 +18,21 @@ def part_files(out) -> list[Path]:
     return sorted(Path(out).glob(PART_GLOB))
 
 
+def store_dirs(root, pattern: str) -> list[Path]:
+    """Result stores (directories holding part files) whose name matches ``pattern`` anywhere under ``root`` (GPU
+    runs may sit in a subfolder), sorted."""
+    return sorted(p for p in Path(root).glob(f"**/{pattern}") if p.is_dir() and any(p.glob(PART_GLOB)))
+
+
+def merged_skip_rows(dirs):
+    """Rows of several skip-rate stores; where two hold the same task (same key), a GPU row wins over a CPU row
+    (the GPU run is the reference run of the full grid)."""
+    import pandas as pd
+    df = pd.concat([read_store(d) for d in dirs], ignore_index=True, sort=False)
+    df = df.assign(_gpu=df.device.astype(str).str.startswith("cuda")).sort_values("_gpu", kind="stable")
+    return df.drop_duplicates("key", keep="last").drop(columns="_gpu").reset_index(drop=True)
+
+
 def stored_keys(out) -> set[str]:
     """Keys of the rows already in the dataset (only the key column is read)."""
     import pyarrow.parquet as pq

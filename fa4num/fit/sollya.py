@@ -1,6 +1,7 @@
 """Sollya (https://www.sollya.org, 8.0) driven as a subprocess: the anchor that regenerates FA4's POLY_EX2
 and cross-checks our certified bounds. Nothing here is needed when Sollya is absent; callers check
-:func:`available` first.
+:func:`available` first. Public: the tests, experiments/fit_suite.py and benchmarks/bench_fit.py drive Sollya
+through it.
 
 FA4's coefficients come from the Sollya call quoted in ``flash_attn/cute/utils.py`` (POLY_EX2 comment):
 ``fpminimax(exp(x*log(2.0)), n, [|1,24...|], [0;1], relative)``.
@@ -16,11 +17,49 @@ _HEX = re.compile(r"^-?0x[0-9a-f]+(\.[0-9a-f]*)?p[-+]?\d+$|^0$", re.IGNORECASE)
 
 
 def available() -> bool:
+    """Whether a ``sollya`` executable is on PATH.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> isinstance(available(), bool)
+    True
+    """
     return shutil.which("sollya") is not None
 
 
 def run(script: str, *, timeout: float = 120.0) -> str:
-    """Run a Sollya script (fed on stdin) and return its stdout; raise RuntimeError on any error message."""
+    """Run a Sollya script (fed on stdin) and return its stdout.
+
+    Parameters
+    ----------
+    script : str
+        Sollya statements; ``quit;`` is appended.
+    timeout : float
+        Seconds before the subprocess is killed (subprocess.TimeoutExpired).
+
+    Returns
+    -------
+    str
+        What Sollya printed on stdout.
+
+    Raises
+    ------
+    RuntimeError
+        When Sollya is not installed, exits non-zero or prints an error message.
+
+    Examples
+    --------
+    >>> run("print(1 + 1);").strip() if available() else "2"
+    '2'
+    """
     exe = shutil.which("sollya")
     if exe is None:
         raise RuntimeError("sollya is not installed (Debian/Ubuntu: apt-get install sollya)")
