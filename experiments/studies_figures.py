@@ -2,8 +2,8 @@
 
     python experiments/studies_figures.py
 
-Reads experiments/results/**/study_skip_rate* (GPU rows win over CPU rows of the same task),
-experiments/results/study_error_budget and experiments/results/baselines_h200*.json; writes
+Reads fa4num/study/data/study_skip_rate* (GPU rows win over CPU rows of the same task),
+experiments/results/study_error_budget and fa4num/study/data/baselines_h200*.json; writes
 experiments/figures/study_*.png and experiments/results/studies_summary.md (Markdown tables with 95 % CIs over
 seeds, and where each number came from) plus studies_skip_ci.csv (the full CI table).
 """

@@ -98,11 +98,8 @@ def write_report(out_dir="fa4num-report", *, quick: bool = False, progress: bool
     (('broken',), True)
     """
     from fa4num.outputs import atomic_dir, check_output_dir
-    out_dir = check_output_dir(out_dir)
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "report.md").exists():
-        # the new report replaces the whole folder: never a folder that holds something else
-        raise ValueError(f"--out: {out_dir} is not empty and holds no report.md; give a new or empty folder, or "
-                         "one a previous report was written to")
+    # the new report replaces the whole folder: never one that holds something a previous report did not write
+    out_dir = check_output_dir(out_dir, replace=True)
     with atomic_dir(out_dir) as tmp:   # an interrupted report leaves out_dir exactly as it was
         failed = _write(Path(tmp), quick=quick, progress=progress,
                         sections=providers() if sections is None else sections)

@@ -30,8 +30,21 @@ def _list(args) -> int:
 
 
 def _summary(args) -> int:
+    from pathlib import Path
+
+    from fa4num.outputs import check_output_dir
+    out = Path(args.out)
+    if not out.is_dir():
+        raise ValueError(f"out: {out} " + ("is not a folder" if out.exists() else "does not exist") +
+                         "; give the --out folder of a `fa4num study run`")
+    from .store import part_files
+    if not part_files(out):
+        raise ValueError(f"out: {out} holds no study results (no part-*.parquet); give the --out folder of a "
+                         "`fa4num study run`")
+    if args.figures is not None:
+        check_output_dir(args.figures, option="--figures")
     from .summary import summarize
-    res = summarize(args.out, fig_dir=args.figures)
+    res = summarize(out, fig_dir=args.figures)
     print(res.markdown)
     return 0
 
@@ -40,7 +53,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("study", help="studies at scale on Dask: run grids, list them, summarise results")
     sub = p.add_subparsers(dest="study_command", metavar="ACTION")
     r = sub.add_parser("run", help="compute a grid's missing tasks into a Parquet dataset")
-    r.add_argument("grid", help="a grid name in experiments/grids (e.g. smoke) or a .toml file")
+    r.add_argument("grid", help="a shipped grid's name (`fa4num study list`; e.g. smoke) or a .toml file")
     r.add_argument("--out", required=True, help="result directory (Parquet dataset; reruns compute only what "
                                                 "is missing)")
     r.add_argument("--scheduler", default="local",
@@ -49,7 +62,7 @@ def register(subparsers) -> None:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--no-compact", action="store_true", help="keep one part file per flush")
     r.set_defaults(func=_run)
-    ls = sub.add_parser("list", help="grids in experiments/grids and the study functions")
+    ls = sub.add_parser("list", help="the grids shipped with fa4num and the study functions")
     ls.set_defaults(func=_list)
     s = sub.add_parser("summary", help="means with 95%% confidence intervals over seeds, and figures")
     s.add_argument("out", help="result directory of a skip_rate or error_budget grid")
