@@ -15,7 +15,7 @@ Examples
 >>> with atomic_dir(root / "rep") as tmp:
 ...     _ = (tmp / "a.txt").write_text("new")
 >>> sorted(p.name for p in (root / "rep").iterdir())
-['a.txt']
+['.fa4num-manifest.json', 'a.txt']
 """
 from __future__ import annotations
 
