@@ -181,7 +181,8 @@ def register(subparsers) -> None:
                     "compare degrees 1-5, the three forms and the MUFU model, the coefficient sets and one "
                     "attention forward pass, and write report.md, report.json and figures. About 1-2 minutes "
                     "on 2 cores. Exits 1 if a section failed (the others are still written).")
-    rep.add_argument("--out", default="fa4num-report", help="output directory (default: ./fa4num-report)")
+    from fa4num.argtypes import path_arg
+    rep.add_argument("--out", type=path_arg, default="fa4num-report", help="output directory (default: ./fa4num-report)")
     rep.add_argument("--quick", action="store_true",
                      help="subsample the exhaustive [-126, 0] sweep (every 257th bit pattern) for a fast look")
     rep.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -85,6 +85,14 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["study", "run", "no-such-grid", "--out", "/tmp"], "grid: expected a .toml file or one of ['error_budget',"),
     (["study", "run", "/nonexistent.toml", "--out", "/tmp"], "grid: /nonexistent.toml is not a file"),
     (["study", "run", "smoke", "--out", "/tmp/fa4num-never", "--scheduler", "local:0"], "scheduler 'local:N'"),
+    # an empty path is a mistake, not the current folder
+    (["study", "run", "smoke", "--out", ""], "--out: expected a file or folder path, got ''"),
+    (["sweep", "--out", " ", "--range", "1", "1"], "--out: expected a file or folder path"),
+    (["report", "--out", ""], "--out: expected a file or folder path"),
+    (["attention", "run", "--shape", "1,16,1,64", "--json", ""], "--json: expected a file or folder path"),
+    (["sweep", "--name", "", "--range", "1", "1", "--out", "/tmp/fa4num-never"], "--name: '' must be a plain"),
+    (["gpu", "attention", "--device", "cpu", "--shape", "1,16,2,64", "--kv-heads", "3"], "--kv-heads: must divide"),
+    (["gpu", "attention", "--device", "cpu", "--scale", "nan"], "--scale: expected a finite number"),
 ]
 
 

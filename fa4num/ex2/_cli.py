@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from fa4num.argtypes import nonneg_int, not_nan_float, positive_int
+from fa4num.argtypes import nonneg_int, not_nan_float, path_arg, positive_int
 from fa4num.outputs import atomic_files, check_output_dir
 
 
@@ -107,7 +107,7 @@ def _sweep(args) -> int:
     else:
         lo, hi = args.range if args.range is not None else (-math.inf, math.inf)
         domain = Domain(lo=lo, hi=hi, stride=args.stride)
-    stem = args.name or impl.name
+    stem = impl.name if args.name is None else args.name
     if not stem or "/" in stem or stem.startswith("."):
         raise ValueError(f"--name: {stem!r} must be a plain file stem (no '/', not starting with '.')")
     # finished chunks are kept here until the result is written: a re-run of an interrupted sweep resumes
@@ -151,7 +151,7 @@ def register(subparsers) -> None:
                     help="instead of bit patterns: x = k*2^-BITS in [LO, HI] (uniform in x)")
     sw.add_argument("--chunk", type=positive_int, default=1 << 24, help="inputs per fused pass (default 2^24)")
     sw.add_argument("--xbins", type=nonneg_int, default=512, help="bins in x for the error-vs-x figure (finite ranges)")
-    sw.add_argument("--out", default="fa4num-sweep", help="output directory (default: ./fa4num-sweep)")
+    sw.add_argument("--out", type=path_arg, default="fa4num-sweep", help="output directory (default: ./fa4num-sweep)")
     sw.add_argument("--name", default=None, help="file stem (default: the implementation's name)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     sw.set_defaults(func=_sweep)

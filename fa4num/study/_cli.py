@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from fa4num.argtypes import path_arg
+
 
 def _run(args) -> int:
     from fa4num.outputs import check_output_dir
@@ -53,8 +55,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("study", help="studies at scale on Dask: run grids, list them, summarise results")
     sub = p.add_subparsers(dest="study_command", metavar="ACTION")
     r = sub.add_parser("run", help="compute a grid's missing tasks into a Parquet dataset")
-    r.add_argument("grid", help="a shipped grid's name (`fa4num study list`; e.g. smoke) or a .toml file")
-    r.add_argument("--out", required=True, help="result directory (Parquet dataset; reruns compute only what "
+    r.add_argument("grid", type=path_arg, help="a shipped grid's name (`fa4num study list`; e.g. smoke) or a .toml file")
+    r.add_argument("--out", type=path_arg, required=True, help="result directory (Parquet dataset; reruns compute only what "
                                                 "is missing)")
     r.add_argument("--scheduler", default="local",
                    help="local (a LocalCluster, one worker per core), local:N, none (in this process, no "
@@ -65,7 +67,7 @@ def register(subparsers) -> None:
     ls = sub.add_parser("list", help="the grids shipped with fa4num and the study functions")
     ls.set_defaults(func=_list)
     s = sub.add_parser("summary", help="means with 95%% confidence intervals over seeds, and figures")
-    s.add_argument("out", help="result directory of a skip_rate or error_budget grid")
-    s.add_argument("--figures", default=None, help="write figures into this directory")
+    s.add_argument("out", type=path_arg, help="result directory of a skip_rate or error_budget grid")
+    s.add_argument("--figures", type=path_arg, default=None, help="write figures into this directory")
     s.set_defaults(func=_summary)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
