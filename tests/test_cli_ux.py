@@ -84,7 +84,8 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["study", "summary", "/proc/version"], "out: /proc/version is not a folder"),
     (["study", "run", "no-such-grid", "--out", "/tmp"], "grid: expected a .toml file or one of ['error_budget',"),
     (["study", "run", "/nonexistent.toml", "--out", "/tmp"], "grid: /nonexistent.toml is not a file"),
-    (["study", "run", "smoke", "--out", "/tmp/fa4num-never", "--scheduler", "local:0"], "scheduler 'local:N'"),
+    (["study", "run", "smoke", "--out", "/tmp/fa4num-never", "--scheduler", "local:0"],
+     "--scheduler: scheduler 'local:N' needs N >= 1"),
     # an empty path is a mistake, not the current folder
     (["study", "run", "smoke", "--out", ""], "--out: expected a file or folder path, got ''"),
     (["sweep", "--out", " ", "--range", "1", "1"], "--out: expected a file or folder path"),

@@ -10,7 +10,11 @@ from fa4num.argtypes import path_arg
 def _run(args) -> int:
     from fa4num.outputs import check_output_dir
     check_output_dir(args.out)   # before the grid is loaded and the cluster started
-    from .runner import run_grid
+    from .runner import parse_scheduler, run_grid
+    try:
+        parse_scheduler(args.scheduler)
+    except ValueError as exc:
+        raise ValueError(f"--scheduler: {exc}") from None
     summary = run_grid(args.grid, args.out, scheduler=args.scheduler, progress=not args.no_progress,
                        compact=not args.no_compact)
     for cfg, err in summary.failed:
