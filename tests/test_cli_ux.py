@@ -55,6 +55,7 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["fit", "--monomials", "12"], "--monomials: expected"),
     (["fit", "--interval", "1", "0"], "--interval: A must be < B"),
     (["fit", "--fixed", "a=b"], "--fixed: expected K=V"),
+    (["fit", "--interval", "0", "pi/0"], "--interval: not a number or constant expression: 'pi/0' (ZeroDivisionError)"),
     (["fit", "--fixed", "7=1", "--degree", "3"], "--fixed: power 7 outside 0-3"),
     (["fit", "--function", "nosuch(x)"], "--function: unknown name 'nosuch'"),
     (["fit", "--function", "1/x", "--interval", "-1", "1"], "--function: 1/x has a pole"),
@@ -264,6 +265,16 @@ def test_study_summary_of_a_folder_without_results(tmp_path, capsys):
 def test_fit_degree_limit_is_the_fitters():
     from fa4num.fit import _api, _cli
     assert _cli._MAX_DEGREE == _api.MAX_DEGREE
+
+
+def test_fit_default_name_is_a_valid_name():
+    """An interval printed as 1e+30 made the default name one that --name's own check refuses."""
+    from fa4num import cli
+    from fa4num.fit import _cli
+    args = cli.build_parser("fit").parse_args(["fit", "--interval", "-1e-30", "1e30"])
+    args.degree = 3
+    name = _cli._default_name(args)
+    assert name.endswith("-1e-30_1e30") and all(ch.isalnum() or ch in "-_." for ch in name)
 
 
 def test_negative_numbers_in_scientific_form_are_values():

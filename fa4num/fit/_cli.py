@@ -76,7 +76,8 @@ def _number(text: str) -> float:
         with mpmath.workprec(128):
             return float(make_target(text).mp(mpmath.mpf(0)))
     except (ValueError, TypeError, ZeroDivisionError) as exc:
-        raise argparse.ArgumentTypeError(f"not a number or constant expression: {text!r} ({exc})") from None
+        why = str(exc) or type(exc).__name__   # ZeroDivisionError from mpmath has no text
+        raise argparse.ArgumentTypeError(f"not a number or constant expression: {text!r} ({why})") from None
 
 
 def _powers(text: str) -> list:
@@ -258,5 +259,5 @@ def _default_name(args) -> str:
     if args.error != "relative":
         name += f"-{args.error}"
     if tuple(args.interval) != (0.0, 1.0):
-        name += f"-{args.interval[0]:g}_{args.interval[1]:g}"
+        name += f"-{args.interval[0]:g}_{args.interval[1]:g}".replace("+", "")   # 1e+30: '+' is not a name character
     return name
