@@ -260,6 +260,10 @@ def test_study_summary_of_a_folder_without_results(tmp_path, capsys):
     assert main(["study", "summary", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no study results" in err
+    smoke = Path(__import__("fa4num").__file__).parent / "study" / "data" / "study_smoke"
+    assert main(["study", "summary", str(smoke), "--figures", str(tmp_path / "figs")]) == 0
+    assert "wrote 3 figures" in capsys.readouterr().out
+    assert sorted(p.suffix for p in (tmp_path / "figs").iterdir()) == [".png"] * 3   # no temporary folder left
 
 
 def test_fit_degree_limit_is_the_fitters():

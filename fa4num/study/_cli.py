@@ -38,7 +38,7 @@ def _list(args) -> int:
 def _summary(args) -> int:
     from pathlib import Path
 
-    from fa4num.outputs import check_output_dir
+    from fa4num.outputs import atomic_files, check_output_dir
     out = Path(args.out)
     if not out.is_dir():
         raise ValueError(f"out: {out} " + ("is not a folder" if out.exists() else "does not exist") +
@@ -50,8 +50,14 @@ def _summary(args) -> int:
     if args.figures is not None:
         check_output_dir(args.figures, option="--figures")
     from .summary import summarize
-    res = summarize(out, fig_dir=args.figures)
+    if args.figures is None:
+        res = summarize(out)
+    else:
+        with atomic_files(args.figures) as tmp:   # all figures or none: an interrupt leaves no half-written PNG
+            res = summarize(out, fig_dir=tmp)
     print(res.markdown)
+    if args.figures is not None:
+        print(f"wrote {len(res.figures)} figures to {args.figures}")
     return 0
 
 
@@ -59,9 +65,10 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("study", help="studies at scale on Dask: run grids, list them, summarise results")
     sub = p.add_subparsers(dest="study_command", metavar="ACTION")
     r = sub.add_parser("run", help="compute a grid's missing tasks into a Parquet dataset")
-    r.add_argument("grid", type=path_arg, help="a shipped grid's name (`fa4num study list`; e.g. smoke) or a .toml file")
-    r.add_argument("--out", type=path_arg, required=True, help="result directory (Parquet dataset; reruns compute only what "
-                                                "is missing)")
+    r.add_argument("grid", type=path_arg,
+                   help="a shipped grid's name (`fa4num study list`; e.g. smoke) or a .toml file")
+    r.add_argument("--out", type=path_arg, required=True,
+                   help="result directory (Parquet dataset; reruns compute only what is missing)")
     r.add_argument("--scheduler", default="local",
                    help="local (a LocalCluster, one worker per core), local:N, none (in this process, no "
                         "Dask) or a Dask scheduler address tcp://HOST:PORT (default: local)")
