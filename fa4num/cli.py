@@ -98,7 +98,9 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    import threading
+    main_thread = threading.current_thread() is threading.main_thread()   # signal handlers: main thread only
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as err:
@@ -119,7 +121,8 @@ def main(argv=None) -> int:
         sys.stderr.write(f"fa4num: error: {what} (run with --debug for the traceback)\n")
         return 1
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
