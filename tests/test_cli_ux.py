@@ -87,6 +87,7 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["study", "run", "/nonexistent.toml", "--out", "/tmp"], "grid: /nonexistent.toml is not a file"),
     (["study", "run", "smoke", "--out", "/tmp/fa4num-never", "--scheduler", "local:0"],
      "--scheduler: scheduler 'local:N' needs N >= 1"),
+    (["attention", "run", "--shape", "1,16,1,64", "--scale", "nan"], "--scale: expected a number (not NaN)"),
     # an empty path is a mistake, not the current folder
     (["study", "run", "smoke", "--out", ""], "--out: expected a file or folder path, got ''"),
     (["sweep", "--out", " ", "--range", "1", "1"], "--out: expected a file or folder path"),

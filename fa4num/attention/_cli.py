@@ -9,7 +9,7 @@ import pathlib
 import sys
 import time
 
-from fa4num.argtypes import finite_float, int_tuple, nonneg_int, path_arg, positive_int
+from fa4num.argtypes import finite_float, int_tuple, nonneg_int, not_nan_float, path_arg, positive_int
 from fa4num.outputs import atomic_files, check_output_dir
 
 _shape = int_tuple(("batch", "seqlen_q", "heads", "head_dim"))
@@ -142,7 +142,7 @@ def register(subparsers) -> None:
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     r.add_argument("--inputs", default="normal", choices=("normal", "exact", "exact_onehot"))
     r.add_argument("--q-mult", type=finite_float, default=1.0, help="scale q (larger logits)")
-    r.add_argument("--scale", type=float, default=None,
+    r.add_argument("--scale", type=not_nan_float, default=None,
                    help="softmax_scale (default 1/sqrt(head_dim)); any value FA4 accepts, negative included")
     r.add_argument("--seed", type=nonneg_int, default=0)
     r.add_argument("--allow-nonfinite", action="store_true",
