@@ -9,6 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
 H200 = RESULTS / "h200_20261201"
+STUDY_DATA = ROOT / "fa4num" / "study" / "data"   # the study results the report shows too (package data)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -47,7 +48,7 @@ def skip_table():
     """CI table (95 % Student-t over seeds) of the skip-rate stores; H200 rows win over CPU rows of a task."""
     from fa4num.study import summary
     from fa4num.study.store import merged_skip_rows, store_dirs
-    dirs = store_dirs(RESULTS, "study_skip_rate*")
+    dirs = store_dirs(STUDY_DATA, "study_skip_rate*")
     df = merged_skip_rows(dirs)
     return summary.skip_table(df), df
 
@@ -56,12 +57,12 @@ def cpu_skip_table():
     """The CPU grid alone (to 8k), for the cross-check of the H200 numbers."""
     from fa4num.study import summary
     from fa4num.study.store import read_store
-    return summary.skip_table(read_store(RESULTS / "study_skip_rate_cpu"))
+    return summary.skip_table(read_store(STUDY_DATA / "study_skip_rate_cpu"))
 
 
 def baselines():
     from fa4num.study.baselines import load_baselines
-    return load_baselines([H200 / "baselines_h200_fp64gpu.json"])
+    return load_baselines([STUDY_DATA / "baselines_h200_fp64gpu.json"])
 
 
 def error_budget():

@@ -3,8 +3,8 @@ the tables through experiments/paper_common.py).
 
     python experiments/paper_figures.py [NAME ...]      # paper/figures/NAME.pdf; all when no NAME is given
 
-skip_threshold, skip_seqlen, rescales_per_row : skip-rate stores (experiments/results/**/study_skip_rate*)
-baselines     : experiments/results/h200_20261201/baselines_h200_fp64gpu.json
+skip_threshold, skip_seqlen, rescales_per_row : skip-rate stores (fa4num/study/data/study_skip_rate*)
+baselines     : fa4num/study/data/baselines_h200_fp64gpu.json
 bounds, exp2_error : experiments/results/paper_bounds.json (experiments/paper_bounds.py)
 bounds_validation : experiments/results/bounds/bounds_validation.json (experiments/bounds_validation.py)
 knobs_heatmap, sink : experiments/results/fa4_knobs.json (sink also paper_sink_jump.json)

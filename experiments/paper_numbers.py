@@ -113,7 +113,7 @@ def baselines(bl):
     fam = bl[bl.backend != "SDPA math"]
     ratio = (fam.rel_l2 / fam.floor_rel_l2)
     m += macro("baseFusedOverMax", f"{ratio.max():.2f}")
-    j = json.loads((pc.H200 / "baselines_h200_fp64gpu.json").read_text())
+    j = json.loads((pc.STUDY_DATA / "baselines_h200_fp64gpu.json").read_text())
     m += macro("baseReference", tex_escape(j[0]["reference"]))
     sp = bl.pivot(index="shape", columns="backend", values="median_ms")
     m += macro("baseFaFasterCudnn", str(int((sp["FA4"] < sp["cuDNN"]).sum())))

@@ -2,8 +2,8 @@
 
     python experiments/studies_figures.py
 
-Reads experiments/results/**/study_skip_rate* (GPU rows win over CPU rows of the same task),
-experiments/results/study_error_budget and experiments/results/baselines_h200*.json; writes
+Reads fa4num/study/data/study_skip_rate* (GPU rows win over CPU rows of the same task),
+experiments/results/study_error_budget and fa4num/study/data/baselines_h200*.json; writes
 experiments/figures/study_*.png and experiments/results/studies_summary.md (Markdown tables with 95 % CIs over
 seeds, and where each number came from) plus studies_skip_ci.csv (the full CI table).
 """
@@ -24,7 +24,7 @@ def main() -> int:
     prov = provenance(kind="studies_figures")
     md = [f"# Studies: summary\n\nGenerated {prov['date']} at `{prov['code_revision']}` by "
           "`python experiments/studies_figures.py`. Intervals: 95 % Student-t over seeds.\n"]
-    dirs = store_dirs(res, "study_skip_rate*")
+    dirs = store_dirs(ROOT / "fa4num" / "study" / "data", "study_skip_rate*")
     if dirs:
         df = merged_skip_rows(dirs)
         t = summary.skip_table(df)

@@ -81,6 +81,19 @@ def any_int(text: str) -> int:
         raise _err("an integer", text) from None
 
 
+def path_arg(text: str) -> str:
+    """A file or folder path: not empty (an empty --out would silently mean the current folder) and no NUL.
+
+    Examples
+    --------
+    >>> path_arg("out/run1")
+    'out/run1'
+    """
+    if not text.strip() or "\0" in text:
+        raise argparse.ArgumentTypeError(f"expected a file or folder path, got {text!r}")
+    return text
+
+
 def int_tuple(names: tuple, *, lo: int = 1):
     """A type for comma-separated integers, one per name, each >= lo: ``int_tuple(("batch", "seqlen"))``."""
     what = f"{','.join(names)} ({len(names)} integers >= {lo})"

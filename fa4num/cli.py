@@ -4,13 +4,15 @@ this module only collects them, so a command lives next to the code it drives.
 Start-up is lazy: the table below names each command, the module that registers it and a one-line help, so
 ``fa4num --help`` imports nothing heavy and ``fa4num CMD ...`` imports only CMD's module. Errors are one line
 (``fa4num: error: --shape: expected ...``), exit status 2 for a bad argument or value, 1 for a failure while
-working, 130 for Ctrl-C; ``--debug`` (anywhere on the line) shows the traceback instead.
+working, 130 for Ctrl-C and 143 for SIGTERM (both clean up first: no temporary folder is left, finished study
+rows are stored); ``--debug`` (anywhere on the line) shows the traceback instead.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import re
+import signal
 import sys
 
 # (command, module holding register(), one-line help) -- order is the order of `fa4num --help`. A module may
@@ -28,12 +30,30 @@ _COMMANDS = (
 )
 
 
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-inf(inity)?$", re.IGNORECASE)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so that the same clean-up runs
+    (temporary output folders removed, finished study rows stored) before the one-line message."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 class UsageError(ValueError):
     """A bad argument found by a command after parsing (exit status 2, one line)."""
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``fa4num: error: --opt: message``, exit status 2."""
+    """argparse with one-line errors: ``fa4num: error: --opt: message``, exit status 2; and ``-1e9``, ``-inf``
+    read as negative numbers (argparse itself takes only ``-1`` or ``-1.5`` for a value, anything else for an
+    option: ``--range -inf 0`` and ``--lo -1e9`` failed with "expected 2 arguments")."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message):
         message = re.sub(r"^argument (\S+?)(/\S+)?: ", r"\1: ", message)
@@ -78,13 +98,17 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    import threading
+    main_thread = threading.current_thread() is threading.main_thread()   # signal handlers: main thread only
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         if debug:
             raise
-        sys.stderr.write("fa4num: interrupted\n")
-        return 130
+        term = isinstance(err, Terminated)
+        sys.stderr.write(f"fa4num: {'terminated (SIGTERM)' if term else 'interrupted'}\n")
+        return 143 if term else 130
     except (ValueError, TypeError) as err:   # bad values found by the library (it names the argument)
         if debug:
             raise
@@ -96,6 +120,9 @@ def main(argv=None) -> int:
         what = _one_line(err) if isinstance(err, OSError) else f"{type(err).__name__}: {_one_line(err)}"
         sys.stderr.write(f"fa4num: error: {what} (run with --debug for the traceback)\n")
         return 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

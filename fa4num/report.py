@@ -111,11 +111,8 @@ def write_report(out_dir="fa4num-report", *, quick: bool = False, progress: bool
     ('Golden: cases',)
     """
     from fa4num.outputs import atomic_dir, check_output_dir
-    out_dir = check_output_dir(out_dir)
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / "report.md").exists():
-        # the new report replaces the whole folder: never a folder that holds something else
-        raise ValueError(f"--out: {out_dir} is not empty and holds no report.md; give a new or empty folder, or "
-                         "one a previous report was written to")
+    # the new report replaces the whole folder: never one that holds something a previous report did not write
+    out_dir = check_output_dir(out_dir, replace=True)
     with atomic_dir(out_dir) as tmp:   # an interrupted report leaves out_dir exactly as it was
         failed, empty, refuted = _write(Path(tmp), quick=quick, progress=progress,
                                         sections=providers() if sections is None else sections)
@@ -298,7 +295,8 @@ def register(subparsers) -> None:
                     "attention forward pass, and write report.md, report.json and figures. About 1-2 minutes "
                     "on 2 cores. Exits 1 if a section failed (the others are still written), or a check compared "
                     "nothing or found failures.")
-    rep.add_argument("--out", default="fa4num-report", help="output directory (default: ./fa4num-report)")
+    from fa4num.argtypes import path_arg
+    rep.add_argument("--out", type=path_arg, default="fa4num-report", help="output directory (default: ./fa4num-report)")
     rep.add_argument("--quick", action="store_true",
                      help="subsample the exhaustive [-126, 0] sweep (every 257th bit pattern) for a fast look")
     rep.add_argument("--no-progress", action="store_true", help="no progress bars")

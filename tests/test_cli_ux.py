@@ -44,6 +44,58 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["attention", "golden", "--file", "/nonexistent.npz"], "--file: no such file"),
     (["study", "run", "smoke", "--out", "/proc/sys/fa4num-out"], "--out: cannot write to /proc/sys"),
     (["nosuchcommand"], "invalid choice"),
+    # issue 21: out-of-range values are refused, not replaced; the message names the option and the range
+    (["fit", "--degree", "0"], "--degree: expected an integer in 1-8, got '0'"),
+    (["fit", "--degree", "9"], "--degree: expected an integer in 1-8"),
+    (["fit", "--degree", "three"], "--degree: expected an integer in 1-8"),
+    (["fit", "--weight", "0"], "--weight: w(x) = '0' must be finite and non-zero on [0, 1]"),
+    (["fit", "--weight", "1/(x-0.5)"], "--weight: w(x) = '1/(x-0.5)' must be finite and non-zero"),
+    (["fit", "--weight", "nosuch(x)"], "--weight:"),
+    (["fit", "--monomials", "1,1"], "--monomials: expected comma-separated distinct powers in 0-8"),
+    (["fit", "--monomials", "12"], "--monomials: expected"),
+    (["fit", "--interval", "1", "0"], "--interval: A must be < B"),
+    (["fit", "--fixed", "a=b"], "--fixed: expected K=V"),
+    (["fit", "--interval", "0", "pi/0"], "--interval: not a number or constant expression: 'pi/0' (ZeroDivisionError)"),
+    (["fit", "--fixed", "7=1", "--degree", "3"], "--fixed: power 7 outside 0-3"),
+    (["fit", "--function", "nosuch(x)"], "--function: unknown name 'nosuch'"),
+    (["fit", "--function", "1/x", "--interval", "-1", "1"], "--function: 1/x has a pole"),
+    (["bounds", "attention", "--shape", "1,16,1"], "--shape: expected batch,seqlen_q,heads,head_dim"),
+    (["bounds", "attention", "--shape", "1,16,1,64", "--q-mult", "nan"], "--q-mult: expected a finite number"),
+    (["bounds", "attention", "--shape", "1,16,1,64", "--softmax-scale", "inf"], "--softmax-scale: expected a finite"),
+    (["bounds", "attention", "--shape", "1,16,1,64", "--seqlen-k", "-3"], "--seqlen-k: expected an integer >= 0"),
+    (["bounds", "attention", "--shape", "1,16,1,64", "--kernel", "fa4-sm100", "--rescale-threshold", "-1"],
+     "--rescale-threshold: expected a finite number >= 0"),
+    (["bounds", "attention", "--shape", "1,16,1,64", "--rescale-threshold", "4"], "--rescale-threshold: only fa4-sm100"),
+    (["bounds", "exp2", "--degree", "0"], "--degree: expected one of FA4's POLY_EX2 degrees 1-5"),
+    (["bounds", "exp2", "--lo", "nan"], "--lo: expected a number (not NaN)"),
+    (["bounds", "exp2", "--lo", "1", "--hi", "-1e3"], "--lo/--hi: need LO <= HI < 128"),
+    (["bounds", "exp2", "--hi", "inf"], "--lo/--hi: need LO <= HI < 128"),
+    (["bounds", "exp2", "--mufu", "--arch", "sm12"], "--arch: no measured MUFU tables for 'sm12'"),
+    (["sweep", "--range", "1e40", "2e40"], "--range: LO and HI must lie within fp32's range"),
+    (["sweep", "--range", "-1e39", "0"], "--range: LO and HI must lie within fp32's range"),
+    (["sweep", "--range", "1.00000001", "1.00000002"], "--range: [1.00000001, 1.00000002] holds no fp32 value"),
+    (["sweep", "--range", "0.1", "0.1", "--grid", "2"], "--range: [0.1, 0.1] holds no grid point"),
+    (["sweep", "--range", "-126", "0", "--grid", "30"], "--grid: 30 bits on [-126, 0] gives points that are not"),
+    (["sweep", "--range", "-1", "0", "--grid", "150"], "--grid: expected an integer in 0-149"),
+    (["sweep", "--degree", "9", "--range", "0", "1"], "--degree: degree must be one of [1, 2, 3, 4, 5]"),
+    (["sweep", "--impl", "mufu", "--degree", "3"], "--impl: mufu has no polynomial"),
+    (["sweep", "--arch", "sm90"], "--impl: fa4 is FA4's software exp2; --arch and --no-ftz are for --impl mufu"),
+    (["sweep", "--impl", "mufu", "--arch", "sm12", "--range", "0", "1"], "--arch: no measured MUFU tables"),
+    (["study", "summary", "/nonexistent-study"], "out: /nonexistent-study does not exist"),
+    (["study", "summary", "/proc/version"], "out: /proc/version is not a folder"),
+    (["study", "run", "no-such-grid", "--out", "/tmp"], "grid: expected a .toml file or one of ['error_budget',"),
+    (["study", "run", "/nonexistent.toml", "--out", "/tmp"], "grid: /nonexistent.toml is not a file"),
+    (["study", "run", "smoke", "--out", "/tmp/fa4num-never", "--scheduler", "local:0"],
+     "--scheduler: scheduler 'local:N' needs N >= 1"),
+    (["attention", "run", "--shape", "1,16,1,64", "--scale", "nan"], "--scale: expected a number (not NaN)"),
+    # an empty path is a mistake, not the current folder
+    (["study", "run", "smoke", "--out", ""], "--out: expected a file or folder path, got ''"),
+    (["sweep", "--out", " ", "--range", "1", "1"], "--out: expected a file or folder path"),
+    (["report", "--out", ""], "--out: expected a file or folder path"),
+    (["attention", "run", "--shape", "1,16,1,64", "--json", ""], "--json: expected a file or folder path"),
+    (["sweep", "--name", "", "--range", "1", "1", "--out", "/tmp/fa4num-never"], "--name: '' must be a plain"),
+    (["gpu", "attention", "--device", "cpu", "--shape", "1,16,2,64", "--kv-heads", "3"], "--kv-heads: must divide"),
+    (["gpu", "attention", "--device", "cpu", "--scale", "nan"], "--scale: expected a finite number"),
 ]
 
 
@@ -167,10 +219,11 @@ def test_fit_writes_only_when_asked(tmp_path, monkeypatch, capsys):
 
 def test_report_interrupted_leaves_previous_report(tmp_path, monkeypatch):
     from fa4num import report
+    from fa4num.outputs import MANIFEST, atomic_dir
     out = tmp_path / "rep"
-    out.mkdir()
-    (out / "report.md").write_text("old report")
-    (out / "old.png").write_bytes(b"old")
+    with atomic_dir(out) as tmp:   # a previous report
+        (tmp / "report.md").write_text("old report")
+        (tmp / "old.png").write_bytes(b"old")
 
     def interrupted(ctx):
         (ctx.out_dir / "exp2_error_vs_x.png").write_bytes(b"half a figure")
@@ -179,16 +232,143 @@ def test_report_interrupted_leaves_previous_report(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         report.write_report(out, quick=True, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
-    assert sorted(p.name for p in out.iterdir()) == ["old.png", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "old.png", "report.md"]
     assert (out / "report.md").read_text() == "old report"
 
 
 def test_report_refuses_a_folder_that_is_not_a_report(tmp_path):
     from fa4num import report
     (tmp_path / "precious.txt").write_text("x")
-    with pytest.raises(ValueError, match="--out: .* holds no report.md"):
+    (tmp_path / "report.md").write_text("my own notes, not a report fa4num wrote")
+    with pytest.raises(ValueError, match="--out: .* holds files fa4num did not write there .*precious.txt"):
         report.write_report(tmp_path, quick=True, progress=False)
     assert (tmp_path / "precious.txt").read_text() == "x"
+
+
+def test_report_out_never_deletes_what_it_did_not_write(tmp_path, capsys):
+    """A file the user put into a report folder: the next report is refused (one line, exit 2), the file kept;
+    a folder holding only a previous report's files is replaced."""
+    from fa4num import report
+    out = tmp_path / "rep"
+    sections = [("mine", lambda ctx: [report.Section("Mine", "text")])]
+    assert report.write_report(out, progress=False, sections=sections).ok
+    assert report.write_report(out, progress=False, sections=sections).ok   # its own files: replaced
+    (out / "notes.txt").write_text("mine")
+    assert main(["report", "--quick", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out:" in err and "notes.txt" in err
+    assert (out / "notes.txt").read_text() == "mine" and (out / "report.md").exists()
+
+
+def test_study_summary_of_a_folder_without_results(tmp_path, capsys):
+    assert main(["study", "summary", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no study results" in err
+    smoke = Path(__import__("fa4num").__file__).parent / "study" / "data" / "study_smoke"
+    assert main(["study", "summary", str(smoke), "--figures", str(tmp_path / "figs")]) == 0
+    assert "wrote 3 figures" in capsys.readouterr().out
+    assert sorted(p.suffix for p in (tmp_path / "figs").iterdir()) == [".png"] * 3   # no temporary folder left
+
+
+def test_fit_degree_limit_is_the_fitters():
+    from fa4num.fit import _api, _cli
+    assert _cli._MAX_DEGREE == _api.MAX_DEGREE
+
+
+def test_fit_default_name_is_a_valid_name():
+    """An interval printed as 1e+30 made the default name one that --name's own check refuses."""
+    from fa4num import cli
+    from fa4num.fit import _cli
+    args = cli.build_parser("fit").parse_args(["fit", "--interval", "-1e-30", "1e30"])
+    args.degree = 3
+    name = _cli._default_name(args)
+    assert name.endswith("-1e-30_1e30") and all(ch.isalnum() or ch in "-_." for ch in name)
+
+
+def test_negative_numbers_in_scientific_form_are_values():
+    """argparse alone reads -1e3 and -inf as options ("expected 2 arguments"): fa4num's parser reads them as
+    numbers, and an option is still an option."""
+    from fa4num import cli
+    args = cli.build_parser("sweep").parse_args(["sweep", "--range", "-1e3", "-inf", "--no-progress"])
+    assert args.range == [-1000.0, float("-inf")] and args.no_progress
+    args = cli.build_parser("bounds").parse_args(["bounds", "exp2", "--lo", "-1.5E+2", "--hi", "-.5"])
+    assert (args.lo, args.hi) == (-150.0, -0.5)
+
+
+def test_bounds_attention_that_checks_nothing_says_so(capsys):
+    """softmax_scale < 0 or huge logits: FA4 gives NaN everywhere and no element has a finite bound. The run says
+    it checked nothing and exits 3 (it used to print "violations 0 of N" and exit 0)."""
+    for extra in (["--softmax-scale", "-1"], ["--q-mult", "1e30"]):
+        assert main(["bounds", "attention", "--shape", "1,16,1,64", *extra]) == 3
+        cap = capsys.readouterr()
+        assert "not checked: 1024 of 1024 outputs" in cap.out
+        assert cap.err.count("\n") == 1 and "checked nothing" in cap.err
+    assert main(["bounds", "attention", "--shape", "1,16,1,64"]) == 0
+    assert "not checked" not in capsys.readouterr().out
+
+
+def test_bounds_attention_seqlen_k_zero_is_honoured(capsys):
+    """--seqlen-k 0 runs with no keys (it used to be replaced by seqlen_q): FA4's out is 0, and so is the bound."""
+    assert main(["bounds", "attention", "--shape", "1,16,1,64", "--seqlen-k", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "seqlen_k 0," in out and "violations 0 of 1024" in out
+
+
+def _interrupt_when(proc, ready, sig, timeout=120.0):
+    """Send ``sig`` to ``proc``'s process group (as a terminal's Ctrl-C does) once ``ready()`` holds."""
+    import signal
+    import time
+    t0 = time.monotonic()
+    while not ready():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() - t0 < timeout
+        time.sleep(0.05)
+    os.killpg(proc.pid, getattr(signal, sig))
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "fa4num: interrupted\n"),
+                                           ("SIGTERM", 143, "fa4num: terminated (SIGTERM)\n")])
+def test_report_interrupt_leaves_no_temp_folder(tmp_path, sig, code, line):
+    out = tmp_path / "rep"
+    proc = subprocess.Popen([sys.executable, "-m", "fa4num.cli", "report", "--quick", "--out", str(out)],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    rc, _, err = _interrupt_when(proc, lambda: any(p.name.endswith(".tmp") for p in tmp_path.iterdir()), sig)
+    assert rc == code and err.endswith(line) and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []   # no report, no temporary folder
+
+
+def test_study_ctrl_c_one_line_and_resumes(tmp_path):
+    """Ctrl-C on a study on a LocalCluster: one line (no worker tracebacks), the finished rows stored, and the
+    rerun computes only the rest."""
+    pytest.importorskip("distributed")
+    (tmp_path / "slowstudy.py").write_text(
+        "import pathlib, time\n"
+        "def slow(x, marks):\n"
+        "    pathlib.Path(marks, str(x)).touch()\n"
+        "    time.sleep(0.2 if x < 2 else 60)\n"
+        "    return {'y': x}\n")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    grid = tmp_path / "g.toml"
+    grid.write_text(f'study = "slowstudy:slow"\n[fixed]\nmarks = "{marks}"\n[[axes]]\nx = [0, 1, 2, 3]\n')
+    out = tmp_path / "res"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    proc = subprocess.Popen([sys.executable, "-m", "fa4num.cli", "study", "run", str(grid), "--out", str(out),
+                             "--scheduler", "local:1", "--no-progress"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    rc, _, err = _interrupt_when(proc, lambda: (marks / "2").exists(), "SIGINT")
+    assert rc == 130 and err == "fa4num: interrupted\n", err
+    from fa4num.study import store
+    assert sorted(store.read_store(out)["x"]) == [0, 1]
+    assert [p.name for p in out.iterdir() if not p.name.startswith("part-")] == []
+    grid.write_text(grid.read_text().replace("x = [0, 1, 2, 3]", "x = [0, 1, 2]"))
+    (tmp_path / "slowstudy.py").write_text("def slow(x, marks):\n    return {'y': x}\n")
+    done = subprocess.run([sys.executable, "-m", "fa4num.cli", "study", "run", str(grid), "--out", str(out),
+                           "--scheduler", "none", "--no-progress"], env=env, text=True, capture_output=True)
+    assert done.returncode == 0 and done.stdout.strip() == "3 tasks: 1 computed, 2 cached", done
 
 
 # --- packaging -----------------------------------------------------------------------------------------------
@@ -203,6 +383,20 @@ def test_data_is_package_data():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"fa4num.polys_data" = "polys"' in text
     assert 'include=["fa4num", "fa4num.*"]' in (ROOT / "setup.py").read_text()   # not fa4num-report/ beside it
+    for pattern in ("*.toml", "*.parquet"):   # the study grids and the committed study results
+        assert f'"{pattern}"' in text
+
+
+def test_grids_ship_with_the_package(capsys):
+    """`study list` shows exactly the grids under fa4num/study/grids (package data), wherever it runs from."""
+    from fa4num.study.grid import list_grids
+    pkg = Path(__import__("fa4num").__file__).parent
+    shipped = sorted(p.stem for p in (pkg / "study" / "grids").glob("*.toml"))
+    assert {"smoke", "skip_rate", "error_budget"} <= set(shipped)
+    assert [g.name for g in list_grids()] == shipped and all(pkg in g.path.parents for g in list_grids())
+    assert main(["study", "list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert listed == shipped
 
 
 def test_registry_entry_keeps_its_revision(tmp_path):

@@ -102,7 +102,7 @@ def test_grid_format_and_errors(tmp_path):
         gridmod.parse_grid({"study": "echo", "axes": [{"a": []}]})
     with pytest.raises(ValueError, match="unknown top-level"):
         gridmod.parse_grid({"study": "echo", "axis": {}})
-    with pytest.raises(ValueError, match="grid must be"):
+    with pytest.raises(ValueError, match="grid: expected a .toml file or one of"):
         gridmod.find_grid("no-such-grid")
     assert gridmod.config_key("echo", {"a": 1}) != gridmod.config_key("echo", {"a": 1}, version=2)
     for bad in ("local:0", "locale", "cluster"):

@@ -1,7 +1,7 @@
 """Dask scaling of the study runner: one grid on a LocalCluster of 1 worker, then of N workers (default 16).
 
 Each worker is one process with one thread (torch runs single-threaded inside it), and the grid
-(experiments/grids/scaling.toml: 96 skip-rate tasks at 8k tokens, every task its own input, CPU only) is run
+(fa4num/study/grids/scaling.toml: 96 skip-rate tasks at 8k tokens, every task its own input, CPU only) is run
 once per cluster size into a fresh result directory. The clock covers ``run_grid`` with the cluster up and every
 worker warmed (fa4num, torch imported; one small task run), so it measures the scheduling of the grid, not the
 start of the processes. speedup = seconds(1 worker) / seconds(N workers).

@@ -1,4 +1,4 @@
-"""The full skip-rate grid (experiments/grids/skip_rate.toml) on one GPU, without Dask.
+"""The full skip-rate grid (fa4num/study/grids/skip_rate.toml) on one GPU, without Dask.
 
 Runs every task of the grid that can run here (the MiniLM block needs the model package; the GPU machine has
 none, so those 54 tasks are left to a CPU run) in this process (``run_grid(scheduler="none")``): block maxima

@@ -9,7 +9,8 @@ import pathlib
 import sys
 import time
 
-from fa4num.argtypes import add_registry_option, coeffs, finite_float, int_tuple, nonneg_int, positive_int
+from fa4num.argtypes import (add_registry_option, coeffs, finite_float, int_tuple, nonneg_int, not_nan_float,
+                             path_arg, positive_int)
 from fa4num.outputs import atomic_files, check_output_dir
 
 _shape = int_tuple(("batch", "seqlen_q", "heads", "head_dim"))
@@ -57,7 +58,7 @@ def _run(args) -> int:
     from .reference import attention_fa_reference, attention_fp64, fa_rule, metrics, round_once
     b, s, h, d = args.shape
     json_path = None
-    if args.json:   # checked before the work
+    if args.json is not None:   # checked before the work
         json_path = pathlib.Path(args.json)
         check_output_dir(json_path.parent if str(json_path.parent) else ".", option="--json")
         if json_path.is_dir():
@@ -152,7 +153,7 @@ def register(subparsers) -> None:
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     r.add_argument("--inputs", default="normal", choices=("normal", "exact", "exact_onehot"))
     r.add_argument("--q-mult", type=finite_float, default=1.0, help="scale q (larger logits)")
-    r.add_argument("--scale", type=float, default=None,
+    r.add_argument("--scale", type=not_nan_float, default=None,
                    help="softmax_scale (default 1/sqrt(head_dim)); any value FA4 accepts, negative included")
     r.add_argument("--seed", type=nonneg_int, default=0)
     r.add_argument("--allow-nonfinite", action="store_true",
@@ -160,9 +161,9 @@ def register(subparsers) -> None:
     r.add_argument("--opt", action="append", type=_parse_opt, default=[], metavar="KEY=VALUE",
                    help="kernel option, e.g. rescale_threshold=4 ex2_emu_freq=0 coeffs=fa4-deg4 gemm=exact")
     add_registry_option(r)
-    r.add_argument("--json", default=None, help="also write the report here")
+    r.add_argument("--json", type=path_arg, default=None, help="also write the report here")
     r.set_defaults(func=_run)
     g = sub.add_parser("golden", help="re-check the H200 golden outputs of the SM90 kernel, bit for bit")
-    g.add_argument("--file", default=None)
+    g.add_argument("--file", type=path_arg, default=None, help="a golden .npz (default: the shipped SM90 file)")
     g.set_defaults(func=_golden)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

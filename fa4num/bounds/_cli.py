@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import math
 
-from fa4num.argtypes import COEFFS_HELP, add_registry_option, coeffs
+from fa4num.argtypes import COEFFS_HELP, add_registry_option, coeffs, finite_float, int_tuple, nonneg_int, not_nan_float
+
+_shape = int_tuple(("batch", "seqlen_q", "heads", "head_dim"))
 
 
 def _exp2(args) -> int:
@@ -35,22 +37,19 @@ def _exp2(args) -> int:
     return 0
 
 
-def _shape(text):
-    parts = [int(p) for p in text.replace("x", ",").split(",") if p]
-    if len(parts) != 4 or min(parts) < 1:
-        raise ValueError(f"--shape must be B,S,H,D (four positive integers), got {text!r}")
-    return parts
-
-
 def _attention(args) -> int:
+    import sys
+
     import ml_dtypes
     import numpy as np
 
     from fa4num.attention import forward
 
     from .validate import check
-    b, s, h, d = _shape(args.shape)
-    sk = args.seqlen_k or s
+    b, s, h, d = args.shape
+    sk = s if args.seqlen_k is None else args.seqlen_k   # 0 is honoured: no keys, out 0 and LSE -inf as in FA4
+    if args.rescale_threshold is not None and args.kernel != "fa4-sm100":
+        raise ValueError("--rescale-threshold: only fa4-sm100 rescales lazily (add --kernel fa4-sm100)")
     dt = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
           "float8_e5m2": ml_dtypes.float8_e5m2}[args.dtype]
     rng = np.random.default_rng(args.seed)
@@ -74,7 +73,19 @@ def _attention(args) -> int:
     print(f"  lse: max bound {c.lse_max_bound:.4g}, max observed {c.lse_max_observed:.4g}, "
           f"ratio {c.lse_max_bound / c.lse_max_observed if c.lse_max_observed else math.inf:.3g}; "
           f"violations {c.lse_violations}")
-    return 0 if c.out_violations == 0 and c.lse_violations == 0 else 1
+    out_f = np.asarray(res.out, np.float32)
+    nonfinite = int((~np.isfinite(out_f)).sum()) + int((np.isnan(res.lse) | (res.lse == np.inf)).sum())
+    if c.unbounded or c.lse_unbounded or nonfinite:
+        # an element whose bound is +inf (non-finite inputs, overflowing logits) is compared with nothing
+        print(f"  not checked: {c.unbounded} of {c.elements} outputs and {c.lse_unbounded} of {res.lse.size} LSE "
+              f"values have no finite bound; non-finite results: {nonfinite}")
+    if c.out_violations or c.lse_violations:
+        return 1
+    if c.unbounded == c.elements and c.lse_unbounded == res.lse.size and c.elements + res.lse.size:
+        print("fa4num: bounds attention checked nothing: no output or LSE value has a finite bound (non-finite "
+              "logits: see --softmax-scale, --q-mult); exit status 3", file=sys.stderr)
+        return 3
+    return 0
 
 
 def register(subparsers) -> None:
@@ -82,32 +93,56 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="bounds_command", metavar="WHAT")
     e = sub.add_parser("exp2", help="bound of FA4's software exp2 (or the MUFU model) vs its exhaustive maximum")
     g = e.add_mutually_exclusive_group()
-    g.add_argument("--degree", type=int, default=3, help="FA4 POLY_EX2 degree 1..5 (default 3)")
+    g.add_argument("--degree", type=_fa4_degree, default=3, help="FA4 POLY_EX2 degree 1..5 (default 3)")
     g.add_argument("--coeffs", type=coeffs, default=None, help=f"{COEFFS_HELP} (its degree is used)")
     g.add_argument("--mufu", action="store_true", help="the MUFU ex2/rcp/lg2 models instead")
     e.add_argument("--variant", default="packed", choices=("packed", "scalar", "asm"))
-    e.add_argument("--lo", type=float, default=-127.0)
-    e.add_argument("--hi", type=float, default=0.0)
-    e.add_argument("--arch", default="sm90")
+    e.add_argument("--lo", type=not_nan_float, default=-127.0, help="domain of x: LO (default -127; -inf allowed)")
+    e.add_argument("--hi", type=not_nan_float, default=0.0, help="HI (default 0, below 128)")
+    e.add_argument("--arch", default="sm90", help="--mufu: architecture of the measured tables (default sm90)")
     add_registry_option(e)
     e.set_defaults(func=_run_exp2)
     a = sub.add_parser("attention", help="per-element bound of FA4's forward on Gaussian inputs vs the emulator")
-    a.add_argument("--shape", required=True, help="B,S,H,D of q")
-    a.add_argument("--seqlen-k", type=int, default=None)
+    a.add_argument("--shape", type=_shape, required=True, help="batch,seqlen_q,heads,head_dim of q")
+    a.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q; 0: no keys")
     a.add_argument("--kernel", default="fa4-sm90", choices=("fa4-sm90", "fa4-sm100"))
     a.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"))
     a.add_argument("--causal", action="store_true")
-    a.add_argument("--softmax-scale", type=float, default=None)
-    a.add_argument("--rescale-threshold", type=float, default=None, help="fa4-sm100 only")
+    a.add_argument("--softmax-scale", type=finite_float, default=None,
+                   help="default 1/sqrt(head_dim); any finite value FA4 accepts, negative included")
+    a.add_argument("--rescale-threshold", type=_threshold, default=None, help="fa4-sm100 only (>= 0)")
     a.add_argument("--coeffs", type=coeffs, default=None, help=f"fa4-sm100 only: {COEFFS_HELP}")
     add_registry_option(a)
-    a.add_argument("--q-mult", type=float, default=1.0, help="scale of q (larger logits)")
-    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--q-mult", type=finite_float, default=1.0, help="scale of q (larger logits)")
+    a.add_argument("--seed", type=nonneg_int, default=0)
     a.set_defaults(func=_attention)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
+def _fa4_degree(text: str) -> int:
+    import argparse
+    if text.strip().isdigit() and 1 <= int(text) <= 5:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected one of FA4's POLY_EX2 degrees 1-5 (other sets: --coeffs NAME), "
+                                     f"got {text!r}")
+
+
+def _threshold(text: str) -> float:
+    import argparse
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def _run_exp2(args) -> int:
+    if not args.mufu and not args.lo <= args.hi < 128:
+        raise ValueError(f"--lo/--hi: need LO <= HI < 128 (FA4's exp2 wraps the exponent from 128 on), got "
+                         f"{args.lo:g} {args.hi:g}")
+    if args.mufu:
+        from fa4num.hw.tables import available_archs
+        if args.arch not in available_archs():
+            raise ValueError(f"--arch: no measured MUFU tables for {args.arch!r}; known: {available_archs()}")
     if args.coeffs is not None:
         from fa4num import polys
         args.coeffs = polys.resolve(args.coeffs, registry=args.registry)

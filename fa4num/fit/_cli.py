@@ -22,7 +22,7 @@ def register(subparsers) -> None:
                     "registry file). Either is then usable by name in every command.")
     p.add_argument("--function", default="2^x",
                    help="f(x) as an expression: 2^x (default), exp(x), sin(x), log2(1+x), 1/(1+x), ...")
-    p.add_argument("--degree", type=int, default=None, help="polynomial degree, 1-8 (default 3)")
+    p.add_argument("--degree", type=_degree, default=None, help=f"polynomial degree, 1-{_MAX_DEGREE} (default 3)")
     p.add_argument("--monomials", type=_powers, default=None, metavar="K,K,...",
                    help="powers to fit, as Sollya's [|1,3,5|] (others are 0); replaces --degree")
     p.add_argument("--interval", type=_number, nargs=2, default=(0.0, 1.0), metavar=("A", "B"),
@@ -50,6 +50,20 @@ def register(subparsers) -> None:
 
 
 
+_MAX_DEGREE = 8   # fa4num.fit._api.MAX_DEGREE, written here so that `fit --help` does not import the fitter
+
+
+def _degree(text: str) -> int:
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not 1 <= value <= _MAX_DEGREE:
+        raise argparse.ArgumentTypeError(f"expected an integer in 1-{_MAX_DEGREE}, got {text!r}")
+    return value
+
+
 def _number(text: str) -> float:
     """A number or a constant expression ("pi/4", "2^-20")."""
     import argparse
@@ -67,15 +81,46 @@ def _number(text: str) -> float:
         with mpmath.workprec(128):
             return float(make_target(text).mp(mpmath.mpf(0)))
     except (ValueError, TypeError, ZeroDivisionError) as exc:
-        raise argparse.ArgumentTypeError(f"not a number or constant expression: {text!r} ({exc})") from None
+        why = str(exc) or type(exc).__name__   # ZeroDivisionError from mpmath has no text
+        raise argparse.ArgumentTypeError(f"not a number or constant expression: {text!r} ({why})") from None
 
 
 def _powers(text: str) -> list:
     import argparse
+    what = f"comma-separated distinct powers in 0-{_MAX_DEGREE} such as 1,3,5"
     try:
-        return [int(k) for k in text.replace("[|", "").replace("|]", "").split(",") if k.strip()]
+        powers = [int(k) for k in text.replace("[|", "").replace("|]", "").split(",") if k.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated powers such as 1,3,5, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not powers or len(set(powers)) != len(powers) or not all(0 <= k <= _MAX_DEGREE for k in powers):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return powers
+
+
+# the fitter's argument names (its ValueErrors start with "name: ") -> this command's options
+_OPTION_OF = {"f": "--function", "fixed": "--fixed", "interval": "--interval", "weight": "--weight",
+              "error": "--error", "coeff_format": "--format", "objective": "--objective", "method": "--method"}
+
+
+def _as_option(exc: ValueError, args) -> ValueError:
+    """The fitter's error with its argument name replaced by the option the user typed."""
+    name, sep, rest = str(exc).partition(": ")
+    option = "--monomials" if name == "degree" and args.monomials is not None else \
+        "--degree" if name == "degree" else _OPTION_OF.get(name)
+    return ValueError(f"{option}: {rest}") if sep and option else exc
+
+
+def _check_weight(text: str, a: float, b: float) -> None:
+    """--weight must be an expression in x, finite and non-zero on [A, B] (a zero weight leaves the error
+    unconstrained there and the fit has no solution)."""
+    from ._target import check_target, make_target
+    try:
+        w = make_target(text)
+        check_target(w, a, b, relative=True)   # relative=True: refuses zeros as well as poles and NaN
+    except ValueError as exc:
+        msg = " ".join(str(exc).split()).removeprefix("f: ").replace("relative error is undefined there",
+                                                                       "the fit is undefined there")
+        raise ValueError(f"--weight: w(x) = {text!r} must be finite and non-zero on [{a:g}, {b:g}]: {msg}") from None
 
 
 def _fixed(items) -> dict:
@@ -85,11 +130,11 @@ def _fixed(items) -> dict:
     for item in items:
         k, sep, v = item.partition("=")
         if not sep or not k.strip().isdigit():
-            raise ValueError(f"fixed: expected K=V (a power and a value), got {item!r}")
+            raise ValueError(f"--fixed: expected K=V (a power and a value), got {item!r}")
         try:
             out[int(k)] = _number(v)
         except argparse.ArgumentTypeError as exc:
-            raise ValueError(f"fixed: {exc}") from None
+            raise ValueError(f"--fixed: {exc}") from None
     return out
 
 
@@ -107,12 +152,20 @@ def _cmd_fit(args) -> int:
     from ._target import EXP2, make_target
     if args.monomials is not None and args.degree is not None:
         raise ValueError("degree: give --degree or --monomials, not both")
-    degree = args.monomials if args.monomials is not None else (args.degree or 3)
+    degree = args.monomials if args.monomials is not None else (3 if args.degree is None else args.degree)
     args.degree = max(degree) if isinstance(degree, list) else degree
-    exp2 = make_target(args.function).name.replace(" ", "") in (EXP2.name, "2**x")
+    try:
+        exp2 = make_target(args.function).name.replace(" ", "") in (EXP2.name, "2**x")
+    except ValueError as exc:
+        raise _as_option(exc, args) from None
     fixed = _fixed(args.fixed)
     if exp2 and not args.free_c0 and 0 not in fixed and (args.monomials is None or 0 not in args.monomials):
         fixed[0] = 1.0    # FA4's p(0) = 1
+    a, b = args.interval
+    if not a < b:
+        raise ValueError(f"--interval: A must be < B, got {a:g} {b:g}")
+    if args.weight is not None:
+        _check_weight(args.weight, a, b)
     target = None
     if args.json and (args.write or args.registry is not None):
         raise ValueError("--json: prints the fit only; it does not register it (drop --write/--registry, or --json)")
@@ -125,9 +178,12 @@ def _cmd_fit(args) -> int:
     name = args.name or _default_name(args)
     if not all(ch.isalnum() or ch in "-_." for ch in name):
         raise ValueError(f"--name: {name!r} must be letters, digits, '-', '_' or '.'")
-    result = fit(EXP2 if exp2 else args.function, degree, tuple(args.interval), error=args.error,
-                 coeff_format=args.coeff_format, fixed=fixed, weight=args.weight, objective=args.objective,
-                 method=args.method)
+    try:
+        result = fit(EXP2 if exp2 else args.function, degree, tuple(args.interval), error=args.error,
+                     coeff_format=args.coeff_format, fixed=fixed, weight=args.weight, objective=args.objective,
+                     method=args.method)
+    except ValueError as exc:
+        raise _as_option(exc, args) from None
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
         return 0
@@ -212,5 +268,5 @@ def _default_name(args) -> str:
     if args.error != "relative":
         name += f"-{args.error}"
     if tuple(args.interval) != (0.0, 1.0):
-        name += f"-{args.interval[0]:g}_{args.interval[1]:g}"
+        name += f"-{args.interval[0]:g}_{args.interval[1]:g}".replace("+", "")   # 1e+30: '+' is not a name character
     return name

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from fa4num.argtypes import finite_float, int_tuple, nonneg_int, path_arg, positive_int
+
 
 def _check_gpu() -> bool:
     from . import gpu_missing
@@ -56,13 +58,12 @@ def _attention(args) -> int:
     from fa4num.attention.inputs import CaseSpec
 
     from .attention import capture
-    try:
-        b, sq, h, d = (int(t) for t in args.shape.split(","))
-    except ValueError:
-        print(f"fa4num gpu attention: --shape must be batch,seqlen_q,heads,head_dim, got {args.shape!r}",
-              file=sys.stderr)
-        return 2
-    spec = CaseSpec("capture", "normal", b, sq, args.seqlen_k or sq, h, args.kv_heads or h, d, args.causal,
+    b, sq, h, d = args.shape
+    kv_heads = h if args.kv_heads is None else args.kv_heads
+    if h % kv_heads:
+        raise ValueError(f"--kv-heads: must divide heads={h}, got {kv_heads}")
+    spec = CaseSpec("capture", "normal", b, sq, sq if args.seqlen_k is None else args.seqlen_k, h, kv_heads, d,
+                    args.causal,
                     dtype=args.dtype, softmax_scale=args.scale, seed=args.seed)
     rec = capture(spec, backends=args.backends, device=args.device, warmup=args.warmup, repeats=args.repeats,
                   out_path=args.out)
@@ -125,7 +126,7 @@ def _register_mufu(subparsers) -> None:
     q.set_defaults(func=_mufu_info)
     q = sub.add_parser("build", help="measure the tables on this GPU (needs torch+CUDA+Triton)")
     q.add_argument("--arch", required=True, help="name of the table set, e.g. sm100 (file mufu_<arch>.npz.xz)")
-    q.add_argument("--out", default=None, help="output file (default: the package's data folder)")
+    q.add_argument("--out", type=path_arg, default=None, help="output file (default: the package's data folder)")
     q.add_argument("--check", action="store_true",
                    help="then compare the models with the GPU over all 2^32 inputs (about a minute)")
     q.set_defaults(func=_mufu_build)
@@ -140,37 +141,38 @@ def register(subparsers) -> None:
     q.add_argument("--list", action="store_true", help="list the operation names")
     q.set_defaults(func=_info)
     q = sub.add_parser("capture", help="capture all golden vector files (tests/golden format)")
-    q.add_argument("--out", default="tests/golden", help="output folder (default tests/golden)")
+    q.add_argument("--out", type=path_arg, default="tests/golden", help="output folder (default tests/golden)")
     q.add_argument("--groups", nargs="*", default=None,
                    help="subset of: fp convert ex2_emulated mufu (default all)")
     q.set_defaults(func=_capture)
     q = sub.add_parser("verify", help="compare every operation with the CPU emulators (all 2^32 unary inputs)")
-    q.add_argument("--out", default="experiments/results", help="folder for the summary JSON")
+    q.add_argument("--out", type=path_arg, default="experiments/results", help="folder for the summary JSON")
     q.add_argument("--ops", nargs="*", default=None, help="subset of operation names (default all)")
-    q.add_argument("--binary-samples", type=int, default=1 << 24,
+    q.add_argument("--binary-samples", type=positive_int, default=1 << 24,
                    help="input pairs/triples per binary/ternary op and mode (default 2^24)")
-    q.add_argument("--digests", default=None,
+    q.add_argument("--digests", type=path_arg, default=None,
                    help="also write per-2^24-chunk SHA-256 digests of the unary GPU outputs to this file "
                         "(a capture artifact for CPU CI; slows the sweep down)")
-    q.add_argument("--workers", type=int, default=None,
+    q.add_argument("--workers", type=positive_int, default=None,
                    help="worker processes for compilation and the small comparisons (default: half the cores)")
     q.set_defaults(func=_verify)
     from .attention import BACKENDS
     q = sub.add_parser("attention", help="run FA4 and torch's SDPA back ends on one seeded problem: out, LSE, "
                                          "CUDA-event timings, errors vs fp64, saved with provenance")
-    q.add_argument("--shape", default="1,4096,16,128", help="batch,seqlen_q,heads,head_dim (default 1,4096,16,128)")
-    q.add_argument("--seqlen-k", type=int, default=None)
-    q.add_argument("--kv-heads", type=int, default=None, help="k/v heads (GQA/MQA); default = heads")
+    q.add_argument("--shape", type=int_tuple(("batch", "seqlen_q", "heads", "head_dim")), default=(1, 4096, 16, 128),
+                   help="batch,seqlen_q,heads,head_dim (default 1,4096,16,128)")
+    q.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
+    q.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
     q.add_argument("--causal", action="store_true")
     q.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    q.add_argument("--scale", type=float, default=None, help="softmax_scale (default 1/sqrt(head_dim))")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--scale", type=finite_float, default=None, help="softmax_scale (default 1/sqrt(head_dim))")
+    q.add_argument("--seed", type=nonneg_int, default=0)
     q.add_argument("--backends", nargs="*", default=list(BACKENDS), choices=BACKENDS)
     q.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                    help="cpu runs torch's 'flash' (CPU kernel) and 'math' back ends only")
-    q.add_argument("--warmup", type=int, default=3)
-    q.add_argument("--repeats", type=int, default=10)
-    q.add_argument("--out", default="experiments/results/attention_capture", help="path stem for .npz and .json")
+    q.add_argument("--warmup", type=nonneg_int, default=3)
+    q.add_argument("--repeats", type=positive_int, default=10)
+    q.add_argument("--out", type=path_arg, default="experiments/results/attention_capture", help="path stem for .npz and .json")
     q.set_defaults(func=_attention)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

@@ -1,6 +1,6 @@
 """Studies at scale: a grid runner on Dask with a Parquet result store, and the studies it runs.
 
-- grids (``experiments/grids/*.toml``): a study function and its parameter axes, one task per configuration
+- grids (``fa4num/study/grids/*.toml``, shipped as package data, or any .toml file): a study function and its parameter axes, one task per configuration
   (:func:`load_grid`, :func:`list_grids`);
 - :func:`run_grid`: computes the tasks a result directory does not hold yet, on a Dask LocalCluster
   (default), any Dask scheduler, or in-process (``scheduler="none"``), one Parquet row per task

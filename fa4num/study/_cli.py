@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import sys
 
+from fa4num.argtypes import path_arg
+
 
 def _run(args) -> int:
     from fa4num.outputs import check_output_dir
     check_output_dir(args.out)   # before the grid is loaded and the cluster started
-    from .runner import run_grid
+    from .runner import parse_scheduler, run_grid
+    try:
+        parse_scheduler(args.scheduler)
+    except ValueError as exc:
+        raise ValueError(f"--scheduler: {exc}") from None
     summary = run_grid(args.grid, args.out, scheduler=args.scheduler, progress=not args.no_progress,
                        compact=not args.no_compact)
     for cfg, err in summary.failed:
@@ -30,9 +36,28 @@ def _list(args) -> int:
 
 
 def _summary(args) -> int:
+    from pathlib import Path
+
+    from fa4num.outputs import atomic_files, check_output_dir
+    out = Path(args.out)
+    if not out.is_dir():
+        raise ValueError(f"out: {out} " + ("is not a folder" if out.exists() else "does not exist") +
+                         "; give the --out folder of a `fa4num study run`")
+    from .store import part_files
+    if not part_files(out):
+        raise ValueError(f"out: {out} holds no study results (no part-*.parquet); give the --out folder of a "
+                         "`fa4num study run`")
+    if args.figures is not None:
+        check_output_dir(args.figures, option="--figures")
     from .summary import summarize
-    res = summarize(args.out, fig_dir=args.figures)
+    if args.figures is None:
+        res = summarize(out)
+    else:
+        with atomic_files(args.figures) as tmp:   # all figures or none: an interrupt leaves no half-written PNG
+            res = summarize(out, fig_dir=tmp)
     print(res.markdown)
+    if args.figures is not None:
+        print(f"wrote {len(res.figures)} figures to {args.figures}")
     return 0
 
 
@@ -40,19 +65,20 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("study", help="studies at scale on Dask: run grids, list them, summarise results")
     sub = p.add_subparsers(dest="study_command", metavar="ACTION")
     r = sub.add_parser("run", help="compute a grid's missing tasks into a Parquet dataset")
-    r.add_argument("grid", help="a grid name in experiments/grids (e.g. smoke) or a .toml file")
-    r.add_argument("--out", required=True, help="result directory (Parquet dataset; reruns compute only what "
-                                                "is missing)")
+    r.add_argument("grid", type=path_arg,
+                   help="a shipped grid's name (`fa4num study list`; e.g. smoke) or a .toml file")
+    r.add_argument("--out", type=path_arg, required=True,
+                   help="result directory (Parquet dataset; reruns compute only what is missing)")
     r.add_argument("--scheduler", default="local",
                    help="local (a LocalCluster, one worker per core), local:N, none (in this process, no "
                         "Dask) or a Dask scheduler address tcp://HOST:PORT (default: local)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--no-compact", action="store_true", help="keep one part file per flush")
     r.set_defaults(func=_run)
-    ls = sub.add_parser("list", help="grids in experiments/grids and the study functions")
+    ls = sub.add_parser("list", help="the grids shipped with fa4num and the study functions")
     ls.set_defaults(func=_list)
     s = sub.add_parser("summary", help="means with 95%% confidence intervals over seeds, and figures")
-    s.add_argument("out", help="result directory of a skip_rate or error_budget grid")
-    s.add_argument("--figures", default=None, help="write figures into this directory")
+    s.add_argument("out", type=path_arg, help="result directory of a skip_rate or error_budget grid")
+    s.add_argument("--figures", type=path_arg, default=None, help="write figures into this directory")
     s.set_defaults(func=_summary)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

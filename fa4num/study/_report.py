@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import shutil
+from importlib.resources import as_file, files
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[2] / "experiments" / "results"
+# the committed results the report shows (package data): the smoke grid's store, the full skip-rate grid's stores
+# (CPU to 8k, H200 to 128k) and the H200 kernel baselines
+DATA = files(__package__) / "data"
 
 
 def _section(title, md, figs, data=None, checks=()):
@@ -16,28 +19,19 @@ def _section(title, md, figs, data=None, checks=()):
 def report_section(out_dir, *, run_smoke: bool = True) -> list:
     """Report sections (``fa4num.section.Section``) of the studies, figures written into ``out_dir``.
 
-    The smoke grid comes from experiments/results/study_smoke when the checkout has it (copied, then completed
-    by a run that computes only what is missing), else it is computed in this process (about 20 s on 2 cores).
-    The full skip-rate grid (experiments/results/study_skip_rate*) and the baselines
-    (experiments/results/baselines_h200*.json) are added when committed."""
+    The smoke grid comes from the shipped store fa4num/study/data/study_smoke (copied, then completed by a run
+    that computes only what is missing, about 20 s on 2 cores when nothing is stored). The full skip-rate grid
+    (fa4num/study/data/study_skip_rate*) and the baselines (fa4num/study/data/baselines_h200*.json) are added
+    when shipped."""
     from .baselines import baseline_table, load_baselines, plot_baselines
     from .runner import run_grid
     from .summary import skip_markdown, skip_table, summarize
     out_dir = Path(out_dir)
     smoke = out_dir / "study_smoke"
-    committed = RESULTS / "study_smoke"
-    if committed.is_dir() and not smoke.exists():
-        shutil.copytree(committed, smoke)
+    with as_file(DATA / "study_smoke") as committed:
+        if Path(committed).is_dir() and not smoke.exists():
+            shutil.copytree(committed, smoke)
     sections = []
-    from .grid import find_grid
-    try:
-        find_grid("smoke")
-    except ValueError:
-        # an installed wheel has no experiments/ folder: say where the grid lives instead of failing the report
-        run_smoke = False
-        sections.append(_section("Studies", "The study grids live in the fa4num repository's experiments/grids "
-                                 "(not in the installed package); run `fa4num study run smoke --out DIR` from a "
-                                 "checkout.\n", []))
     if run_smoke:
         res = run_grid("smoke", smoke, scheduler="none", progress=False)
         s = summarize(smoke, fig_dir=out_dir, prefix="study_smoke")
@@ -54,7 +48,8 @@ def report_section(out_dir, *, run_smoke: bool = True) -> list:
                                  checks=[Check("smoke grid tasks", res.total - len(res.failed), len(res.failed),
                                                unit="tasks")]))
     from .store import merged_skip_rows, store_dirs
-    full = store_dirs(RESULTS, "study_skip_rate*")
+    with as_file(DATA) as root:
+        full = store_dirs(root, "study_skip_rate*")
     if full:
         df = merged_skip_rows(full)
         t = skip_table(df)

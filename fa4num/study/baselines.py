@@ -1,6 +1,6 @@
 """FA4 next to the kernels people would use instead, on the same problems: table and figure across shapes.
 
-Records are those of ``fa4num.gpu.attention.capture`` (``experiments/results/baselines_h200*.json``: a list of
+Records are those of ``fa4num.gpu.attention.capture`` (``fa4num/study/data/baselines_h200*.json``: a list of
 {"spec", "runs": {backend: {"median_ms", "metrics": {"rel_l2", "max_abs", ...}, "lse_max_abs_err"}},
 "provenance"}), optionally with ``"floor"`` (fp64 rounded once to the dtype: the error no kernel can beat) and
 ``"reference"`` (where the fp64 reference was computed), as ``experiments/gpu/baselines_h200.py`` writes them.
@@ -73,11 +73,12 @@ def shape_label(spec: dict) -> str:
 def load_baselines(paths=None):
     """All baseline records as a tidy DataFrame: one row per (shape, backend) with ``rel_l2``, ``max_abs``,
     ``lse_max_abs_err``, ``median_ms``, ``floor_rel_l2`` (NaN where the record has no floor), ``source``.
-    ``paths``: files (default: experiments/results/**/baselines_h200*.json next to the package)."""
+    ``paths``: files (default: the shipped fa4num/study/data/baselines_h200*.json)."""
     import pandas as pd
     if paths is None:
-        root = Path(__file__).resolve().parents[2] / "experiments" / "results"
-        paths = sorted(root.glob("**/baselines_h200*.json"))
+        from importlib.resources import files
+        paths = sorted((p for p in (files(__package__) / "data").iterdir()
+                        if p.name.startswith("baselines_h200") and p.name.endswith(".json")), key=lambda p: p.name)
     rows = []
     for p in paths:
         recs = json.loads(Path(p).read_text())

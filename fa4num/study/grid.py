@@ -1,6 +1,6 @@
 """Grids: a TOML file naming a study function and its parameter axes; each task is one configuration.
 
-Format (``experiments/grids/*.toml``, read with :mod:`tomllib`)::
+Format (the shipped grids are ``fa4num/study/grids/*.toml``, package data; read with :mod:`tomllib`)::
 
     name = "smoke"                      # optional, defaults to the file's stem
     study = "skip_rate"                 # a name in fa4num.study.STUDIES, or "package.module:function"
@@ -45,31 +45,42 @@ class Grid:
         return len(self.tasks)
 
 
-def grid_dirs() -> list[Path]:
-    """Where grid names are looked up: ./experiments/grids, then the one next to the fa4num package."""
-    here = Path.cwd() / "experiments" / "grids"
-    pkg = Path(__file__).resolve().parents[2] / "experiments" / "grids"
-    return [here] if here.resolve() == pkg.resolve() else [here, pkg]
+def shipped_grids() -> dict:
+    """The grids shipped with fa4num (``fa4num/study/grids/*.toml``, package data), by name."""
+    from importlib.resources import files
+    folder = files(__package__) / "grids"
+    return {p.name[:-5]: p for p in sorted(folder.iterdir(), key=lambda t: t.name) if p.name.endswith(".toml")}
 
 
-def find_grid(name_or_path) -> Path:
-    """A grid file from a path or a bare name (``smoke`` -> experiments/grids/smoke.toml)."""
-    p = Path(name_or_path)
-    if p.suffix == ".toml" and p.exists():
-        return p
-    for d in grid_dirs():
-        cand = d / f"{p.stem if p.suffix == '.toml' else name_or_path}.toml"
-        if cand.exists():
-            return cand
-    names = sorted({g.stem for d in grid_dirs() if d.is_dir() for g in d.glob("*.toml")})
-    raise ValueError(f"grid must be a .toml file or one of {names}, got {str(name_or_path)!r}")
+def find_grid(name_or_path):
+    """A grid file from a path to a .toml file or the name of a shipped grid (``smoke`` -> smoke.toml).
+
+    Examples
+    --------
+    >>> find_grid("smoke").name
+    'smoke.toml'
+    >>> find_grid("nosuch")
+    Traceback (most recent call last):
+    ...
+    ValueError: grid: expected a .toml file or one of ['error_budget', 'scaling', 'skip_rate', 'smoke'], got 'nosuch'
+    """
+    text = str(name_or_path)
+    p = Path(text)
+    if p.suffix == ".toml" or "/" in text or p.exists():
+        if p.is_file():
+            return p
+        raise ValueError(f"grid: {text} is not a file" + (" (a folder)" if p.is_dir() else "") +
+                         "; give a .toml grid file or a shipped grid's name")
+    grids = shipped_grids()
+    if text in grids:
+        return grids[text]
+    raise ValueError(f"grid: expected a .toml file or one of {sorted(grids)}, got {text!r}")
 
 
 def list_grids() -> list[Grid]:
-    """Every grid in :func:`grid_dirs` (./experiments/grids, then the one next to the package), by name.
+    """Every grid shipped with fa4num (package data ``fa4num/study/grids``), by name.
 
-    A name found in both folders is taken from the first; a file that does not parse raises (``fa4num study list``
-    reports it).
+    A file that does not parse raises (``fa4num study list`` reports it).
 
     Parameters
     ----------
@@ -77,7 +88,7 @@ def list_grids() -> list[Grid]:
 
     Returns
     -------
-    list of Grid, sorted by file name within each folder
+    list of Grid, sorted by name
 
     Raises
     ------
@@ -89,13 +100,7 @@ def list_grids() -> list[Grid]:
     >>> "smoke" in [g.name for g in list_grids()]
     True
     """
-    seen, out = set(), []
-    for d in grid_dirs():
-        for p in sorted(d.glob("*.toml")) if d.is_dir() else ():
-            if p.stem not in seen:
-                seen.add(p.stem)
-                out.append(load_grid(p))
-    return out
+    return [load_grid(p) for p in shipped_grids().values()]
 
 
 def _check_scalar(where: str, name: str, value):
@@ -172,12 +177,12 @@ def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None) -> Gr
 
 
 def load_grid(name_or_path) -> Grid:
-    """Read a grid file (a path, or a name in ``experiments/grids``).
+    """Read a grid file (a path, or the name of a shipped grid, :func:`shipped_grids`).
 
     Parameters
     ----------
     name_or_path : str or Path
-        A .toml path, or a bare name looked up in :func:`grid_dirs`.
+        A .toml path, or the name of a shipped grid.
 
     Returns
     -------
@@ -195,9 +200,12 @@ def load_grid(name_or_path) -> Grid:
     ('skip_rate', True)
     """
     path = find_grid(name_or_path)
-    with open(path, "rb") as f:
-        doc = tomllib.load(f)
-    return parse_grid(doc, name=path.stem, path=path)
+    stem = path.name[:-5] if path.name.endswith(".toml") else path.name
+    try:
+        doc = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ValueError(f"grid: cannot read {path} as TOML ({' '.join(str(err).split())})") from None
+    return parse_grid(doc, name=stem, path=Path(str(path)))
 
 
 def config_key(study: str, config: dict, version: int | None = None) -> str:

@@ -150,17 +150,20 @@ def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, comp
             last_flush = time.perf_counter()
 
     bar = _bar(len(todo), g.name, progress)
-    if todo and kind == "none":
-        for key, cfg in todo:
-            try:
-                finish(key, cfg, execute_task(g.study, cfg))
-            except Exception as exc:  # noqa: BLE001 - one failing configuration must not lose the others
-                failed.append((cfg, f"{type(exc).__name__}: {exc}"))
-            bar.update()
-    elif todo:
-        _run_dask(g, todo, scheduler, n_workers, client, finish, failed, bar)
-    bar.close()
-    store.write_rows(out, pending)
+    try:
+        if todo and kind == "none":
+            for key, cfg in todo:
+                try:
+                    finish(key, cfg, execute_task(g.study, cfg))
+                except Exception as exc:  # noqa: BLE001 - one failing configuration must not lose the others
+                    failed.append((cfg, f"{type(exc).__name__}: {exc}"))
+                bar.update()
+        elif todo:
+            _run_dask(g, todo, scheduler, n_workers, client, finish, failed, bar)
+    finally:
+        # also on Ctrl-C or SIGTERM: the finished rows are stored, so that a rerun computes only the rest
+        bar.close()
+        store.write_rows(out, pending)
     if compact and out.exists():
         store.compact(out)
     return RunSummary(g.name, out, len(g.tasks), len(todo) - len(failed), cached, failed,
@@ -176,8 +179,8 @@ def _run_dask(g, todo, scheduler, n_workers, client, finish, failed, bar):
             root = str(Path(__file__).resolve().parents[2])
             os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in
                                                                  os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-            cluster = LocalCluster(n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=1,
-                                   processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+            cluster = _quiet_cluster(LocalCluster, n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=1,
+                                     processes=True, dashboard_address=None, silence_logs=logging.ERROR)
             own = Client(cluster)
         else:
             own = Client(scheduler)
@@ -197,6 +200,21 @@ def _run_dask(g, todo, scheduler, n_workers, client, finish, failed, bar):
             own.close()
         if cluster is not None:
             cluster.close()
+
+
+def _quiet_cluster(make, **kwargs):
+    """``make(**kwargs)`` with SIGINT ignored while the worker processes start: they inherit it, so that Ctrl-C
+    (which the terminal sends to the whole process group) reaches only this process, which stops the cluster and
+    says so in one line, instead of every worker printing its own KeyboardInterrupt traceback."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return make(**kwargs)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return make(**kwargs)
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 class _NoBar:

@@ -83,8 +83,12 @@ def write_rows(out, rows) -> Path | None:
     out.mkdir(parents=True, exist_ok=True)
     name = out / f"part-{uuid.uuid4().hex[:12]}.parquet"
     tmp = name.with_suffix(".tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, name)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, name)
+    except BaseException:   # an interrupt mid-write leaves no partial file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return name
 
 
