@@ -24,7 +24,8 @@ cases <= 10), and per element the median of bound / observed.
 
     python experiments/bounds_validation.py            # 3 min on 2 idle cores (12 min at load 10)
     python experiments/bounds_validation.py --quick    # CI-sized: smaller corpus, short search (~2 min)
-Writes experiments/results/bounds/bounds_validation.json and tightness.pdf / tightness.png beside it.
+Writes fa4num/bounds/data/bounds_validation.json (package data: `fa4num report` shows its summary; --json) and
+tightness.pdf / tightness.png in experiments/results/bounds (--out).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from fa4num.provenance import provenance
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "bounds"
+JSON_OUT = HERE.parent / "fa4num" / "bounds" / "data" / "bounds_validation.json"
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
           "float8_e5m2": ml_dtypes.float8_e5m2}
 FAMILIES = ("gaussian", "outliers", "sink", "rising", "large_scale")
@@ -341,7 +343,8 @@ def figures(rows, out_dir: Path):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="CI-sized corpus and search")
-    ap.add_argument("--out", default=str(OUT), help="output folder (JSON and figures)")
+    ap.add_argument("--out", default=str(OUT), help="output folder of the figures")
+    ap.add_argument("--json", default=str(JSON_OUT), help="the result file (default: the package data the report reads)")
     ap.add_argument("--no-golden", action="store_true", help="skip the H200 golden cases")
     args = ap.parse_args(argv)
     out_dir = Path(args.out)
@@ -378,7 +381,8 @@ def main(argv=None) -> int:
               "quick": args.quick, "seconds": time.perf_counter() - t0, "summary": summary, "cases": rows,
               "provenance": provenance(script="experiments/bounds_validation.py")}
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "bounds_validation.json"
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1, default=float) + "\n")
     figures(rows, out_dir)
     print(json.dumps(summary, indent=1))

@@ -74,7 +74,7 @@ def knobs():
     return json.loads((RESULTS / "fa4_knobs.json").read_text())
 
 
-BOUNDS_VALIDATION = RESULTS / "bounds" / "bounds_validation.json"
+BOUNDS_VALIDATION = ROOT / "fa4num" / "bounds" / "data" / "bounds_validation.json"
 BV_GROUPS = {"h200_plain": "H200 kernel, plain cases", "h200_features_dev": "H200 kernel, feature cases (dev)",
              "h200_features_holdout": "H200 kernel, feature cases (holdout)", "emulator_gaussian": "emulator, Gaussian",
              "emulator_outliers": "emulator, outliers", "emulator_sink": "emulator, sink",
@@ -83,7 +83,7 @@ BV_GROUPS = {"h200_plain": "H200 kernel, plain cases", "h200_features_dev": "H20
 
 
 def bounds_validation(path=None):
-    """experiments/bounds/bounds_validation.json (experiments/bounds_validation.py), or None before it exists."""
+    """fa4num/bounds/data/bounds_validation.json (experiments/bounds_validation.py), or None before it exists."""
     p = Path(path) if path else BOUNDS_VALIDATION
     return json.loads(p.read_text()) if p.exists() else None
 

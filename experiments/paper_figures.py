@@ -6,7 +6,7 @@ the tables through experiments/paper_common.py).
 skip_threshold, skip_seqlen, rescales_per_row : skip-rate stores (fa4num/study/data/study_skip_rate*)
 baselines     : fa4num/study/data/baselines_h200_fp64gpu.json
 bounds, exp2_error : experiments/results/paper_bounds.json (experiments/paper_bounds.py)
-bounds_validation : experiments/results/bounds/bounds_validation.json (experiments/bounds_validation.py)
+bounds_validation : fa4num/bounds/data/bounds_validation.json (experiments/bounds_validation.py)
 knobs_heatmap, sink : experiments/results/fa4_knobs.json (sink also paper_sink_jump.json)
 error_budget  : experiments/results/study_error_budget
 """

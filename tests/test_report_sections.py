@@ -170,7 +170,7 @@ def test_readme_counts_are_the_golden_files_counts():
     golden_fwd = c["forward"] + c["features_dev"] + c["features_holdout"]
     assert _number(r"the (\d+) golden forward cases of the plain and feature captures \((\d+) \+ (\d+)", t) == (
         golden_fwd, c["forward"], c["features_dev"] + c["features_holdout"])
-    run = Path(__file__).resolve().parents[1] / "experiments" / "results" / "bounds" / "bounds_validation.json"
+    run = Path(__file__).resolve().parents[1] / "fa4num" / "bounds" / "data" / "bounds_validation.json"
     summary = json.loads(run.read_text())["summary"]
     assert summary["h200"]["cases"] == golden_fwd        # the committed run covered every such case
     assert _number(r"vs the emulator \((\d+) cases", t) == (summary["emulator"]["cases"],)

@@ -6,7 +6,7 @@ fa4num/bounds/data); ``attention_error_bound`` against the emulator on one seede
 the H200 FA4 kernel's own bits on the plain golden cases (package data): the smallest case of each input kind and
 head dim (of each input kind with ``--quick``), which keeps the section to seconds. Violations are checks that
 failed; a part that compared nothing says so. Where the checkout holds the full validation run
-(experiments/results/bounds/bounds_validation.json), its summary is shown with the number of golden cases it
+(fa4num/bounds/data/bounds_validation.json), its summary is shown with the number of golden cases it
 covered against the number the golden files hold now."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .attention import attention_error_bound
 from .exp2 import exp2_error_bound, mufu_error_bounds
 from .validate import check, golden_cases, golden_options
 
-VALIDATION = Path(__file__).resolve().parents[2] / "experiments" / "results" / "bounds" / "bounds_validation.json"
+VALIDATION = Path(__file__).resolve().parent / "data" / "bounds_validation.json"   # package data (experiments/bounds_validation.py writes it)
 SHAPE, QUICK_SHAPE = (1, 512, 2, 128), (1, 256, 2, 64)
 Q_MULT = 2.0
 MUFU_ARCH = "sm90"          # the only measured MUFU tables (fa4num.hw.available_archs)
@@ -208,7 +208,7 @@ def report_sections(ctx) -> list:
         stale = ("" if h["cases"] == modelled else
                  f" **The golden files now hold {modelled} modelled forward cases: the run is stale; re-run "
                  "`python experiments/bounds_validation.py`.**")
-        full_run = (f"The full validation run (`experiments/results/bounds/bounds_validation.json`): "
+        full_run = (f"The full validation run (`fa4num/bounds/data/bounds_validation.json`): "
                     f"{h['cases']} H200 golden forward cases (the golden files hold {modelled} that the bound "
                     f"models), {h['out_violations'] + h['lse_violations']} violations over {h['elements']:,} "
                     f"elements, tightness median {h['tightness_case_median']:.3g}, worst "
