@@ -143,14 +143,17 @@ def _attention_golden_records(path: Path) -> list:
         return json.loads(str(z["meta"]))["cases"]
 
 
-def golden_counts() -> dict:
+def golden_counts(*, search=()) -> dict:
     """What each committed golden file holds, counted from the files now: the one source of the case counts in
     the report and in the README's "What has been measured" (tests/test_report_sections.py holds the README to
     them).
 
     Parameters
     ----------
-    None
+    search : sequence of path-like, optional
+        More folders to look for the files in, after the package's own ``fa4num/data/golden`` (the library reads
+        only package data; the test suite passes the checkout's ``tests/golden`` and ``tests/golden/attention``
+        so that the README's counts are held to every committed file).
 
     Returns
     -------
@@ -167,10 +170,14 @@ def golden_counts() -> dict:
     (True, 'fa4_sm90_h200.npz')
     """
     from fa4num.attention import golden as attention_golden
+    dirs = [attention_golden.GOLDEN_DIR, *(Path(d) for d in search)]
+
+    def find(name):
+        return next((d / name for d in dirs if (d / name).exists()), dirs[0] / name)
+
     counts = {}
     for key, name, what in _GOLDEN_ATTENTION:
-        path = (attention_golden.GOLDEN_SM90 if name == attention_golden.GOLDEN_SM90.name
-                else attention_golden.GOLDEN_DIR / name)
+        path = find(name)
         n = refused = None
         if path.exists():
             recs = _attention_golden_records(path)
@@ -179,9 +186,8 @@ def golden_counts() -> dict:
                  else len(recs) - refused)
         counts[key] = {"file": name, "what": what, "cases": n, "refused": refused}
     sets = None
-    root = attention_golden.GOLDEN_DIR.parent
-    if all((root / f).exists() for f in _GOLDEN_INSTRUCTION):
-        sets = sum(len(json.loads(lzma.decompress((root / f).read_bytes()))["sets"]) for f in _GOLDEN_INSTRUCTION)
+    if all(find(f).exists() for f in _GOLDEN_INSTRUCTION):
+        sets = sum(len(json.loads(lzma.decompress(find(f).read_bytes()))["sets"]) for f in _GOLDEN_INSTRUCTION)
     counts["instruction_sets"] = {"file": ", ".join(_GOLDEN_INSTRUCTION), "what": "instruction golden sets "
                                   "(H200 outputs of fp32 ops, conversions, FA4's exp2, MUFU)", "cases": sets}
     return counts
@@ -192,12 +198,14 @@ def golden_sections(ctx) -> list:
     against these files are the test suite's, ``fa4num attention golden`` and the bounds section's."""
     counts = golden_counts()
     rows = "".join(f"| {c['what']} | `{c['file']}` | "
-                   + (f"{c['cases']:,}" if c["cases"] is not None else "not in this installation")
+                   + (f"{c['cases']:,}" if c["cases"] is not None else "not in this installation (tests/golden)")
                    + (f" (+{c['refused']} where FA4 refused)" if c.get("refused") else "") + " |\n"
                    for c in counts.values())
-    md = ("The H200 captures the bit-exact checks compare against, counted from the committed files when this "
-          "report ran (`fa4num/data/golden`, the checkout's `tests/golden`); the README's counts come from the "
-          "same files, held to them by `tests/test_report_sections.py`.\n\n"
+    md = ("The H200 captures the bit-exact checks compare against, counted from the package's golden files "
+          "(`fa4num/data/golden`) when this report ran. The rest live in the checkout's `tests/golden` (the test "
+          "suite checks the emulators against them on every CI run, and holds the README's counts to every file: "
+          "`tests/test_report_sections.py`); the library reads only package data, so they show here as not in "
+          "this installation.\n\n"
           "| golden data | file | cases |\n|---|---|---|\n" + rows)
     return [Section("Golden data: what the bit-exact checks compare against", md, [],
                     {k: dict(c) for k, c in counts.items()})]

@@ -54,9 +54,9 @@ def test_report_quick(tmp_path):
     data = json.loads((tmp_path / "report.json").read_text())
     titles = [s["title"] for s in data["sections"]]
     assert titles[0] == "FA4's cubic exp2 against the correctly rounded 2^x"
-    # a five-line summary on top, each line saying over which inputs its numbers were measured
+    # a summary on top, one line per headline a section gave, each saying over which inputs it was measured
     summary = md.split("## Summary\n\n")[1].split("\n\n")[0].splitlines()
-    assert len(summary) == 5 == len(data["summary"]) and all(line.startswith("- ") for line in summary)
+    assert summary == [f"- {h}" for h in data["summary"]] and len(summary) >= 5
     assert md.index("## Summary") < md.index("## How to read the numbers") < md.index("## " + titles[0])
     for line in data["summary"][:3]:
         assert "[-126, 0]" in line or "[-150, -126]" in line

@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _timing_line(line: str) -> bool:
-    """The line saying how long the fit took ("fit 0.10 s (remez ...)"): a measurement, not a result."""
-    return line.startswith("fit ") and line[4:5].isdigit()
+    """The line saying how long the fit took ("fit 0.10 s (remez ...)", or on a cache hit "fit read from the user
+    cache ...: computed DATE in 0.10 s (remez ...)"): a measurement, not a result."""
+    return line.startswith("fit ") and (line[4:5].isdigit() or line.startswith("fit read from the user cache"))
 
 
 def _run(capsys, argv) -> str:
@@ -40,7 +41,12 @@ def test_fit_prints_the_same_text_with_and_without_the_cache(tmp_path, monkeypat
     monkeypatch.setattr(_api, "fit", lambda *a, **k: pytest.fail("the fit ran on a cache hit"))
     monkeypatch.setattr(registry, "_describe", lambda *a, **k: pytest.fail("describe measured on a cache hit"))
     cached = _run(capsys, argv)
-    assert cached == computed   # the stored FitResult, its timings included
+    # the stored FitResult, its timings included; the timing line says it was read from the cache
+    assert [line for line in cached.splitlines() if not _timing_line(line)] == \
+        [line for line in computed.splitlines() if not _timing_line(line)]
+    said = [line for line in cached.splitlines() if _timing_line(line)]
+    assert len(said) == 1 and said[0].startswith("fit read from the user cache") and str(tmp_path) in said[0]
+    assert not any(line.startswith("fit read from") for line in computed.splitlines())
     keep = [line for line in uncached.splitlines() if not _timing_line(line)]
     assert keep == [line for line in cached.splitlines() if not _timing_line(line)]
     assert len(keep) == len(cached.splitlines()) - 1
@@ -54,6 +60,7 @@ def test_fit_json_same_with_and_without_the_cache(tmp_path, monkeypatch, capsys)
     monkeypatch.setenv("FA4NUM_CACHE_DIR", str(tmp_path))
     computed = json.loads(_run(capsys, argv))
     cached = json.loads(_run(capsys, argv))
+    assert cached["timings"].pop("from_cache") is True and "from_cache" not in computed["timings"]
     assert cached == computed
     for d in (uncached, cached):   # a measurement and a date: the rest are results, bit for bit
         d.pop("timings"), d["provenance"].pop("date")

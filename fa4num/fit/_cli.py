@@ -148,6 +148,7 @@ def _fmt(v) -> str:
 
 def _cmd_fit(args) -> int:
     from .. import provenance as _prov
+    from . import _memo
     from ._memo import fit   # the fit through the user cache: a repeated command recomputes nothing
     from ._target import EXP2, make_target
     if args.monomials is not None and args.degree is not None:
@@ -237,8 +238,13 @@ def _cmd_fit(args) -> int:
         ratio = f"{a / b:.4f}" if isinstance(a, float) and isinstance(b, float) and b else ""
         print(f"{label:<26}{_fmt(a):>24}{_fmt(b):>24}{ratio:>10}")
     t = result.timings
-    print(f"fit {t['total']:.2f} s (remez {t['remez']:.2f}, rounding {t['rounding']:.2f}, "
-          f"certify {t.get('certify', 0):.3f})")
+    took = (f"{t['total']:.2f} s (remez {t['remez']:.2f}, rounding {t['rounding']:.2f}, "
+            f"certify {t.get('certify', 0):.3f})")
+    if t.get("from_cache"):   # say so: the numbers are the same bits, but nothing was recomputed
+        print(f"fit read from the user cache ({_memo.cache_dir()}; FA4NUM_NO_CACHE=1 recomputes): computed "
+              f"{result.provenance.get('date', '?')} in {took}")
+    else:
+        print(f"fit {took}")
     print(where)
     return 0
 

@@ -93,11 +93,12 @@ def _path(kind: str, key) -> Path | None:
     return root / kind / f"{digest}.pickle"
 
 
-def remember(kind: str, key, compute):
+def remember(kind: str, key, compute, *, on_hit=None):
     """``compute()``, or the value an earlier call with the same ``kind``, ``key`` and code_key returned.
 
     ``key`` must be a plain value (tuples, strings, ints, floats as their hex form) whose repr says everything
     the result depends on. A cache that cannot be read or written is skipped (the value is computed).
+    ``on_hit``, if given, is called (no arguments) when the value comes from the cache.
 
     Examples
     --------
@@ -116,6 +117,8 @@ def remember(kind: str, key, compute):
             with open(path, "rb") as fh:
                 stored_key, value = pickle.load(fh)
             if stored_key == (kind, key):
+                if on_hit is not None:
+                    on_hit()
                 return value
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, ValueError):
             pass
@@ -160,7 +163,8 @@ def fit(f, degree, interval=(0.0, 1.0), **options):
     method="fa4" (which runs Sollya when it is installed: not a function of the key).
 
     The FitResult returned from the cache is the one computed then, its ``timings`` and ``provenance`` (the
-    date, revision and packages of that computation) included."""
+    date, revision and packages of that computation) included, plus ``timings["from_cache"] = True`` so that
+    what is printed can say the fit was not recomputed."""
     from ._target import EXP2
 
     def compute():
@@ -171,4 +175,9 @@ def fit(f, degree, interval=(0.0, 1.0), **options):
     key = (name, plain(degree), plain(tuple(interval)), plain(options))
     if None in key or options.get("method") == "fa4":
         return compute()
-    return remember("fit", key, compute)
+    hit = []
+    result = remember("fit", key, compute, on_hit=lambda: hit.append(True))
+    if hit:
+        from dataclasses import replace
+        result = replace(result, timings={**result.timings, "from_cache": True})
+    return result
