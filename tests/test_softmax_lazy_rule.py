@@ -201,3 +201,34 @@ def test_triton_backend_rule_on_cpu_interpreter():
 def test_triton_backend_rule_on_gpu():
     pytest.importorskip("triton")
     _check_triton(_triton_rule_outputs(torch.device("cuda")))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_ptx_twin_rule_on_gpu():
+    """The PTX twin's update_row_max (experiments/gpu/fa4_softmax_sm100_twin.py, inline PTX sub/mul/max.f32 on the
+    GPU) gives the specification's m, m_safe, acc_scale_ and keep bit for bit, first block and later ones."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fa4_twin", ROOT / "experiments/gpu/fa4_softmax_sm100_twin.py")
+    twin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(twin)
+    probe = twin.rule_probe()
+    for t in THRESHOLDS:
+        b, sl2 = corpus(t)
+        n = b.shape[0]
+        m_old, blk = (torch.from_numpy(b[:, j].copy().view(np.int32)).cuda() for j in (0, 1))
+        for first in (True, False):
+            out = torch.empty((n, 4), dtype=torch.int32, device="cuda")
+            probe[(1,)](m_old, blk, out, n, int(sl2.view(np.int32)), t, int(not first), BLOCK=1024)
+            o = out.cpu().numpy()
+            ref = lazy_rescale_rows(b[:, 0], b[:, 1], scale_log2=sl2, rescale_threshold=t, is_first=first)
+            # NaN payloads aside (max.f32 of two NaNs is the canonical NaN on the GPU), the same bits
+            for k in (0, 1):
+                got = o[:, k].view(np.float32)
+                assert np.array_equal(got, ref[k], equal_nan=True) and same_bits(got[~np.isnan(got)],
+                                                                               ref[k][~np.isnan(got)]), (t, first, k)
+            assert np.array_equal(o[:, 3].astype(bool), ref[3]), (t, first)
+            if not first:    # the first block's exponent is unused (the factor is 1)
+                got = o[:, 2].view(np.float32)
+                assert np.array_equal(got, ref[2], equal_nan=True) and same_bits(got[~np.isnan(got)],
+                                                                               ref[2][~np.isnan(got)]), t
