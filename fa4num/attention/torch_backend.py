@@ -16,6 +16,7 @@ import numpy as np
 from . import masking
 from .forward import AttentionResult, AttentionStats, prepare_forward
 from ..constants import FP8_MAX as _FP8_MAX
+from ..fp.dtypes import dtype_info
 from ..softmax import LOG2_E_F32, scale_log2_of
 from ..softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
@@ -351,8 +352,7 @@ def _pick_backend(backend, dev, setup):
 
 # ml_dtypes arrays (what fa4num.attention.forward takes) have no torch counterpart in torch.as_tensor: move
 # their bits (same width, same encoding) and reinterpret them
-_ML_TO_TORCH = {"bfloat16": ("int16", "bfloat16"), "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
-                "float8_e5m2": ("uint8", "float8_e5m2")}
+_ML_TO_TORCH = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 def _as_tensor(x, torch):
@@ -360,8 +360,9 @@ def _as_tensor(x, torch):
         return x
     a = np.asarray(x)
     if a.dtype.name in _ML_TO_TORCH:
-        raw, name = _ML_TO_TORCH[a.dtype.name]
-        return torch.from_numpy(np.ascontiguousarray(a).view(raw)).view(getattr(torch, name))
+        d = dtype_info(a.dtype)      # torch has no uint16: 16-bit formats travel as int16
+        raw = np.int16 if d.width == 16 else d.bits_dtype
+        return torch.from_numpy(np.ascontiguousarray(a).view(raw)).view(d.torch_dtype)
     return torch.as_tensor(a)
 
 

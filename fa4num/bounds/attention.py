@@ -17,12 +17,12 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
 from fa4num.attention import config, masking
 from fa4num.attention.forward import check_softcap
+from fa4num.fp.dtypes import DTYPES
 from fa4num.hw import tanh_table
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
 from fa4num.softmax import LN2_F32, LOG2_E_F32, emulated_columns, scale_log2_of
@@ -34,16 +34,10 @@ __all__ = ["AttentionBound", "attention_error_bound", "P_FORMATS"]
 U32 = 2.0 ** -24
 # P's format after the cast (cvt.rn / cvt.rn.satfinite): unit roundoff, half the smallest subnormal spacing,
 # largest finite value
-P_FORMATS = {
-    "bfloat16": (2.0 ** -8, 2.0 ** -134, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)),
-    "float16": (2.0 ** -11, 2.0 ** -25, 65504.0),
-    "float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0),
-    "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0),
-}
-_NP = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
-       "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2)}
-_TORCH = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float8_e4m3fn": "float8_e4m3fn",
-          "torch.float8_e5m2": "float8_e5m2"}
+_NARROW = {n: d for n, d in DTYPES.items() if d.width < 32}     # the input formats (fa4num.fp.dtypes)
+P_FORMATS = {n: (d.unit_roundoff, d.subnormal_half_spacing, d.max_finite) for n, d in _NARROW.items()}
+_NP = {n: d.np_dtype for n, d in _NARROW.items()}
+_TORCH = {f"torch.{n}": n for n in _NARROW}
 # the bound is evaluated in float64 from sums of at most ~1e6 terms: relative evaluation error far below 2^-30
 _F64_SAFETY = 1.0 + 2.0 ** -30
 # documented PTX bounds, used when the emulator runs numpy's libm (mufu_arch="libm", statistical mode)
@@ -160,7 +154,7 @@ def _gemm_model(gemm: str, arch: str, dtype: str, k_total: int) -> _Gemm:
     """fa4num.hw.mma models. "wgmma": every term and C truncated to F bits below the largest exponent, then RZ to
     fp32: per chunk |err| < (L+1) 2^-F max|term| + 2^-23 |sum| (+ the floor of pinned exponents); "exact": one RN
     per chunk; "blas": fp32 BLAS in any order, gamma_{K} over the whole sum."""
-    minexp = {"bfloat16": -126, "float16": -14, "float8_e4m3fn": -6, "float8_e5m2": -14}[dtype]
+    minexp = _NARROW[dtype].min_normal_exp
     if gemm == "wgmma":
         acc = ACCUMULATORS[arch]
         L = chunk_elements(_NP[dtype], arch)
@@ -907,7 +901,7 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     B = -(-seqlen_k // tile_n)
     theta = math.exp(e_x * math.log(2) + math.log1p(exp2_relative) + (B - 1) * math.log1p(exp2_relative)) - 1
     u_p = P_FORMATS[dtype][0]
-    u_o = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}["bfloat16" if dtype.startswith("float8") else dtype]
+    u_o = DTYPES["bfloat16" if dtype.startswith("float8") else dtype].unit_roundoff
     D = B * (tile_n // 4 + 1) + 3
     g_D = math.expm1(D * math.log1p(U32))
     t = {"weights": 2 * theta / (1 - theta) * v_abs_max,
