@@ -217,7 +217,7 @@ def minilm_qkv(*, text: str = PASSAGE, dtype: str = "bfloat16", max_len: int = 5
     (4, 6, (1, 4, 12, 32), dtype(bfloat16))
     """
     from fa4num.fp.dtypes import DTYPES
-    dts = {n: DTYPES[n].np_dtype for n in ("bfloat16", "float16")}
+    dts = {n: DTYPES[n].dtype for n in ("bfloat16", "float16")}
     if dtype not in dts:
         raise ValueError(f"dtype must be one of {tuple(dts)}, got {dtype!r}")
     from .reference import round_once

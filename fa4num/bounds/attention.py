@@ -23,7 +23,7 @@ from numba import njit, prange
 from fa4num.attention import config, masking
 from fa4num.attention.forward import check_softcap
 from fa4num.fp.dtypes import DTYPES
-from fa4num.hw import tanh_table
+from fa4num.hw import mufu_model, tanh_table
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
 from fa4num.softmax import LN2_F32, LOG2_E_F32, emulated_columns, scale_log2_of
 
@@ -36,17 +36,15 @@ U32 = 2.0 ** -24
 # largest finite value
 _NARROW = {n: d for n, d in DTYPES.items() if d.width < 32}     # the input formats (fa4num.fp.dtypes)
 P_FORMATS = {n: (d.unit_roundoff, d.subnormal_half_spacing, d.max_finite) for n, d in _NARROW.items()}
-_NP = {n: d.np_dtype for n, d in _NARROW.items()}
+_NP = {n: d.dtype for n, d in _NARROW.items()}
 _TORCH = {f"torch.{n}": n for n in _NARROW}
 # the bound is evaluated in float64 from sums of at most ~1e6 terms: relative evaluation error far below 2^-30
 _F64_SAFETY = 1.0 + 2.0 ** -30
-# documented PTX bounds, used when the emulator runs numpy's libm (mufu_arch="libm", statistical mode)
-_PTX_EX2_REL = 2 * 2.0 ** -23
-_PTX_RCP_REL = 2.0 ** -23
-_PTX_LG2_ABS = 2.0 ** -22
-# tanh.approx.f32 where no measured table exists: the PTX ISA's maximum relative error (the H200 table measures
-# 2^-16.5, see _tanh_abs_error)
-_PTX_TANH_REL = 2.0 ** -10.987
+# documented PTX bounds (fa4num.hw.MufuModel.ptx_bound), used when the emulator runs numpy's libm
+# (mufu_arch="libm", statistical mode), and for tanh.approx.f32 where no measured table exists (the H200 table
+# measures 2^-16.5, see _tanh_abs_error)
+_LIBM = mufu_model("libm")
+_PTX_EX2_REL, _PTX_RCP_REL, _PTX_LG2_ABS, _PTX_TANH_REL = (_LIBM.ptx_bound(n)[1] for n in ("ex2", "rcp", "lg2", "tanh"))
 
 
 @dataclass

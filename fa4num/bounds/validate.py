@@ -135,7 +135,7 @@ def check(q, k, v, out, lse, *, name="case", source="emulator", idx=None, softma
 
 
 def _bits_to(dtype_name, bits):
-    dt = {n: DTYPES[n].np_dtype for n in ("bfloat16", "float16")}[dtype_name]
+    dt = {n: DTYPES[n].dtype for n in ("bfloat16", "float16")}[dtype_name]
     return np.asarray(bits).view(dt)
 
 

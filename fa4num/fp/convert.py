@@ -50,7 +50,7 @@ _FP16, _E4M3, _E5M2 = FORMATS["fp16"], FORMATS["e4m3"], FORMATS["e5m2"]
 
 
 def _spec(f):
-    max_bits = int(np.array(f.max_finite, f.np_dtype).view(f.bits_dtype))
+    max_bits = int(np.array(f.max_finite, f.dtype).view(f.bits_dtype))
     return f.mant, f.ebits, max_bits, f.has_inf, f.satfinite, NAN_BITS[f.short]
 
 
@@ -166,7 +166,7 @@ def _narrow_bits(x, fmt, name="x"):
 
 
 def _narrow(x, fmt):
-    return wrap(_narrow_bits(x, fmt).view(FORMATS[fmt].np_dtype), tensor_device(x))
+    return wrap(_narrow_bits(x, fmt).view(FORMATS[fmt].dtype), tensor_device(x))
 
 
 def to_bf16(x):
@@ -409,8 +409,8 @@ def _narrow_input(x, fmt, name="x"):
         signed = torch.int16 if f.width == 16 else torch.uint8
         return x.detach().cpu().contiguous().view(signed).numpy().view(bits_dtype)
     arr = np.asarray(x)
-    if arr.dtype != f.np_dtype:
-        raise ValueError(f"{name} must have dtype {f.np_dtype.name}, got {arr.dtype}")
+    if arr.dtype != f.dtype:
+        raise ValueError(f"{name} must have dtype {f.dtype.name}, got {arr.dtype}")
     return arr.view(bits_dtype)
 
 
@@ -421,7 +421,7 @@ def _widen_bits(bits, fmt):
         return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
     # exact: every narrow value is a float32. astype of a 0-d view gives a numpy scalar, which cannot be
     # assigned into: work on an array, and give a 0-d input back as a scalar as the bf16 branch does
-    out = np.asarray(bits.view(f.np_dtype).astype(np.float32))
+    out = np.asarray(bits.view(f.dtype).astype(np.float32))
     out[np.isnan(out)] = np.uint32(NAN_FROM_NARROW).view(np.float32)
     return out[()]
 

@@ -22,14 +22,14 @@ class DType:
     """One binary floating-point format (IEEE-style bias, subnormals).
 
     ``name`` canonical (torch / FA4), ``short`` fa4num.fp.convert's, ``ptx`` the PTX type (``cvt.rn.<ptx>.f32``),
-    ``np_dtype`` the numpy / ml_dtypes dtype of its arrays, ``bits_dtype`` the unsigned integer of its width,
+    ``dtype`` the numpy / ml_dtypes dtype of its arrays, ``bits_dtype`` the unsigned integer of its width,
     ``mant`` stored mantissa bits, ``ebits`` exponent bits, ``has_inf`` (e4m3fn has none), ``satfinite``
     whether PTX's conversion from f32 requires ``.satfinite`` (the fp8 pairs).
     """
     name: str
     short: str
     ptx: str
-    np_dtype: np.dtype
+    dtype: np.dtype
     bits_dtype: np.dtype
     mant: int
     ebits: int
@@ -80,8 +80,8 @@ class DType:
         return getattr(torch, self.name)
 
 
-def _d(name, short, ptx, np_dtype, bits, mant, ebits, has_inf=True, satfinite=False):
-    return DType(name, short, ptx, np.dtype(np_dtype), np.dtype(bits), mant, ebits, has_inf, satfinite)
+def _d(name, short, ptx, dtype, bits, mant, ebits, has_inf=True, satfinite=False):
+    return DType(name, short, ptx, np.dtype(dtype), np.dtype(bits), mant, ebits, has_inf, satfinite)
 
 
 DTYPES = {d.name: d for d in (

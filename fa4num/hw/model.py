@@ -1,14 +1,16 @@
 """A MUFU model: one object per table set that the emulators are handed instead of an architecture string.
 
 ``mufu_model("sm90")`` is the bit-exact model measured on the H200 (ex2/rcp/lg2 from ``fa4num/hw/data/
-mufu_sm90.npz.xz``, tanh from ``mufu_tanh_sm90.npz``); ``mufu_model("libm")`` is the statistical mode: numpy's
+mufu_sm90.npz.xz``, tanh from ``tanh_sm90.npz.xz``); ``mufu_model("libm")`` is the statistical mode: numpy's
 float32 exp2 / reciprocal / log2 / tanh with the .ftz flushes, within the PTX ISA's documented error bounds of
 the instructions (:data:`PTX_BOUNDS`) but not bit-exact. Every model carries the same verbs (``ex2``, ``rcp``,
 ``lg2``, ``tanh``), says which of them are bit-exact (:meth:`MufuModel.exact`) and gives the compact ex2 tables
 that the fused numba kernels inline (``ex2_compact``, None for libm).
 
-A new measured table set is data only: the files under ``fa4num/hw/data`` (``fa4num mufu build``) make
-``mufu_model(arch)`` and every ``arch=`` / ``mufu_arch=`` option accept its name.
+A new measured table set is data only: ``fa4num/hw/data/mufu_<arch>.npz.xz`` (``fa4num mufu build`` on that GPU)
+makes ``mufu_model(arch)`` and every ``arch=`` / ``mufu_arch=`` option accept its name, and
+``fa4num/hw/data/tanh_<arch>.npz.xz`` (experiments/gpu/mufu_tanh.py, then ``fa4num.hw.tanh.save_tanh_table``)
+makes its tanh bit-exact.
 """
 from __future__ import annotations
 

@@ -239,7 +239,7 @@ def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: 
     from .inputs import make_study_inputs
     opts = parse_knob(knob)
     dtype = opts.pop("dtype", "bfloat16")
-    dts = {n: DTYPES[n].np_dtype for n in ("bfloat16", "float16")}
+    dts = {n: DTYPES[n].dtype for n in ("bfloat16", "float16")}
     if dtype not in dts:
         raise ValueError(f"knob dtype must be one of {tuple(dts)}, got {dtype!r}")
     inp = make_study_inputs(dist, int(seqlen), heads=int(heads), head_dim=int(head_dim), seed=int(seed))
