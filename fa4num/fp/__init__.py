@@ -5,6 +5,8 @@ convert    to_bf16 / to_fp16 / to_e4m3 / to_e5m2 (+ x2 packed forms) and back (f
 ulp        ulp_distance, as_bits, from_bits
 reference  exp2_cr, log2_cr, rcp_cr: correctly rounded float32 / bfloat16 references (and numba scalar
            kernels exp2_cr_f32, exp2_cr_bf16, log2_cr_f32, ... for use inside other njit loops)
+dtypes     the one table of formats (DTYPES, dtype_info): names, numpy/ml_dtypes/torch/PTX, max finite, min
+           normal exponent, unit roundoff, mantissa bits
 cases      deterministic random and adversarial operands (for oracles and GPU captures)
 oracle     gmpy2/MPFR binary32 oracle for add/sub/mul/fma in every rounding mode
 scalar     the scalar-kernel tier: numba ``@njit`` functions on one float32 (f32_add/sub/mul/fma/max/min with
@@ -28,6 +30,7 @@ from .arith import add, add_f32x2, fma, fma_f32x2, max, min, mul, mul_f32x2, sub
 from .convert import (NAN_BITS, NAN_FROM_NARROW, from_bf16, from_bf16x2, from_e4m3, from_e4m3x2, from_e5m2,
                       from_e5m2x2, from_fp16, from_fp16x2, to_bf16, to_bf16x2, to_e4m3, to_e4m3x2, to_e5m2,
                       to_e5m2x2, to_fp16, to_fp16x2)
+from .dtypes import DTYPES, DType, dtype_info
 from .reference import exp2_cr, log2_cr, rcp_cr
 from .ulp import NAN_DISTANCE, as_bits, from_bits, ulp_distance
 
@@ -35,4 +38,5 @@ __all__ = ["add", "sub", "mul", "fma", "max", "min", "add_f32x2", "sub_f32x2", "
            "to_bf16", "to_fp16", "to_e4m3", "to_e5m2", "to_bf16x2", "to_fp16x2", "to_e4m3x2", "to_e5m2x2",
            "from_bf16", "from_fp16", "from_e4m3", "from_e5m2", "from_bf16x2", "from_fp16x2", "from_e4m3x2",
            "from_e5m2x2", "exp2_cr", "log2_cr", "rcp_cr", "ulp_distance", "as_bits", "from_bits", "NAN_BITS",
-           "NAN_FROM_NARROW", "NAN_DISTANCE", "CANONICAL_NAN_BITS", "ROUNDING_MODES", "RN", "RZ", "RM", "RP"]
+           "NAN_FROM_NARROW", "NAN_DISTANCE", "CANONICAL_NAN_BITS", "ROUNDING_MODES", "RN", "RZ", "RM", "RP", "DTYPES",
+           "DType", "dtype_info"]
