@@ -22,7 +22,8 @@ import numpy as np
 LIBM = "libm"
 NAMES = ("ex2", "rcp", "lg2", "tanh")
 # the PTX ISA's maximum errors of the .approx.f32 instructions (kind, bound): ex2 "2 ulp" relative, rcp 1 ulp
-# relative, lg2 2^-22 absolute, tanh 2^-10.987 relative; what the statistical mode's bounds assume
+# relative, lg2 2^-22 absolute for x in [0.5, 2] (beyond, plus the rounding of the larger result), tanh
+# 2^-10.987 relative; what the statistical mode's bounds assume
 PTX_BOUNDS = {"ex2": ("relative", 2 * 2.0 ** -23), "rcp": ("relative", 2.0 ** -23),
               "lg2": ("absolute", 2.0 ** -22), "tanh": ("relative", 2.0 ** -10.987)}
 _TINY = np.float32(2.0 ** -126)
