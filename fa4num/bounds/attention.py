@@ -349,7 +349,7 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     thr = float(getattr(opts, "rescale_threshold", 0.0))
     off = float(getattr(opts, "max_offset", 0.0))
     tn = opts.tile_n
-    if opts.mufu_arch == "libm":
+    if not mufu_model(opts.mufu_arch).exact("ex2"):     # the statistical mode: the PTX bounds
         ex2_rel, rcp_rel, lg2_abs = _PTX_EX2_REL, _PTX_RCP_REL, (lambda e: _PTX_LG2_ABS * max(1, abs(e) + 1))
     else:
         mb = mufu_error_bounds(opts.mufu_arch)
@@ -598,7 +598,7 @@ def _tanh_abs_error(arch: str) -> np.ndarray:
     Without a table (another arch, or libm): the PTX ISA's relative error, e[E] = 2^-10.987 min(1, 2^(E-126))."""
     E = np.arange(255)
     top = np.ldexp(1.0, E - 126)
-    t = None if arch == "libm" else tanh_table(arch)
+    t = tanh_table(arch) if mufu_model(arch).exact("tanh") else None
     if t is None:
         return _PTX_TANH_REL * np.minimum(1.0, top)
     err = np.zeros((2, 255))

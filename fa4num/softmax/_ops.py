@@ -56,14 +56,6 @@ def f32(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
-def has_mufu(name: str, arch) -> bool:
-    """Whether ``mufu(name, arch)`` is fa4num.hw's bit-exact model (``arch == "libm"`` always answers True: the
-    statistical mode asks for no table). ``arch``: a table set name, "libm" or a ``fa4num.hw.MufuModel``."""
-    from fa4num import hw
-    model = hw.mufu_model(arch)
-    return model.arch == "libm" or model.exact(name)
-
-
 def mufu(name: str, arch, *, ftz: bool = True):
     """MUFU.<name> as a function of an fp32 array: fa4num.hw's bit-exact table model, or libm (statistical).
 
