@@ -59,3 +59,24 @@ def test_shipped_table_missing_table_and_dtype():
         tanh.mufu_tanh(x, arch="sm999")
     with pytest.raises(ValueError, match="x must be a float32 array, got dtype float64"):
         tanh.mufu_tanh(x.astype(np.float64))
+
+def test_tanh_table_stored_like_the_other_mufu_tables(tmp_path):
+    """The shipped description is a fa4num.hw.tables file; a GPU capture (raw table or first differences)
+    converts into the same file bit for bit, and a capture whose self-check failed is refused."""
+    import json
+
+    from fa4num.hw import tables
+    t = tanh.tanh_table("sm90")
+    assert tables.tanh_table_path("sm90").exists() and "tanh_sm90" not in tables.available_archs()
+    meta = json.dumps({"provenance": {"gpu": "test"}, "binades": []})
+    fields = {k: t[k] for k in ("kind", "drop", "const", "offset")}
+    for form in ({"table": t["table"]}, {"table_diff": np.diff(t["table"].astype(np.int64), prepend=0)}):
+        cap = tmp_path / "capture.npz"
+        np.savez(cap, mismatches=np.int64(0), meta=meta, **fields, **form)
+        out = tanh.save_tanh_table("sm90", cap, path=tmp_path / "tanh_sm90.npz.xz")
+        got, prov = tables.decode(out.read_bytes())
+        assert np.array_equal(got["tanh_table"], t["table"]) and prov["provenance"]["gpu"] == "test"
+        assert all(np.array_equal(got[f"tanh_{k}"].reshape(2, 256), v) for k, v in fields.items())
+    np.savez(cap, mismatches=np.int64(3), meta=meta, **fields, table=t["table"])
+    with pytest.raises(ValueError, match="3 mismatches"):
+        tanh.save_tanh_table("sm90", cap, path=tmp_path / "x.npz.xz")

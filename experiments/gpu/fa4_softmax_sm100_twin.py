@@ -6,7 +6,10 @@ CPU (here):            python experiments/gpu/fa4_softmax_sm100_twin.py check DI
 
 Per row, blocks in visiting order (flash_fwd_sm100.py softmax_step / SoftmaxSm100, softmax.py):
   m = max.f32 over the block and m_old; m_safe = m or 0 if -inf; a_ = mul.rn(sub.rn(m_old, m_safe), scale_log2);
-  a = ex2.approx.ftz(a_); if threshold > 0 and a_ >= -threshold: keep m_old, a = 1 (never on the first block);
+  a = ex2.approx.ftz(a_); if threshold > 0 and a_ >= -threshold: keep m_old, a = 1 (never on the first block)
+  (``update_row_max``: the rule of fa4num.softmax.lazy, checked against it on the GPU by
+  tests/test_softmax_lazy_rule.py; this twin's first block starts its max from -inf, not from S[0] as FA4's
+  ``fmax_reduce`` without init does, which differs only for an all-NaN first block: m -inf instead of NaN);
   bias = fma.rn(-m_safe, scale_log2, max_offset); x = fma.rn(S, scale_log2, bias);
   P = ex2.approx.ftz(x), or on the emulated columns ex2_emulation_2 (max.f32 -127, add.rm 1.5*2^23, sub.rn x2,
   fma.rn x3, shl 23 + add); P -> cvt.rn.bf16.f32 (or cvt.rn.satfinite.e4m3x2.f32);
@@ -162,7 +165,8 @@ def _scores(dist, cfg):
 
 
 # ---------------------------------------------------------------------------------------------- GPU side
-def _kernel():
+def _ops():
+    """The PTX helpers and the lazy-rescale rule as @triton.jit functions (Triton imported only here)."""
     import triton
     import triton.language as tl
 
@@ -183,9 +187,53 @@ def _kernel():
         return x.to(tl.float32, bitcast=True)
 
     @triton.jit
+    def update_row_max(m_old, m, sl2, thr, later):
+        # softmax.py SoftmaxSm100.update_row_max, the PTX copy of fa4num.softmax.lazy.lazy_rescale (the
+        # specification; tests/test_softmax_lazy_rule.py checks this one against it on the GPU). m: the block's
+        # max.f32 chained from m_old; later: not the first block. Returns (m, m_safe, acc_scale_, keep) as bits.
+        m_safe = tl.where(f32(m) == float("-inf"), 0, m)
+        acc_ = op2(op2(m_old, m_safe, "sub.rn.f32 $0, $1, $2;"), sl2, "mul.rn.f32 $0, $1, $2;")
+        # threshold 0: no test (FA4's rescale_threshold > 0.0); FSETP.GE: NaN compares false -> rescale
+        keep = (thr > 0) & (f32(acc_) >= -thr) & later
+        m = tl.where(keep, m_old, m)
+        m_safe = tl.where(keep, m_old, m_safe)
+        return m, m_safe, acc_, keep
+
+    return op1, op2, op3, f32, update_row_max
+
+
+def rule_probe():
+    """A kernel that runs the twin's rule on one (m_old, m_blk) pair per lane: (M, B, Out (4 per lane), n, sl2,
+    thr, later, BLOCK) -> m, m_safe, acc_scale_ bits and keep. For the bit-for-bit test on the GPU."""
+    import triton
+    import triton.language as tl
+    _, op2, _, _, update_row_max = _ops()
+
+    @triton.jit
+    def probe(M, B, Out, n, sl2, thr, later, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = i < n
+        m_old = tl.load(M + i, mask=live, other=0)
+        blk = tl.load(B + i, mask=live, other=0)
+        m = tl.where(later != 0, op2(m_old, blk, "max.f32 $0, $1, $2;"), blk)
+        m, m_safe, acc_, keep = update_row_max(m_old, m, sl2, thr, later != 0)
+        tl.store(Out + i * 4, m, mask=live)
+        tl.store(Out + i * 4 + 1, m_safe, mask=live)
+        tl.store(Out + i * 4 + 2, acc_, mask=live)
+        tl.store(Out + i * 4 + 3, keep.to(tl.int32), mask=live)
+
+    return probe
+
+
+def _kernel():
+    import triton
+    import triton.language as tl
+    op1, op2, op3, f32, update_row_max = _ops()
+
+    @triton.jit
     def twin(s_ptr, out_ptr, diag_ptr, rows, sl2_bits, thr, offset_bits, NB: tl.constexpr,
              FREQ: tl.constexpr, RES: tl.constexpr, START: tl.constexpr, CAST: tl.constexpr,
-             USE_THR: tl.constexpr, EMU_ASM: tl.constexpr, BLOCK_R: tl.constexpr):
+             EMU_ASM: tl.constexpr, BLOCK_R: tl.constexpr):
         r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         live = r < rows
         dlive = live & (r < 256)
@@ -207,15 +255,9 @@ def _kernel():
             m = m_old
             for c in tl.static_range(128):
                 m = op2(m, tl.load(s_ptr + base + b * 128 + c, mask=live, other=0), "max.f32 $0, $1, $2;")
-            m_safe = tl.where(f32(m) == float("-inf"), zero, m)
-            acc_ = op2(op2(m_old, m_safe, "sub.rn.f32 $0, $1, $2;"), sl2, "mul.rn.f32 $0, $1, $2;")
+            m, m_safe, acc_, keep = update_row_max(m_old, m, sl2, thr, b > 0)
             acc = op1(acc_, "ex2.approx.ftz.f32 $0, $1;")
-            if USE_THR:
-                keep = (f32(acc_) >= -thr) & (b > 0)
-                m = tl.where(keep, m_old, m)
-                m_safe = tl.where(keep, m_old, m_safe)
-                acc = tl.where(keep, one, acc)
-            acc = tl.where(first, one, acc)
+            acc = tl.where(keep | first, one, acc)
             m_old = m
             hs = (hs ^ acc) * 16777619
             bias = op3(m_safe ^ signbit, sl2, offs, "fma.rn.f32 $0, $1, $2, $3;")
@@ -328,7 +370,7 @@ def run(out_dir: str) -> None:
             twin[grid](st, out, diag, cfg["rows"], int(sl2.view(np.int32)), float(cfg["threshold"]),
                        int(np.float32(cfg["max_offset"]).view(np.int32)), NB=cfg["blocks"], FREQ=cfg["freq"],
                        RES=cfg["res"], START=cfg["start"], CAST=CASTS[cfg["cast"]],
-                       USE_THR=cfg["threshold"] > 0, EMU_ASM=emu_asm(), BLOCK_R=128)
+                       EMU_ASM=emu_asm(), BLOCK_R=128)
             torch.cuda.synchronize()
             o = out.cpu().numpy().view(np.uint32)
             np.savez_compressed(out_dir / f"twin_{name}_{dist}.npz", **{k: o[:, i] for i, k in enumerate(KEYS)},

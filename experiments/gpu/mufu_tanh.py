@@ -9,8 +9,9 @@ fa4num.hw.tanh refuses a file with mismatches).
 Run on the device machine (needs torch with CUDA and Triton; about 2-3 minutes on an H200, mostly numpy):
     python experiments/gpu/mufu_tanh.py --out $OUT
 Writes $OUT/mufu_tanh_sm90_h200.npz (kind, drop, const, offset, table, mismatches, meta JSON with provenance and
-per-binade statistics). Put it at fa4num/hw/data/mufu_tanh_<arch>.npz (package data: the only place the
-loader reads).
+per-binade statistics). Store it with the other MUFU tables (fa4num/hw/data/tanh_<arch>.npz.xz, the format of
+fa4num.hw.tables) on the CPU:
+    python -c "from fa4num.hw.tanh import save_tanh_table; save_tanh_table('sm90', 'DIR/mufu_tanh_sm90_h200.npz')"
 """
 from __future__ import annotations
 

@@ -219,8 +219,8 @@ def minilm_qkv(*, text: str = PASSAGE, dtype: str = "bfloat16", max_len: int = 5
     >>> r["tokens"], len(r["layers"]), r["layers"][0][0].shape, r["layers"][0][0].dtype.name
     (4, 6, (1, 4, 12, 32), 'bfloat16')
     """
-    import ml_dtypes
-    dts = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+    from fa4num.fp.dtypes import DTYPES
+    dts = {n: DTYPES[n].dtype for n in ("bfloat16", "float16")}
     if dtype not in dts:
         raise ValueError(f"dtype must be one of {tuple(dts)}, got {dtype!r}")
     from .reference import round_once

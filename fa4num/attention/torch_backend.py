@@ -16,6 +16,7 @@ import numpy as np
 from . import masking
 from .forward import AttentionResult, AttentionStats, prepare_forward
 from ..constants import FP8_MAX as _FP8_MAX
+from ..fp.dtypes import dtype_info
 from ..softmax import LOG2_E_F32, scale_log2_of
 from ..softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
@@ -98,37 +99,48 @@ def _tile_sizes(rows_per_pos, sq, sk, tn, max_tile_elems):
     return r, c_blocks * tn
 
 
-def _stale_max(cur, blk, sl2, threshold):
+def _stale_max(cur, blk, sl2, threshold, first=False):
     """The row max each block of a tile leaves stored, visiting the tile's blocks in order (last axis).
 
-    ``cur`` (rows,) is the stored max before the tile, ``blk`` (rows, nb) each block's own max. Without a
-    threshold the stored max is the running max. With one (SM100 lazy rescale, ``softmax.py``
-    ``update_row_max``), the stored max moves only at blocks whose max exceeds it by more than the threshold
-    (in scale_log2 units); found here by jumping from one such block to the next for every row at once, so the
-    loop runs as many times as the most moves any row makes in the tile, not once per block."""
+    ``cur`` (rows,) is the stored max before the tile, ``blk`` (rows, nb) each block's own max; ``first``: the
+    tile's first block is the row's first (FA4's ``is_first``: it only sets the max). Without a threshold the
+    stored max is the running max. With one (SM100 lazy rescale, ``softmax.py`` ``update_row_max``), the
+    stored max moves only at blocks whose max exceeds it by more than the threshold (in scale_log2 units);
+    found here by jumping from one such block to the next for every row at once, so the loop runs as many
+    times as the most moves any row makes in the tile, not once per block. The torch copy of
+    :func:`fa4num.softmax.lazy.lazy_rescale` (the specification; tests/test_softmax_lazy_rule.py checks this one
+    against it bit for bit); maxima ignore a NaN operand, as max.f32 does."""
     import torch
+    if first:
+        head = blk[..., 0]
+        if blk.shape[-1] == 1:
+            return head[..., None].clone()
+        return torch.cat([head[..., None], _stale_max(head, blk[..., 1:], sl2, threshold)], dim=-1)
     if threshold <= 0:
-        return torch.cummax(torch.maximum(blk, cur[..., None]), dim=-1).values
+        nan = torch.isnan(blk)
+        run = torch.fmax(torch.cummax(torch.where(nan, -math.inf, blk), dim=-1).values, cur[..., None])
+        # a NaN stored max stays NaN through all-NaN blocks (max.f32 of two NaNs), which -inf would lose
+        still_nan = torch.isnan(cur)[..., None] & (torch.cumprod(nan.to(torch.int8), dim=-1) > 0)
+        return torch.where(still_nan, cur[..., None], run)
     nb = blk.shape[-1]
     out = torch.empty_like(blk)
     idx = torch.arange(nb, device=blk.device)
     start = torch.zeros_like(cur, dtype=torch.long)
     cur = cur.clone()
     while True:
-        new = torch.maximum(blk, cur[..., None])
+        new = torch.fmax(blk, cur[..., None])
         safe = torch.where(new == -math.inf, torch.zeros_like(new), new)
         moves = ~(((cur[..., None] - safe) * sl2) >= -threshold) & (idx >= start[..., None])
-        first = torch.where(moves.any(-1), moves.int().argmax(-1), torch.full_like(start, nb))
-        seg = (idx >= start[..., None]) & (idx < first[..., None])
+        nxt = torch.where(moves.any(-1), moves.int().argmax(-1), torch.full_like(start, nb))
+        seg = (idx >= start[..., None]) & (idx < nxt[..., None])
         out = torch.where(seg, cur[..., None], out)
-        moved = first < nb
+        moved = nxt < nb
         if not bool(moved.any()):
             return out
-        at = idx == first[..., None]
-        cur = torch.where(moved, torch.maximum(cur, blk.gather(-1, first.clamp(max=nb - 1)[..., None])[..., 0]),
-                          cur)
+        at = idx == nxt[..., None]
+        cur = torch.where(moved, torch.fmax(cur, blk.gather(-1, nxt.clamp(max=nb - 1)[..., None])[..., 0]), cur)
         out = torch.where(at, cur[..., None], out)
-        start = torch.where(moved, first + 1, torch.full_like(start, nb))
+        start = torch.where(moved, nxt + 1, torch.full_like(start, nb))
 
 
 def _visible_range(w, sq, sk):
@@ -216,6 +228,7 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
         lo_row, hi_row = torch.from_numpy(first[r0:r1]).to(dev).repeat(rep), \
             torch.from_numpy(last_vis[r0:r1]).to(dev).repeat(rep)
         need_lo, need_hi = int(first[r0:r1].max()), int(last_vis[r0:r1].min())
+        first_tile = True     # the first tile visited holds the rows' first block (FA4's is_first)
         for c0 in range((nblk - 1) // (c_keys // tn) * c_keys, -1, -c_keys):
             c1 = min(c0 + c_keys, nblk * tn)
             if c0 > hi_all or c1 - 1 < lo_all:
@@ -230,9 +243,10 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
                 s.masked_fill_((col[None, :] < lo_row[:, None]) | (col[None, :] > hi_row[:, None]), -math.inf)
             sb = s.view(g, rep * nr, nb, tn)
             blk = sb.amax(-1).flip(-1)                                               # visiting order
-            m_used = _stale_max(m, blk, sl2, threshold)
+            m_used = _stale_max(m, blk, sl2, threshold, first=first_tile)
+            first_tile = False
             m_prev = torch.cat([m[..., None], m_used[..., :-1]], dim=-1)
-            raw = torch.maximum(m_prev, blk)
+            raw = torch.fmax(m_prev, blk)
             raw_safe = torch.where(raw == -math.inf, torch.zeros_like(raw), raw)
             acc_ = (m_prev - raw_safe) * sl2
             acc = torch.exp2(acc_)
@@ -339,8 +353,7 @@ def _pick_backend(backend, dev, setup):
 
 # ml_dtypes arrays (what fa4num.attention.forward takes) have no torch counterpart in torch.as_tensor: move
 # their bits (same width, same encoding) and reinterpret them
-_ML_TO_TORCH = {"bfloat16": ("int16", "bfloat16"), "float8_e4m3fn": ("uint8", "float8_e4m3fn"),
-                "float8_e5m2": ("uint8", "float8_e5m2")}
+_ML_TO_TORCH = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 def _as_tensor(x, torch):
@@ -348,8 +361,9 @@ def _as_tensor(x, torch):
         return x
     a = np.asarray(x)
     if a.dtype.name in _ML_TO_TORCH:
-        raw, name = _ML_TO_TORCH[a.dtype.name]
-        return torch.from_numpy(np.ascontiguousarray(a).view(raw)).view(getattr(torch, name))
+        d = dtype_info(a.dtype)      # torch has no uint16: 16-bit formats travel as int16
+        raw = np.int16 if d.width == 16 else d.bits_dtype
+        return torch.from_numpy(np.ascontiguousarray(a).view(raw)).view(d.torch_dtype)
     return torch.as_tensor(a)
 
 

@@ -118,6 +118,21 @@ def supports(*, dtype: str, head_dim: int, head_dim_v: int, tile_n: int) -> bool
 _KERNEL = None
 
 
+_RULE = None
+
+
+def update_row_max_rule():
+    """The kernel's lazy-rescale rule, a @triton.jit function ``(m_stored, m_blk, sl2, threshold, first) -> the
+    max stored after the block`` (``fa4num.attention._triton_rule``; Triton imported only here). The Triton copy of
+    :func:`fa4num.softmax.lazy.lazy_rescale`, which is the specification; tests/test_softmax_lazy_rule.py checks
+    this one against it bit for bit."""
+    global _RULE
+    if _RULE is None:
+        from ._triton_rule import update_row_max
+        _RULE = update_row_max
+    return _RULE
+
+
 def _kernel():
     """Compile-on-first-use: the @triton.jit function (Triton imported only here)."""
     global _KERNEL
@@ -125,6 +140,7 @@ def _kernel():
         return _KERNEL
     import triton
     import triton.language as tl
+    update_row_max_rule()     # fwd calls it as the module global _RULE (Triton's interpreter reads no closures)
 
     @triton.jit
     def fwd(Q, K, V, Out, Lse, Events, Done, Lag, EmuMask, Coef, Sink, Ranges,
@@ -183,12 +199,10 @@ def _kernel():
             started = true_m > float("-inf")
             events += (started & (blk > true_m)).to(tl.int32)
             true_m = tl.maximum(true_m, blk)
-            new = tl.maximum(m, blk)
             if SM100:
-                # update_row_max: keep the stale max unless the new one exceeds it by > rescale_threshold
-                new_safe = tl.where(new == float("-inf"), 0.0, new)
-                keep = (m - new_safe) * sl2 >= -threshold
-                new = tl.where(keep, m, new)
+                new = _RULE(m, blk, sl2, threshold, it == 0)
+            else:
+                new = tl.maximum(m, blk)
             done += (started & (new > m)).to(tl.int32)
             lag = tl.maximum(lag, tl.where(new > float("-inf"), (true_m - new) * sl2, 0.0))
             m_safe = tl.where(new == float("-inf"), 0.0, new)

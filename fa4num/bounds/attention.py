@@ -17,14 +17,14 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
 from fa4num.attention import config, masking
 from fa4num.attention.forward import check_softcap
 from fa4num.ex2 import poly_coeffs
-from fa4num.hw import tanh_table
+from fa4num.fp.dtypes import DTYPES
+from fa4num.hw import mufu_model, tanh_table
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
 from fa4num.softmax import LN2_F32, LOG2_E_F32, emulated_columns, scale_log2_of
 
@@ -35,25 +35,17 @@ __all__ = ["AttentionBound", "attention_error_bound", "P_FORMATS"]
 U32 = 2.0 ** -24
 # P's format after the cast (cvt.rn / cvt.rn.satfinite): unit roundoff, half the smallest subnormal spacing,
 # largest finite value
-P_FORMATS = {
-    "bfloat16": (2.0 ** -8, 2.0 ** -134, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)),
-    "float16": (2.0 ** -11, 2.0 ** -25, 65504.0),
-    "float8_e4m3fn": (2.0 ** -4, 2.0 ** -10, 448.0),
-    "float8_e5m2": (2.0 ** -3, 2.0 ** -17, 57344.0),
-}
-_NP = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
-       "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2)}
-_TORCH = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float8_e4m3fn": "float8_e4m3fn",
-          "torch.float8_e5m2": "float8_e5m2"}
+_NARROW = {n: d for n, d in DTYPES.items() if d.width < 32}     # the input formats (fa4num.fp.dtypes)
+P_FORMATS = {n: (d.unit_roundoff, d.subnormal_half_spacing, d.max_finite) for n, d in _NARROW.items()}
+_NP = {n: d.dtype for n, d in _NARROW.items()}
+_TORCH = {f"torch.{n}": n for n in _NARROW}
 # the bound is evaluated in float64 from sums of at most ~1e6 terms: relative evaluation error far below 2^-30
 _F64_SAFETY = 1.0 + 2.0 ** -30
-# documented PTX bounds, used when the emulator runs numpy's libm (mufu_arch="libm", statistical mode)
-_PTX_EX2_REL = 2 * 2.0 ** -23
-_PTX_RCP_REL = 2.0 ** -23
-_PTX_LG2_ABS = 2.0 ** -22
-# tanh.approx.f32 where no measured table exists: the PTX ISA's maximum relative error (the H200 table measures
-# 2^-16.5, see _tanh_abs_error)
-_PTX_TANH_REL = 2.0 ** -10.987
+# documented PTX bounds (fa4num.hw.MufuModel.ptx_bound), used when the emulator runs numpy's libm
+# (mufu_arch="libm", statistical mode), and for tanh.approx.f32 where no measured table exists (the H200 table
+# measures 2^-16.5, see _tanh_abs_error)
+_LIBM = mufu_model("libm")
+_PTX_EX2_REL, _PTX_RCP_REL, _PTX_LG2_ABS, _PTX_TANH_REL = (_LIBM.ptx_bound(n)[1] for n in ("ex2", "rcp", "lg2", "tanh"))
 
 
 @dataclass
@@ -171,7 +163,7 @@ def _gemm_model(gemm: str, arch: str, dtype: str, k_total: int) -> _Gemm:
     """fa4num.hw.mma models. "wgmma": every term and C truncated to F bits below the largest exponent, then RZ to
     fp32: per chunk |err| < (L+1) 2^-F max|term| + 2^-23 |sum| (+ the floor of pinned exponents); "exact": one RN
     per chunk; "blas": fp32 BLAS in any order, gamma_{K} over the whole sum."""
-    minexp = {"bfloat16": -126, "float16": -14, "float8_e4m3fn": -6, "float8_e5m2": -14}[dtype]
+    minexp = _NARROW[dtype].min_normal_exp
     if gemm == "wgmma":
         acc = ACCUMULATORS[arch]
         L = chunk_elements(_NP[dtype], arch)
@@ -367,7 +359,7 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     thr = float(getattr(opts, "rescale_threshold", 0.0))
     off = float(getattr(opts, "max_offset", 0.0))
     tn = opts.tile_n
-    if opts.mufu_arch == "libm":
+    if not mufu_model(opts.mufu_arch).exact("ex2"):     # the statistical mode: the PTX bounds
         ex2_rel, rcp_rel, lg2_abs = _PTX_EX2_REL, _PTX_RCP_REL, (lambda e: _PTX_LG2_ABS * max(1, abs(e) + 1))
     else:
         mb = mufu_error_bounds(opts.mufu_arch)
@@ -609,7 +601,7 @@ def _tanh_abs_error(arch: str) -> np.ndarray:
     Without a table (another arch, or libm): the PTX ISA's relative error, e[E] = 2^-10.987 min(1, 2^(E-126))."""
     E = np.arange(255)
     top = np.ldexp(1.0, E - 126)
-    t = None if arch == "libm" else tanh_table(arch)
+    t = tanh_table(arch) if mufu_model(arch).exact("tanh") else None
     if t is None:
         return _PTX_TANH_REL * np.minimum(1.0, top)
     err = np.zeros((2, 255))
@@ -912,7 +904,7 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     B = -(-seqlen_k // tile_n)
     theta = math.exp(e_x * math.log(2) + math.log1p(exp2_relative) + (B - 1) * math.log1p(exp2_relative)) - 1
     u_p = P_FORMATS[dtype][0]
-    u_o = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}["bfloat16" if dtype.startswith("float8") else dtype]
+    u_o = DTYPES["bfloat16" if dtype.startswith("float8") else dtype].unit_roundoff
     D = B * (tile_n // 4 + 1) + 3
     g_D = math.expm1(D * math.log1p(U32))
     t = {"weights": 2 * theta / (1 - theta) * v_abs_max,

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from fa4num.attention import golden as attention_golden
+from fa4num.fp.dtypes import DTYPES
 
 from .attention import attention_error_bound
 
@@ -134,8 +135,7 @@ def check(q, k, v, out, lse, *, name="case", source="emulator", idx=None, softma
 
 
 def _bits_to(dtype_name, bits):
-    import ml_dtypes
-    dt = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype_name]
+    dt = {n: DTYPES[n].dtype for n in ("bfloat16", "float16")}[dtype_name]
     return np.asarray(bits).view(dt)
 
 

@@ -261,11 +261,10 @@ def wrap(result: np.ndarray, device):
     if device is None:
         return result
     import torch
-    name = result.dtype.name
-    views = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
-             "float8_e5m2": (np.uint8, torch.float8_e5m2)}
-    if name in views:
-        bits_dtype, torch_dtype = views[name]
-        bits = torch.from_numpy(np.ascontiguousarray(result).view(bits_dtype))
-        return bits.view(torch_dtype).to(device)
+    from .dtypes import DTYPES
+    d = DTYPES.get(result.dtype.name)
+    if d is not None and d.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        # ml_dtypes arrays: torch.from_numpy has no such dtype, so move the bits (torch has no uint16: int16)
+        bits = torch.from_numpy(np.ascontiguousarray(result).view(np.int16 if d.width == 16 else np.uint8))
+        return bits.view(d.torch_dtype).to(device)
     return torch.from_numpy(np.ascontiguousarray(result)).to(device)

@@ -23,14 +23,12 @@ e4m3x2/e5m2x2 to f16x2), so from_e4m3 / from_e5m2 give the values of that path, 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 from numba import njit, prange
 
-from fa4num.constants import FP8_MAX
 
+from .dtypes import DTYPES
 from .arrays import flat as _flat, is_tensor, as_float32, flat_broadcast, tensor_device, wrap
 from .scalar import CANONICAL_NAN_BITS, f32_to_u32
 
@@ -44,37 +42,16 @@ NAN_BITS = {"bf16": 0x7FFF, "fp16": 0x7FFF, "e4m3": 0x7F, "e5m2": 0x7F}
 NAN_FROM_NARROW = int(CANONICAL_NAN_BITS)
 
 
-@dataclass(frozen=True)
-class Format:
-    """A narrow binary format with IEEE-style bias and subnormals."""
-    name: str
-    dtype: type          # the numpy / ml_dtypes dtype of its arrays
-    mant: int            # stored mantissa bits
-    ebits: int           # exponent bits
-    max_finite: float
-    has_inf: bool
-    satfinite: bool      # PTX requires .satfinite for this conversion (e4m3x2 / e5m2x2)
-
-    @property
-    def width(self) -> int:
-        return 1 + self.ebits + self.mant
-
-
-FORMATS = {
-    "bf16": Format("bf16", ml_dtypes.bfloat16, 7, 8, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), True, False),
-    "fp16": Format("fp16", np.float16, 10, 5, 65504.0, True, False),
-    # e4m3 (OCP "e4m3fn"): no inf; S.1111.111 is NaN, so the largest finite value is 1.75 * 2^8 = 448
-    "e4m3": Format("e4m3", ml_dtypes.float8_e4m3fn, 3, 4, FP8_MAX["float8_e4m3fn"], False, True),
-    "e5m2": Format("e5m2", ml_dtypes.float8_e5m2, 2, 5, FP8_MAX["float8_e5m2"], True, True),
-}
+# the narrow formats of fa4num.fp.dtypes by their short names (mant, ebits, max_finite, has_inf, satfinite)
+FORMATS = {d.short: d for d in DTYPES.values() if d.width < 32}
 # module-level constants, frozen into the numba kernels below
 _NAN_BF16 = NAN_BITS["bf16"]
 _FP16, _E4M3, _E5M2 = FORMATS["fp16"], FORMATS["e4m3"], FORMATS["e5m2"]
 
 
 def _spec(f):
-    max_bits = int(np.array(f.max_finite, f.dtype).view(np.uint16 if f.width == 16 else np.uint8))
-    return f.mant, f.ebits, max_bits, f.has_inf, f.satfinite, NAN_BITS[f.name]
+    max_bits = int(np.array(f.max_finite, f.dtype).view(f.bits_dtype))
+    return f.mant, f.ebits, max_bits, f.has_inf, f.satfinite, NAN_BITS[f.short]
 
 
 _FP16_SPEC, _E4M3_SPEC, _E5M2_SPEC = _spec(_FP16), _spec(_E4M3), _spec(_E5M2)
@@ -423,18 +400,17 @@ def to_e5m2x2(a, b):
 def _narrow_input(x, fmt, name="x"):
     """Bits of a narrow-format array (ml_dtypes dtype or the matching torch dtype); ValueError otherwise."""
     f = FORMATS[fmt]
-    bits_dtype = np.uint16 if f.width == 16 else np.uint8
+    bits_dtype = f.bits_dtype
     if is_tensor(x):
         import torch
-        want = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn,
-                "e5m2": torch.float8_e5m2}[fmt]
+        want = f.torch_dtype
         if x.dtype != want:
             raise ValueError(f"{name} must be a {want} tensor, got {x.dtype}")
         signed = torch.int16 if f.width == 16 else torch.uint8
         return x.detach().cpu().contiguous().view(signed).numpy().view(bits_dtype)
     arr = np.asarray(x)
-    if arr.dtype != np.dtype(f.dtype):
-        raise ValueError(f"{name} must have dtype {np.dtype(f.dtype).name}, got {arr.dtype}")
+    if arr.dtype != f.dtype:
+        raise ValueError(f"{name} must have dtype {f.dtype.name}, got {arr.dtype}")
     return arr.view(bits_dtype)
 
 

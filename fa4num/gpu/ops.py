@@ -162,7 +162,9 @@ class OpSpec:
         fmt = op.split("_", 1)[1]
         if self.packed == PACK_NEG:
             return ptx.fp8_pair_neg(fmt)
-        ptx_fmt = {"bf16": "bf16", "fp16": "f16", "e4m3": "satfinite.e4m3", "e5m2": "satfinite.e5m2"}[fmt]
+        from ..fp.dtypes import dtype_info
+        d = dtype_info(fmt)
+        ptx_fmt = ("satfinite." if d.satfinite else "") + d.ptx
         if op.startswith("to_"):
             return ptx.CONVERSIONS[f"cvt.rn.{ptx_fmt}x2.f32" if self.packed else f"cvt.rn.{ptx_fmt}.f32"]
         if fmt in ("bf16", "fp16"):
@@ -264,13 +266,11 @@ def _f16_bits_of_f32(x32):
 
 
 def _from_narrow(op: str):
-    import ml_dtypes
-
     from .. import fp
+    from ..fp.dtypes import dtype_info
     fmt = op[5:]
     f = getattr(fp, op)
-    dt = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "e4m3": ml_dtypes.float8_e4m3fn,
-          "e5m2": ml_dtypes.float8_e5m2}[fmt]
+    dt = dtype_info(fmt).dtype
     if fmt in ("bf16", "fp16"):
         return lambda x: _u(f((x & np.uint32(0xFFFF)).astype(np.uint16).view(dt)))
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
+from fa4num.fp.dtypes import DTYPES
 from fa4num.fp.scalar import f32_to_u32, f64_to_u64, u32_to_f32, u64_to_f64
 
 MODELS = ("wgmma", "exact", "blas")
@@ -60,8 +61,6 @@ ACCUMULATORS = {
     "sm100": Accumulator(fraction_bits=25, chunk_bytes=32, e_zero=-133),
 }
 
-# exponent of the smallest normal number of each input format: subnormal significands are scaled to it
-_MIN_EXP = {"bfloat16": -126, "float16": -14, "float8_e4m3fn": -6, "float8_e5m2": -14, "float32": -126}
 _ZERO_EXP = -10000   # marks a zero factor; any product with it lands below _ZERO_THRESHOLD (and fits int16)
 _ZERO_THRESHOLD = -2000
 _SPECIAL_EXP = 600    # above any finite product's or fp32 accumulator's exponent (<= 2 * 127 + 1)
@@ -69,8 +68,8 @@ _SPECIAL_EXP = 600    # above any finite product's or fp32 accumulator's exponen
 
 def _dtype_name(a: np.ndarray) -> str:
     name = np.dtype(a.dtype).name
-    if name not in _MIN_EXP:
-        raise ValueError(f"input dtype must be one of {tuple(_MIN_EXP)}, got {name}")
+    if name not in DTYPES:
+        raise ValueError(f"input dtype must be one of {tuple(DTYPES)}, got {name}")
     return name
 
 
@@ -105,7 +104,8 @@ def split_exponents(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     name = _dtype_name(a)
     x = np.asarray(a).astype(np.float64)   # exact: every input format fits in float64
     e = np.empty(x.shape, np.int16)
-    _exponents(x.reshape(-1), e.reshape(-1), _MIN_EXP[name])
+    # subnormal significands are scaled to the exponent of the smallest normal number
+    _exponents(x.reshape(-1), e.reshape(-1), DTYPES[name].min_normal_exp)
     return x, e
 
 

@@ -23,6 +23,12 @@ def table_path(arch: str) -> Path:
     return DATA_DIR / f"mufu_{arch}.npz.xz"
 
 
+def tanh_table_path(arch: str) -> Path:
+    """The ``tanh.approx.f32`` description of ``arch`` (fa4num.hw.tanh), same format, its own file: it is not
+    part of the ex2/rcp/lg2 set that :func:`available_archs` lists."""
+    return DATA_DIR / f"tanh_{arch}.npz.xz"
+
+
 def _narrow(d: np.ndarray) -> np.ndarray:
     for dt in (np.int8, np.int16, np.int32):
         info = np.iinfo(dt)

@@ -8,38 +8,64 @@ The table describes each binade (sign, exponent field E) of the input by one of:
   table     -- the output depends only on the top 23 - drop mantissa bits: table[offset + (M >> drop)];
 E = 255 (inf, NaN) is a binade like the others. The GPU script rebuilds all 2^32 outputs from this description
 and counts the mismatches before writing it, so a table that loads is exact on every input it was measured on.
-The sm90 table measured on the H200 ships with the package (fa4num/hw/data/mufu_tanh_sm90.npz); the SM100
-emulation uses it too by default (``mufu_arch="sm90"``: no Blackwell GPU was available to measure one). For an
-arch with no table (no fa4num/hw/data/mufu_tanh_<arch>.npz: the library reads package data only, so a wheel
-and a checkout agree), :func:`tanh_table_available` is False and callers fall back to libm's tanh, which results
-report (``tanh_exact``).
+The sm90 table measured on the H200 ships with the package as fa4num/hw/data/tanh_sm90.npz.xz, stored like the
+other MUFU tables (fa4num.hw.tables; :func:`save_tanh_table` converts a GPU capture); the SM100 emulation uses
+it too by default (``mufu_arch="sm90"``: no Blackwell GPU was available to measure one). For an arch with no
+table file, :func:`tanh_table_available` is False and callers fall back to libm's tanh, which results report
+(``tanh_exact``).
 """
 from __future__ import annotations
 
-import pathlib
 from functools import lru_cache
 
 import numpy as np
 
+from . import tables as _tables
 from .mufu import _as_bits, _finish   # the MUFU models' one input rule: float32 only, arrays or tensors
 
 KINDS = {"identity": 0, "const": 1, "table": 2}
+_FIELDS = {"kind": np.uint8, "drop": np.uint8, "const": np.uint32, "offset": np.int64}   # (2, 256) each
+
+
+def save_tanh_table(arch: str, capture, path=None):
+    """Store a measured ``tanh.approx.f32`` description as fa4num/hw/data/tanh_<arch>.npz.xz, in the format of the
+    other MUFU tables (fa4num.hw.tables: first differences, lzma, the capture's provenance inside).
+
+    Parameters
+    ----------
+    arch : str
+    capture : str or Path
+        The file experiments/gpu/mufu_tanh.py wrote (kind, drop, const, offset, table or table_diff, mismatches,
+        meta); refused unless its self-check counted 0 mismatches.
+    path : str or Path, optional
+        Where to write (default: the package's data folder).
+
+    Returns
+    -------
+    Path
+    """
+    import json
+    z = np.load(capture)
+    if int(z["mismatches"]) != 0:
+        raise ValueError(f"capture {capture} records {int(z['mismatches'])} mismatches; only an exact table is stored")
+    table = (np.cumsum(z["table_diff"], dtype=np.int64).astype(np.uint32) if "table_diff" in z.files
+             else z["table"])
+    tables = {f"tanh_{k}": np.asarray(z[k]).reshape(-1) for k in _FIELDS}
+    tables["tanh_table"] = table
+    meta = json.loads(str(z["meta"]))
+    return _tables.save(arch, tables, {**meta["provenance"], "binades": meta.get("binades")},
+                        path=path if path is not None else _tables.tanh_table_path(arch))
 
 
 @lru_cache(maxsize=None)
 def _load(arch: str):
-    """The measured table of ``arch`` (package data, self-checked), or None; read once per arch."""
-    p = pathlib.Path(__file__).resolve().parent / "data" / f"mufu_tanh_{arch}.npz"
-    if not p.exists():
+    """The measured table of ``arch`` (fa4num/hw/data/tanh_<arch>.npz.xz), or None; read once per arch."""
+    path = _tables.tanh_table_path(arch)
+    if not path.exists():
         return None
-    z = np.load(p)
-    if int(z["mismatches"]) != 0:
-        return None
-    t = {k: z[k] for k in ("kind", "drop", "const", "offset")}
-    # the shipped file keeps the table as first differences (they compress 20x better than the entries); a raw
-    # GPU capture keeps the entries
-    t["table"] = (np.cumsum(z["table_diff"], dtype=np.int64).astype(np.uint32)
-                  if "table_diff" in z.files else z["table"])
+    tabs, _ = _tables.decode(path.read_bytes())
+    t = {k: tabs[f"tanh_{k}"].astype(dt).reshape(2, 256) for k, dt in _FIELDS.items()}
+    t["table"] = tabs["tanh_table"]
     return t
 
 

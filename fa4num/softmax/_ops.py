@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, vectorize
 
-from fa4num.constants import LN2_F32 as LN2_F32  # re-exported: sm90/sm100 read it with the ops
 from fa4num.constants import LOG2_E_F32  # utils.LOG2_E as a Float32 constant
 from fa4num.fp.scalar import fma_rn_f32
 
@@ -57,55 +56,19 @@ def f32(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
-_TINY = np.float32(2.0 ** -126)
-_LIBM = {"ex2": np.exp2, "rcp": np.reciprocal, "lg2": np.log2, "tanh": np.tanh}
-
-
-def _flush(x):
-    return np.where(np.abs(x) < _TINY, np.float32(0), x).astype(np.float32)
-
-
-def _libm(name):
-    """numpy's float32 exp2 / reciprocal / log2 with the .ftz flushes: within ~2 ulp of MUFU, not bit-exact
-    (the fast statistical mode)."""
-    fn = _LIBM[name]
-    if name == "ex2":
-        def ex2(x):
-            # exp2 of a subnormal is 1 either way, so only the result needs the flush; results are >= 0
-            with np.errstate(over="ignore"):
-                y = np.exp2(f32(x))
-            y[y < _TINY] = 0
-            return y
-        return ex2
-
-    def call(x):
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            return _flush(fn(_flush(f32(x))))
-    return call
-
-
-def has_mufu(name: str, arch: str) -> bool:
-    """Whether fa4num.hw has a bit-exact model of MUFU.<name> (``arch == "libm"`` always answers True)."""
-    if arch == "libm":
-        return True
-    from fa4num import hw
-    if name == "tanh":
-        return hw.tanh_table_available(arch)
-    return hasattr(hw, f"mufu_{name}")
-
-
-def mufu(name: str, arch: str, *, ftz: bool = True):
+def mufu(name: str, arch, *, ftz: bool = True):
     """MUFU.<name> as a function of an fp32 array: fa4num.hw's bit-exact table model, or libm (statistical).
 
-    ex2, rcp, lg2, and tanh where fa4num.hw has a measured table. ``ftz=False`` gives the non-.ftz form ptxas
-    builds around the instruction. With arch == "libm" (or no model for ``name`` on ``arch``) the function is
-    numpy's float32 exp2 / reciprocal / log2 / tanh with the .ftz flushes: within ~2 ulp of MUFU, not bit-exact.
+    ex2, rcp, lg2, and tanh where fa4num.hw has a measured table (``fa4num.hw.MufuModel.fn``). ``ftz=False``
+    gives the non-.ftz form ptxas builds around the instruction. With arch == "libm" (or no model for ``name``
+    on ``arch``) the function is numpy's float32 exp2 / reciprocal / log2 / tanh with the .ftz flushes: within
+    ~2 ulp of MUFU, not bit-exact.
 
     Parameters
     ----------
     name : {"ex2", "rcp", "lg2", "tanh"}
-    arch : str
-        A table set of fa4num.hw (e.g. "sm90"), or "libm".
+    arch : str or fa4num.hw.MufuModel
+        A table set of fa4num.hw (e.g. "sm90"), "libm", or a model from ``fa4num.hw.mufu_model``.
     ftz : bool
         The .ftz form (table models only).
 
@@ -123,25 +86,16 @@ def mufu(name: str, arch: str, *, ftz: bool = True):
     >>> float(mufu("ex2", "sm90", ftz=False)(x)[1]) == 2.0 ** -130
     True
     """
-    from fa4num import hw  # the "gpu" helper's package; imported here so softmax never caches a stale model
-    if arch == "libm" or not has_mufu(name, arch):
-        return _libm(name)
-    fn = getattr(hw, f"mufu_{name}")
-
-    def call(x):
-        x = f32(x)
-        return f32(fn(x, arch=arch, ftz=ftz)).reshape(x.shape)
-    return call
+    from fa4num import hw  # looked up per call so that softmax never caches a stale model
+    return hw.mufu_model(arch).fn(name, ftz=ftz)
 
 
-def ex2_compact(arch: str):
+def ex2_compact(arch):
     """The compact ex2 tables of ``arch`` (``fa4num.hw.mufu.CompactEx2``) for the fused numba kernels of the
     softmax stages, or None where they do not apply (arch "libm", or a table set without a compact form): the
     callers then take their array-at-a-time path. Looked up per call, like :func:`mufu`."""
-    if arch == "libm":
-        return None
     from fa4num import hw
-    return hw.load_tables(arch).ex2_compact
+    return hw.mufu_model(arch).ex2_compact
 
 
 def scale_log2_of(softmax_scale) -> np.float32:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._ops import LOG2_E_F32, f32, ffma, has_mufu, mufu
+from ._ops import LOG2_E_F32, f32, ffma, mufu
 
 SCALE_LOG2_WITH_SCOREMOD = LOG2_E_F32
 
 
-def tanh_is_exact(arch: str = "sm90") -> bool:
-    """True when the soft cap's ``tanh.approx.f32`` has a bit-exact model for ``arch`` (else libm's tanh
-    stands in and softcap results are close to, not equal to, the kernel's)."""
-    return arch != "libm" and has_mufu("tanh", arch)
+def tanh_is_exact(arch="sm90") -> bool:
+    """True when the soft cap's ``tanh.approx.f32`` has a bit-exact model for ``arch`` (a table set name, "libm"
+    or a ``fa4num.hw.MufuModel``; else libm's tanh stands in and softcap results are close to, not equal to,
+    the kernel's)."""
+    from fa4num import hw
+    return hw.mufu_model(arch).exact("tanh")
 
 
 def softcap_scores(s, *, softcap: float, softmax_scale, arch: str = "sm90") -> np.ndarray:

@@ -30,7 +30,10 @@ from fa4num.ex2.emulate import exact_steps, fast_steps, horner_tuple, poly_coeff
 from fa4num.fp.scalar import f32_to_u32, fma_rn_f32, u32_to_f32
 from fa4num.hw.mufu import ex2_bits_compact, ex2_ftz_bits_compact
 
-from ._ops import LN2_F32, LOG2_E_F32, _fmax, ex2_compact, f32, ffma, mufu
+from fa4num.constants import LN2_F32, LOG2_E_F32
+
+from ._ops import _fmax, f32, ffma, mufu
+from .lazy import lazy_rescale, lazy_rescale_rows
 
 FRAGMENT = 32   # frg_tile in apply_exp2_convert
 
@@ -129,24 +132,137 @@ def fadd_reduce(p: np.ndarray, init) -> np.ndarray:
     return a0 + a1
 
 
+def update_row_max(m_blk, state: Sm100State, *, scale_log2, is_first: bool, rescale_threshold, mufu,
+                   scale_ex2_ftz: bool = True):
+    """``softmax.py`` ``SoftmaxSm100.update_row_max``: the new stored max and O's rescale factor, per row.
+
+    The lazy-rescale decision is :func:`fa4num.softmax.lazy.lazy_rescale_rows` (the specification); the factor
+    is acc_scale = ex2.approx.ftz(acc_scale_) from ``mufu``, 1 where the stale max is kept and on the first
+    block (the correction warps are not signalled). Updates ``state.row_max`` and ``state.true_max``.
+
+    Parameters
+    ----------
+    m_blk : (R,) float32
+        The block's row maxima (``fmax_reduce``: max.f32, NaN ignored).
+    state : Sm100State
+    scale_log2, rescale_threshold : float32
+    is_first : bool
+    mufu : fa4num.hw.MufuModel
+    scale_ex2_ftz : bool
+        False: the factor through ``ex2.approx.f32`` without .ftz (SM103, ``update_row_max_from_local``).
+
+    Returns
+    -------
+    (m_safe, acc_scale, rescaled, skipped) : (R,) float32, float32, bool, bool
+        The max the exponent subtracts, O's factor, whether O is multiplied by a factor != 1 path (not first,
+        not kept), whether the max grew but stayed within the threshold.
+    """
+    m_old = state.row_max
+    state.true_max = m_blk if is_first else np.fmax(state.true_max, m_blk)
+    m_new, m_safe, acc_scale_, keep = lazy_rescale_rows(m_old, m_blk, scale_log2=scale_log2,
+                                                        rescale_threshold=rescale_threshold, is_first=is_first)
+    state.row_max = m_new
+    rows = m_new.shape[0]
+    if is_first:
+        return m_safe, np.ones(rows, np.float32), np.zeros(rows, bool), np.zeros(rows, bool)
+    acc_scale = np.where(keep, np.float32(1), mufu.ex2(acc_scale_, ftz=scale_ex2_ftz)).astype(np.float32)
+    return m_safe, acc_scale, ~keep, keep & (m_blk > m_old)
+
+
+def scale_subtract_rowmax(s, m_safe, *, scale_log2, max_offset, fused_bias: bool = True):
+    """``softmax.py`` ``SoftmaxSm100.scale_subtract_rowmax``: x = fma.rn(S, scale_log2, bias) per element.
+
+    bias = max_offset - m_safe * scale_log2, which ptxas contracts to one FFMA (fma.rn(-m_safe, scale_log2,
+    max_offset)); fused_bias=False rounds the product first (two roundings), for studies.
+
+    Parameters
+    ----------
+    s : (R, N) float32
+    m_safe : (R,) float32
+    scale_log2, max_offset : float32
+    fused_bias : bool
+
+    Returns
+    -------
+    (R, N) float32
+    """
+    if fused_bias:
+        bias = ffma(-m_safe, scale_log2, max_offset)
+    else:
+        bias = max_offset - m_safe * scale_log2
+    return ffma(s, scale_log2, bias[:, None])
+
+
+def apply_exp2_convert(x, *, mufu, emulate=None, poly_degree: int = 3, coeffs=None):
+    """``softmax.py`` ``SoftmaxSm100.apply_exp2_convert``: P = 2^x in fp32, before its conversion.
+
+    MUFU ex2.approx.ftz from ``mufu`` on every column but the ``emulate`` ones, which use ``ex2_emulation_2``
+    (fa4num.ex2's variant "packed", no .ftz). The conversion P -> the input dtype (cvt.rn, fp8 .satfinite) is
+    the attention layer's, which keeps P's dtype.
+
+    Parameters
+    ----------
+    x : (R, N) float32
+    mufu : fa4num.hw.MufuModel
+    emulate : (N,) bool, optional
+        From :func:`emulated_columns` (None: all MUFU).
+    poly_degree, coeffs
+        The software exp2's polynomial (``fa4num.ex2.poly_coeffs``).
+
+    Returns
+    -------
+    (R, N) float32
+    """
+    from fa4num.ex2 import fa4_emulated
+    p = mufu.ex2(x)
+    if emulate is not None and emulate.any():
+        p[:, emulate] = fa4_emulated(np.ascontiguousarray(x[:, emulate]), poly_degree, coeffs=coeffs,
+                                     variant="packed")
+    return p
+
+
+def update_row_sum(p, row_sum, acc_scale, *, is_first: bool):
+    """``softmax.py`` ``SoftmaxSm100.update_row_sum``: row_sum = fadd_reduce(P, init = RN(row_sum * acc_scale)).
+
+    The init product is a separate FMUL (no FMA); :func:`fadd_reduce` gives the eight-accumulator order. The
+    first block has no init.
+
+    Parameters
+    ----------
+    p : (R, N) float32
+    row_sum, acc_scale : (R,) float32
+    is_first : bool
+
+    Returns
+    -------
+    (R,) float32
+    """
+    return fadd_reduce(p, None if is_first else row_sum * acc_scale)
+
+
 def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_threshold: float = 8.0,
-                 max_offset: int = 0, emulate=None, poly_degree: int = 3, coeffs=None, arch: str = "sm90",
+                 max_offset: int = 0, emulate=None, poly_degree: int = 3, coeffs=None, arch="sm90",
                  fused_bias: bool = True, scale_ex2_ftz: bool = True) -> Sm100Step:
     """One KV block of the SM100 softmax warp (``softmax_step`` in flash_fwd_sm100.py). Updates ``state``.
 
+    The four steps of ``SoftmaxSm100`` in order: :func:`update_row_max` (the lazy rescale), then
+    :func:`scale_subtract_rowmax`, :func:`apply_exp2_convert` and :func:`update_row_sum`.
     s: (R, N) float32 scores, masked entries -inf. emulate: (N,) bool mask from :func:`emulated_columns`
-    (None: all MUFU). arch: which MUFU table model to use (the measured H200 tables are "sm90"); with a
-    bit-exact model the block runs as one numba kernel over the rows (:func:`_softmax_step_rows`, the same
-    operations in the same order), otherwise array by array.
-    fused_bias=False computes bias = RN(max_offset - RN(m*scale_log2)) (two roundings), for studies.
+    (None: all MUFU). arch: the MUFU model (a ``fa4num.hw.MufuModel`` or its name: the measured H200 tables are
+    "sm90", "libm" the statistical mode); with a bit-exact model and N % 8 == 0 the block runs as one numba
+    kernel over the rows (:func:`_softmax_step_rows`: the same steps, row by row), otherwise step by step on
+    arrays. fused_bias=False computes bias = RN(max_offset - RN(m*scale_log2)) (two roundings), for studies.
     scale_ex2_ftz=False: the rescale factor through the non-fast-math exp2 (``ex2.approx.f32`` without .ftz),
     as SM103 computes it (softmax.py ``update_row_max_from_local``, ``cute.math.exp2(acc_scale_)``).
     """
-    from fa4num.ex2 import fa4_emulated
+    from fa4num import hw
+    model = hw.mufu_model(arch)
     s = f32(s)
     sl2 = np.float32(scale_log2)
+    thr = np.float32(rescale_threshold)
+    offset = np.float32(max_offset)
     rows = s.shape[0]
-    tabs = ex2_compact(arch) if s.shape[1] and s.shape[1] % 8 == 0 else None
+    tabs = model.ex2_compact if s.shape[1] and s.shape[1] % 8 == 0 else None
     if tabs is not None:
         rc = horner_tuple(poly_coeffs(poly_degree, coeffs=coeffs), resolve_variant("packed"))
         emu = np.zeros(s.shape[1], np.bool_) if emulate is None else np.asarray(emulate, np.bool_)
@@ -157,44 +273,19 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
         row_max, row_sum = np.array(state.row_max, np.float32), np.array(state.row_sum, np.float32)
         true_max = np.array(state.true_max, np.float32)
         m_blk = np.fmax.reduce(s, axis=1)     # fmax_reduce: max.f32 ignores NaN; exact, in any order
-        _softmax_step_rows(np.ascontiguousarray(s), m_blk, row_max, row_sum, true_max, sl2, is_first,
-                           np.float32(rescale_threshold), np.float32(max_offset), emu, rc, fused_bias, scale_ex2_ftz,
-                           tabs.knots, tabs.packed, tabs.offsets, p, acc_scale, rescaled, skipped, lag)
+        _softmax_step_rows(np.ascontiguousarray(s), m_blk, row_max, row_sum, true_max, sl2, is_first, thr,
+                           offset, emu, rc, fused_bias, scale_ex2_ftz, tabs.knots, tabs.packed, tabs.offsets, p,
+                           acc_scale, rescaled, skipped, lag)
         state.row_max, state.row_sum, state.true_max = row_max, row_sum, true_max
         return Sm100Step(p, acc_scale, rescaled, skipped, lag)
-    ex2 = mufu("ex2", arch)
     m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(rows, -np.inf, np.float32)
-    m_old = state.row_max
-    state.true_max = m_blk if is_first else np.fmax(state.true_max, m_blk)
-    m_new = m_blk if is_first else np.fmax(m_old, m_blk)
-    m_safe = np.where(m_new == -np.inf, np.float32(0), m_new).astype(np.float32)
-    acc_scale = np.ones(rows, np.float32)
-    rescaled = np.zeros(rows, bool)
-    skipped = np.zeros(rows, bool)
-    if not is_first:
-        with np.errstate(invalid="ignore"):
-            acc_scale_ = (m_old - m_safe) * sl2
-        acc_scale = ex2(acc_scale_) if scale_ex2_ftz else mufu("ex2", arch, ftz=False)(acc_scale_)
-        rescaled = np.ones(rows, bool)
-        if rescale_threshold > 0:
-            keep = acc_scale_ >= np.float32(-rescale_threshold)   # FSETP.GE; NaN compares false -> rescale
-            m_new = np.where(keep, m_old, m_new)
-            m_safe = np.where(keep, m_old, m_safe).astype(np.float32)
-            acc_scale = np.where(keep, np.float32(1), acc_scale).astype(np.float32)
-            skipped = keep & (m_blk > m_old)
-            rescaled = ~keep
-    state.row_max = m_new.astype(np.float32)
-    if fused_bias:
-        bias = ffma(-m_safe, sl2, np.float32(max_offset))
-    else:
-        bias = np.float32(max_offset) - m_safe * sl2
-    x = ffma(s, sl2, bias[:, None])
-    p = ex2(x)
-    if emulate is not None and emulate.any():
-        p[:, emulate] = fa4_emulated(np.ascontiguousarray(x[:, emulate]), poly_degree, coeffs=coeffs,
-                                     variant="packed")
-    init = None if is_first else state.row_sum * acc_scale
-    state.row_sum = fadd_reduce(p, init)
+    with np.errstate(invalid="ignore"):
+        m_safe, acc_scale, rescaled, skipped = update_row_max(m_blk, state, scale_log2=sl2, is_first=is_first,
+                                                              rescale_threshold=thr, mufu=model,
+                                                              scale_ex2_ftz=scale_ex2_ftz)
+    x = scale_subtract_rowmax(s, m_safe, scale_log2=sl2, max_offset=offset, fused_bias=fused_bias)
+    p = apply_exp2_convert(x, mufu=model, emulate=emulate, poly_degree=poly_degree, coeffs=coeffs)
+    state.row_sum = update_row_sum(p, state.row_sum, acc_scale, is_first=is_first)
     with np.errstate(invalid="ignore"):
         lag = (state.true_max.astype(np.float64) - state.row_max) * np.float64(sl2)
     lag = np.where(np.isfinite(lag), lag, 0).astype(np.float32)
@@ -208,62 +299,66 @@ def _ex2(x, ftz, knots, packed, offsets):
                       ex2_bits_compact(b, knots, packed, offsets))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _update_row_max_row(m_old, m_blk, sl2, rescale_threshold, is_first, ftz, knots, packed, offsets):
+    """:func:`update_row_max` for one row: (m_new, m_safe, acc_scale, rescaled, skipped)."""
+    m_new, m_safe, scale_, keep = lazy_rescale(m_old, m_blk, sl2, rescale_threshold, is_first)
+    if is_first or keep:
+        return m_new, m_safe, np.float32(1), False, keep and m_blk > m_old
+    return m_new, m_safe, _ex2(scale_, ftz, knots, packed, offsets), True, False
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _apply_exp2_convert_row(s, sl2, bias, emulate, rc, knots, packed, offsets, p):
+    """:func:`scale_subtract_rowmax` and :func:`apply_exp2_convert` for one row, into p."""
+    for j in range(s.shape[0]):
+        x = fma_rn_f32(s[j], sl2, bias)
+        if emulate[j]:
+            # the floor form of add.rm covers x <= 2^22 (the softmax range); beyond it, the exact steps
+            v, beyond = fast_steps(x, rc, False, False, False, False)
+            p[j] = exact_steps(x, rc, False, False, False) if beyond else v
+        else:
+            p[j] = _ex2(x, True, knots, packed, offsets)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _update_row_sum_row(p, row_sum, scale, is_first):
+    """:func:`update_row_sum` for one row: ``fadd_reduce``'s eight accumulators (A0 seeded with
+    RN(row_sum * acc_scale) + P0, A1 with 0 + P1 unless first)."""
+    n = p.shape[0]
+    a0, a1, a2, a3 = p[0], p[1], p[2], p[3]
+    a4, a5, a6, a7 = p[4], p[5], p[6], p[7]
+    if not is_first:
+        a0 = row_sum * scale + p[0]
+        a1 = np.float32(0) + p[1]
+    for c in range(8, n, 8):
+        a0, a1, a2, a3 = a0 + p[c], a1 + p[c + 1], a2 + p[c + 2], a3 + p[c + 3]
+        a4, a5, a6, a7 = a4 + p[c + 4], a5 + p[c + 5], a6 + p[c + 6], a7 + p[c + 7]
+    a0, a1, a4, a5 = a0 + a2, a1 + a3, a4 + a6, a5 + a7
+    return (a0 + a4) + (a1 + a5)
+
+
 @njit(cache=True, nogil=True)
 def _softmax_step_rows(s, m_blks, row_max, row_sum, true_max, sl2, is_first, rescale_threshold, max_offset,
                        emulate, rc, fused_bias, scale_ex2_ftz, knots, packed, offsets, p, acc_scale, rescaled, skipped,
                        lag):
-    """:func:`softmax_step`'s array path, row by row, given the block's row maxima (state arrays updated in
-    place, the step's arrays written): update_row_max with the lazy rescale, the FFMA bias,
-    x = fma.rn(S, scale_log2, bias), P from ``ex2_emulation_2`` (fa4num.ex2's ``fast_steps``, or its
+    """:func:`softmax_step`'s four steps row by row, given the block's row maxima (state arrays updated in
+    place, the step's arrays written): update_row_max (:func:`fa4num.softmax.lazy.lazy_rescale`), the FFMA
+    bias and x = fma.rn(S, scale_log2, bias), P from ``ex2_emulation_2`` (fa4num.ex2's ``fast_steps``, or its
     ``exact_steps`` where the fast form reports an input beyond its range) on the emulated columns and MUFU.EX2
     (compact tables) elsewhere, and ``fadd_reduce``'s eight accumulators. One pass over the tile instead of a
     few dozen numpy passes, without the GIL."""
-    r, n = s.shape
-    for i in range(r):
+    for i in range(s.shape[0]):
         m_blk = m_blks[i]
-        m_old = row_max[i]
         tm = m_blk if is_first else _fmax(true_max[i], m_blk)
         true_max[i] = tm
-        m_new = m_blk if is_first else _fmax(m_old, m_blk)
-        m_safe = np.float32(0) if m_new == -np.inf else m_new
-        scale = np.float32(1)
-        resc = False
-        skip = False
-        if not is_first:
-            scale_ = (m_old - m_safe) * sl2
-            scale = _ex2(scale_, scale_ex2_ftz, knots, packed, offsets)
-            resc = True
-            if rescale_threshold > 0:
-                keep = scale_ >= -rescale_threshold       # FSETP.GE; NaN compares false -> rescale
-                if keep:
-                    m_new = m_old
-                    m_safe = m_old
-                    scale = np.float32(1)
-                skip = keep and m_blk > m_old
-                resc = not keep
+        m_new, m_safe, scale, rescaled[i], skipped[i] = _update_row_max_row(
+            row_max[i], m_blk, sl2, rescale_threshold, is_first, scale_ex2_ftz, knots, packed, offsets)
         row_max[i] = m_new
         acc_scale[i] = scale
-        rescaled[i] = resc
-        skipped[i] = skip
         bias = fma_rn_f32(-m_safe, sl2, max_offset) if fused_bias else max_offset - m_safe * sl2
-        for j in range(n):
-            x = fma_rn_f32(s[i, j], sl2, bias)
-            if emulate[j]:
-                # the floor form of add.rm covers x <= 2^22 (the softmax range); beyond it, the exact steps
-                v, beyond = fast_steps(x, rc, False, False, False, False)
-                p[i, j] = exact_steps(x, rc, False, False, False) if beyond else v
-            else:
-                p[i, j] = _ex2(x, True, knots, packed, offsets)
-        a0, a1, a2, a3 = p[i, 0], p[i, 1], p[i, 2], p[i, 3]
-        a4, a5, a6, a7 = p[i, 4], p[i, 5], p[i, 6], p[i, 7]
-        if not is_first:
-            a0 = row_sum[i] * scale + p[i, 0]
-            a1 = np.float32(0) + p[i, 1]
-        for c in range(8, n, 8):
-            a0, a1, a2, a3 = a0 + p[i, c], a1 + p[i, c + 1], a2 + p[i, c + 2], a3 + p[i, c + 3]
-            a4, a5, a6, a7 = a4 + p[i, c + 4], a5 + p[i, c + 5], a6 + p[i, c + 6], a7 + p[i, c + 7]
-        a0, a1, a4, a5 = a0 + a2, a1 + a3, a4 + a6, a5 + a7
-        row_sum[i] = (a0 + a4) + (a1 + a5)
+        _apply_exp2_convert_row(s[i], sl2, bias, emulate, rc, knots, packed, offsets, p[i])
+        row_sum[i] = _update_row_sum_row(p[i], row_sum[i], scale, is_first)
         d = (np.float64(tm) - np.float64(m_new)) * np.float64(sl2)
         lag[i] = np.float32(d) if abs(d) < np.inf else np.float32(0)
 

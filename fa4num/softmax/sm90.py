@@ -21,10 +21,11 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from fa4num.constants import LN2_F32, LOG2_E_F32
 from fa4num.fp.scalar import f32_to_u32, fma_rn_f32, u32_to_f32
 from fa4num.hw.mufu import ex2_ftz_bits_compact
 
-from ._ops import LN2_F32, LOG2_E_F32, _fmax, ex2_compact, f32, ffma, mufu
+from ._ops import _fmax, ex2_compact, f32, ffma, mufu
 
 LANES = 4   # threads of a quad that share one accumulator row
 

@@ -230,16 +230,16 @@ def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: 
     >>> sorted(r)[:4], r["rel_l2"] < 1e-2
     (['causal', 'exp2_emulated_share', 'floor_max_abs', 'floor_rel_l2'], True)
     """
-    import ml_dtypes
     import torch
 
     from fa4num.attention import forward
+    from fa4num.fp.dtypes import DTYPES
     from fa4num.attention import reference as ref
 
     from .inputs import make_study_inputs
     opts = parse_knob(knob)
     dtype = opts.pop("dtype", "bfloat16")
-    dts = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+    dts = {n: DTYPES[n].dtype for n in ("bfloat16", "float16")}
     if dtype not in dts:
         raise ValueError(f"knob dtype must be one of {tuple(dts)}, got {dtype!r}")
     inp = make_study_inputs(dist, int(seqlen), heads=int(heads), head_dim=int(head_dim), seed=int(seed))
