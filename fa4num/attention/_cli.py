@@ -12,6 +12,9 @@ import time
 from fa4num.argtypes import finite_float, int_tuple, nonneg_int, positive_int
 from fa4num.outputs import atomic_files, check_output_dir
 
+from .kernels import KERNELS
+from .problem import DEFAULT_KERNEL
+
 _shape = int_tuple(("batch", "seqlen_q", "heads", "head_dim"))
 
 
@@ -137,7 +140,7 @@ def register(subparsers) -> None:
     r.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
     r.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
     r.add_argument("--causal", action="store_true")
-    r.add_argument("--kernel", default="fa4-sm90", choices=("fa4-sm90", "fa4-sm100"))
+    r.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
     r.add_argument("--mode", default="bitexact", choices=("bitexact", "statistical"))
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     r.add_argument("--inputs", default="normal", choices=("normal", "exact", "exact_onehot"))

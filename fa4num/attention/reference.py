@@ -18,7 +18,8 @@ import ml_dtypes
 import numpy as np
 
 from .config import Sm90Options, Sm100Options
-from .forward import _to_numpy, check_learnable_sink, check_softcap
+from .problem import check_bool, check_learnable_sink, check_softcap, check_softmax_scale, layout, plain
+from .problem import to_numpy as _to_numpy
 from .masking import check_cu_seqlens, check_window_range, resolve_window, visible
 
 # Names the forward and backward take that steer the kernel or the emulator (tiling, GEMM model, exp2 knobs,
@@ -39,10 +40,8 @@ def _check_kernel_options(options: dict, pack_gqa) -> None:
 
 
 def _scale(softmax_scale, head_dim: int) -> float:
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    if math.isnan(scale):
-        raise ValueError("softmax_scale must not be NaN")
-    return scale
+    scale = check_softmax_scale(softmax_scale)
+    return 1.0 / math.sqrt(head_dim) if scale is None else scale
 
 
 def _causal_mask(sq: int, sk: int) -> np.ndarray:
@@ -116,24 +115,23 @@ def attention_fp64(q, k, v, *, softmax_scale=None, causal=False, softcap=0.0, wi
     >>> float(out[0, 0, 0, 0]), round(float(lse[0, 0, 0]), 6)
     (0.75, 1.386294)
     """
-    from .forward import _build_sequences, _plain
     _check_kernel_options(kernel_options, pack_gqa)
     softcap = check_softcap(softcap)
     qa, _ = _to_numpy(q, "q")
     ka, _ = _to_numpy(k, "k")
     va, _ = _to_numpy(v, "v")
-    seqs, batch, _ = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
-                                      _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
-                                      max_seqlen_q, max_seqlen_k)
+    lay = layout(qa, ka, va, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, page_table=page_table,
+                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    seqs, batch = lay.seqs, lay.batch
     h, d = qa.shape[-2:]
     hk, dv = va.shape[-2:]
-    window = resolve_window(bool(causal), window_size)
+    window = resolve_window(check_bool(causal, "causal"), window_size)
     check_window_range(window, seqlen_q=max((x.q.shape[0] for x in seqs), default=0),
                        seqlen_k=max((x.k.shape[0] for x in seqs), default=0))
     scale = _scale(softmax_scale, d)
     sink = check_learnable_sink(learnable_sink, heads=h)
     sink = None if sink is None else sink.astype(np.float64)
-    descales = [np.ones((batch, hk)) if x is None else _plain(x, n).astype(np.float64).reshape(batch, hk)
+    descales = [np.ones((batch, hk)) if x is None else plain(x).astype(np.float64).reshape(batch, hk)
                 for x, n in ((q_descale, "q_descale"), (k_descale, "k_descale"), (v_descale, "v_descale"))]
     varlen = cu_seqlens_q is not None
     out = np.zeros((*qa.shape[:-2], h, dv))
@@ -332,7 +330,6 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     >>> round(float(g.dsink[0]), 12)      # 4 rows, each P_sink = 1/5 and D = rowsum(dO * O) = 8 * 4/5
     -5.12
     """
-    from .forward import _plain
     _check_kernel_options(kernel_options, pack_gqa)
     softcap = check_softcap(softcap)
     qa, _ = _to_numpy(q, "q")
@@ -354,8 +351,8 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     if hk < 1 or h % hk:
         raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
     if varlen:
-        cq = check_cu_seqlens(_plain(cu_seqlens_q, "cu_seqlens_q"), "cu_seqlens_q", total=qa.shape[0])
-        ck = check_cu_seqlens(_plain(cu_seqlens_k, "cu_seqlens_k"), "cu_seqlens_k", total=ka.shape[0])
+        cq = check_cu_seqlens(plain(cu_seqlens_q), "cu_seqlens_q", total=qa.shape[0])
+        ck = check_cu_seqlens(plain(cu_seqlens_k), "cu_seqlens_k", total=ka.shape[0])
         if cq.size != ck.size:
             raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size}, {ck.size}")
         seqs = [((slice(cq[i], cq[i + 1]),), (slice(ck[i], ck[i + 1]),)) for i in range(cq.size - 1)]
@@ -369,7 +366,7 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
                               ("max_seqlen_k", max_seqlen_k, max(lk, default=0))):
         if given is not None and int(given) < need:
             raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
-    window = resolve_window(bool(causal), window_size)
+    window = resolve_window(check_bool(causal, "causal"), window_size)
     check_window_range(window, seqlen_q=int(max(lq, default=0)), seqlen_k=int(max(lk, default=0)))
     scale = _scale(softmax_scale, d)
     sink = check_learnable_sink(learnable_sink, heads=h)

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import math
 
+from fa4num.attention.kernels import KERNELS
+from fa4num.attention.problem import DEFAULT_KERNEL
+
 
 def _exp2(args) -> int:
     from .exp2 import exp2_error_bound, mufu_error_bounds
@@ -87,7 +90,7 @@ def register(subparsers) -> None:
     a = sub.add_parser("attention", help="per-element bound of FA4's forward on Gaussian inputs vs the emulator")
     a.add_argument("--shape", required=True, help="B,S,H,D of q")
     a.add_argument("--seqlen-k", type=int, default=None)
-    a.add_argument("--kernel", default="fa4-sm90", choices=("fa4-sm90", "fa4-sm100"))
+    a.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
     a.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"))
     a.add_argument("--causal", action="store_true")
     a.add_argument("--softmax-scale", type=float, default=None)
