@@ -8,6 +8,7 @@ from fa4num.attention import KERNELS, Problem, backward, forward, plan
 from fa4num.attention.config import sm100_defaults
 from fa4num.attention.reference import attention_fp64
 from fa4num.bounds import attention_error_bound
+from fa4num.bounds.validate import check
 
 
 def _qkv(sq=20, sk=20, h=2, hk=2, d=64, seed=0):
@@ -97,6 +98,12 @@ def test_problem_convention_gives_the_same_bits():
     assert all(np.array_equal(x.view(np.uint16), y.view(np.uint16)) for x, y in ((ga.dq, gb.dq), (ga.dk, gb.dk)))
     ba, bb = attention_error_bound(q, k, v, **kw), attention_error_bound(problem=p)
     assert np.array_equal(ba.out, bb.out)
+    ra, rb = attention_fp64(q, k, v, **kw), attention_fp64(problem=p)
+    assert np.array_equal(ra[0], rb[0]) and np.array_equal(ra[1], rb[1])
+    ca, cb = check(q, k, v, a.out, a.lse, **kw), check(out=a.out, lse=a.lse, problem=p)
+    assert (ca.out_violations, ca.max_bound, ca.kernel) == (cb.out_violations, cb.max_bound, cb.kernel)
+    with pytest.raises(TypeError, match="not both"):
+        attention_fp64(problem=p, causal=True)
     with pytest.raises(TypeError, match="not both"):
         forward(q, k, v, problem=p)
     with pytest.raises(TypeError, match="not both"):

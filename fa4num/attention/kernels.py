@@ -147,7 +147,7 @@ class Sm90(Kernel):
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return 8 <= head_dim <= 256 and 8 <= head_dim_v <= 256
 
-    def default_pack_gqa(self, *, qhead_per_kvhead: int, **_) -> bool:
+    def default_pack_gqa(self, *, qhead_per_kvhead: int) -> bool:
         """FA4's pack_gqa when the caller passes None: on whenever several q heads share a KV head."""
         return qhead_per_kvhead > 1
 
@@ -202,13 +202,6 @@ class Sm100(Kernel):
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return (8 <= head_dim <= 128 and 8 <= head_dim_v <= 128) or (head_dim, head_dim_v) in ((192, 128),
                                                                                                 (256, 256))
-
-    def default_pack_gqa(self, *, qhead_per_kvhead: int, head_dim: int, head_dim_v: int, max_seqlen_q: int,
-                         num_splits: int, batch: int, heads: int, num_sms: int = config.NUM_SMS_SM100) -> bool:
-        """FA4's pack_gqa when the caller passes None (:func:`fa4num.attention.config.sm100_pack_gqa`)."""
-        return config.sm100_pack_gqa(qhead_per_kvhead=qhead_per_kvhead, head_dim=head_dim, head_dim_v=head_dim_v,
-                                     max_seqlen_q=max_seqlen_q, num_splits=num_splits, batch=batch, heads=heads,
-                                     num_sms=num_sms)
 
     def defaults(self, problem) -> config.Sm100Options:
         """FA4's tuning table for this problem (:func:`fa4num.attention.config.sm100_defaults`); the overrides
