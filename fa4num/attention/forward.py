@@ -365,8 +365,11 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
         with ``cu_seqlens_q`` q is (total_q, heads, head_dim), with ``cu_seqlens_k`` k/v are
         (total_k, heads_kv, ...), with ``page_table`` k/v are (num_pages, page_size, heads_kv, ...).
         bf16/fp16 (ml_dtypes for numpy), fp8 e4m3/e5m2 on fa4-sm100. heads % heads_kv == 0 (GQA/MQA).
+    problem : Problem, optional
+        ``plan(q, k, v, **fa4_args)`` (instead of q, k, v and the arguments below).
     softmax_scale : float, optional
-        Default 1/sqrt(head_dim); applied as Float32 (scale_log2 = RN(scale * log2 e)). Any finite value.
+        Default 1/sqrt(head_dim); applied as Float32 (scale_log2 = RN(scale * log2 e)). A real number (a
+        string is a TypeError), not NaN.
     causal : bool
         Bottom-right aligned (key j visible from query i iff j <= i + seqlen_k - seqlen_q).
     kernel : a name of :data:`fa4num.attention.kernels.KERNELS`, default "fa4-sm90"

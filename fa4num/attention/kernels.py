@@ -105,11 +105,12 @@ def sm100_bwd_tile(head_dim: int, *, use_2cta_instrs: bool | None = None) -> Bwd
     return BwdTile(128, 128 * (2 if two else 1), 32, False, 2 if two else 1)
 
 
-
-
 @dataclass(frozen=True)
 class Kernel:
-    """What is common to FA4's forward kernels; :class:`Sm90` and :class:`Sm100` add their rules."""
+    """What is common to FA4's kernels. :class:`Sm90` and :class:`Sm100` add their rules, each the same set of
+    methods: ``head_dims_ok``, ``defaults(problem)`` (the tuning table), ``finish`` (rules after the overrides),
+    the softmax step (``softmax_state``, ``emulated_columns``, ``softmax_step``, ``finalize``) and
+    ``backward_tile``. A new kernel is one more subclass and one entry of :data:`KERNELS`."""
     name: str             # the ``kernel=`` argument
     arch: str             # the GPU generation, for messages and reports
     dtypes: tuple         # input dtypes the forward takes (FA4's names)
@@ -304,8 +305,21 @@ KERNELS = {k.name: k for k in (SM90, SM100)}
 
 
 def get(kernel) -> Kernel:
-    """The kernel object of a name in :data:`KERNELS` (or a kernel object itself); ValueError naming
-    ``kernel`` and the allowed names otherwise.
+    """The kernel object of a name in :data:`KERNELS` (or a kernel object itself).
+
+    Parameters
+    ----------
+    kernel : str or Kernel
+        A key of :data:`KERNELS`.
+
+    Returns
+    -------
+    Kernel
+
+    Raises
+    ------
+    ValueError
+        Naming ``kernel`` and the allowed names, for anything else.
 
     Examples
     --------
@@ -319,5 +333,5 @@ def get(kernel) -> Kernel:
     return KERNELS[kernel]
 
 
-__all__ = ["Kernel", "Sm90", "Sm100", "SM90", "SM100", "KERNELS", "get", "resolve_coeffs", "BwdTile",
-           "sm90_bwd_tile", "sm100_bwd_tile"]
+__all__ = ["Kernel", "Sm90", "Sm100", "SM90", "SM100", "KERNELS", "get", "BwdTile", "sm90_bwd_tile",
+           "sm100_bwd_tile"]

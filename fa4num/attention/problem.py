@@ -287,7 +287,27 @@ def layout(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None, ma
            max_seqlen_k=None) -> Layout:
     """Check the shapes of FA4's layouts and cut q, k, v into sequences (:func:`sequences`); ``max_seqlen_q/k``
     must be ints covering the longest sequence. The kernel-independent part of :func:`plan` (the fp64
-    references use it alone)."""
+    references use it alone).
+
+    Parameters
+    ----------
+    q, k, v : arrays or torch tensors
+        Dense (batch, seqlen, heads, head_dim), varlen (total, heads, head_dim) or paged k/v (num_pages,
+        page_size, heads_kv, head_dim).
+    cu_seqlens_q, cu_seqlens_k, page_table, max_seqlen_q, max_seqlen_k
+        FA4's varlen offsets, page table and declared maximum lengths.
+
+    Returns
+    -------
+    Layout
+
+    Examples
+    --------
+    >>> q = np.ones((10, 2, 16), np.float16)
+    >>> lay = layout(q, q, q, cu_seqlens_q=np.array([0, 3, 10]), cu_seqlens_k=np.array([0, 5, 10]))
+    >>> lay.batch, lay.longest_q, lay.longest_k, [s.q.shape[0] for s in lay.seqs]
+    (2, 7, 5, [3, 7])
+    """
     batch, cu_q, cu_k, pt = _check_sequences(q, k, v, plain(cu_seqlens_q), plain(cu_seqlens_k), plain(page_table))
     seqs = sequences(q, k, v, batch=batch, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, page_table=pt)
     longest_q = max((s.q.shape[0] for s in seqs), default=0)
@@ -312,7 +332,7 @@ def _descale(x, name, batch, hk):
 
 
 # ---------------------------------------------------------------------------------------------- the problem
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Problem:
     """One FA4 attention call, checked and resolved (:func:`plan`).
 
@@ -504,6 +524,4 @@ def given_or_plan(problem, q, k, v, fa4_args: dict, *, who: str) -> Problem:
     return problem
 
 
-__all__ = ["Problem", "plan", "given_or_plan", "layout", "Layout", "sequences", "Seq", "check_bool", "check_softmax_scale",
-           "check_softcap", "check_learnable_sink", "check_lse", "dtype_name", "to_numpy", "NP_DTYPES", "MODES",
-           "NONFINITE", "MAX_SPLITS", "DEFAULT_KERNEL"]
+__all__ = ["Problem", "plan", "Layout", "layout", "DEFAULT_KERNEL", "MODES", "NONFINITE", "MAX_SPLITS"]
