@@ -20,7 +20,7 @@ import numpy as np
 from .config import Sm90Options, Sm100Options
 from .problem import Problem, check_bool, check_learnable_sink, check_softcap, check_softmax_scale, layout, plain
 from .problem import to_numpy as _to_numpy
-from .masking import check_cu_seqlens, check_window_range, resolve_window, visible
+from .masking import check_window_range, resolve_window, visible
 
 # Names the forward and backward take that steer the kernel or the emulator (tiling, GEMM model, exp2 knobs,
 # determinism) but not the exact math: the references accept them so that one dict of options can drive an
@@ -363,35 +363,19 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     varlen = cu_seqlens_q is not None
     if (cu_seqlens_k is None) == varlen:
         raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
-    layout = "3-D (total, heads, head_dim) with cu_seqlens" if varlen else "4-D (batch, seqlen, heads, head_dim)"
-    if not qa.ndim == ka.ndim == va.ndim == (3 if varlen else 4):
-        raise ValueError(f"q, k, v must be {layout}, got {qa.shape}, {ka.shape}, {va.shape}")
+    lay = layout(qa, ka, va, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                 max_seqlen_k=max_seqlen_k)
     if da.shape != qa.shape[:-1] + va.shape[-1:]:
         raise ValueError(f"dout must have shape {qa.shape[:-1] + va.shape[-1:]}, got {da.shape}")
     h, d = qa.shape[-2:]
     hk = ka.shape[-2]
-    if ka.shape[-1] != d or va.shape[:-1] != ka.shape[:-1]:
-        raise ValueError(f"k must have q's head_dim ({d}) and v k's leading shape, got {ka.shape}, {va.shape}")
-    if hk < 1 or h % hk:
-        raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
     if varlen:
-        cq = check_cu_seqlens(plain(cu_seqlens_q), "cu_seqlens_q", total=qa.shape[0])
-        ck = check_cu_seqlens(plain(cu_seqlens_k), "cu_seqlens_k", total=ka.shape[0])
-        if cq.size != ck.size:
-            raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size}, {ck.size}")
+        cq, ck = lay.cu_seqlens_q, lay.cu_seqlens_k
         seqs = [((slice(cq[i], cq[i + 1]),), (slice(ck[i], ck[i + 1]),)) for i in range(cq.size - 1)]
-        lq, lk = np.diff(cq), np.diff(ck)
     else:
-        if ka.shape[0] != qa.shape[0]:
-            raise ValueError(f"k must have q's batch ({qa.shape[0]}), got {ka.shape}")
         seqs = [((b,), (b,)) for b in range(qa.shape[0])]
-        lq, lk = [qa.shape[1]], [ka.shape[1]]
-    for name, given, need in (("max_seqlen_q", max_seqlen_q, max(lq, default=0)),
-                              ("max_seqlen_k", max_seqlen_k, max(lk, default=0))):
-        if given is not None and int(given) < need:
-            raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
     window = resolve_window(check_bool(causal, "causal"), window_size)
-    check_window_range(window, seqlen_q=int(max(lq, default=0)), seqlen_k=int(max(lk, default=0)))
+    check_window_range(window, seqlen_q=lay.longest_q, seqlen_k=lay.longest_k)
     scale = _scale(softmax_scale, d)
     sink = check_learnable_sink(learnable_sink, heads=h)
     sink = None if sink is None else sink.astype(np.float64)
