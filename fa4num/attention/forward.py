@@ -33,8 +33,6 @@ from . import config
 from . import masking as _masking
 from .problem import MAX_SPLITS, NP_DTYPES, Problem, given_or_plan, to_numpy
 
-_NP_DTYPES = NP_DTYPES
-
 
 @dataclass
 class AttentionStats:
@@ -150,12 +148,12 @@ class _KVBlocks:
 
 def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
     """P -> the input dtype the way the kernel converts it (cvt.rn; fp8 .satfinite); mark saturated values."""
-    limit = float(ml_dtypes.finfo(_NP_DTYPES[dt]).max)
+    limit = float(ml_dtypes.finfo(NP_DTYPES[dt]).max)
     if dt in ("bfloat16", "float16"):
-        return p.astype(_NP_DTYPES[dt]), p > limit
+        return p.astype(NP_DTYPES[dt]), p > limit
     from fa4num import fp
     conv = fp.to_e4m3 if dt == "float8_e4m3fn" else fp.to_e5m2
-    return np.asarray(conv(p)).view(_NP_DTYPES[dt]).reshape(p.shape), p > limit
+    return np.asarray(conv(p)).view(NP_DTYPES[dt]).reshape(p.shape), p > limit
 
 
 def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
@@ -166,7 +164,7 @@ def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(p_q, np.float32), sat
     import torch
     tp = torch.from_numpy(np.ascontiguousarray(p, np.float32))
-    limit = float(ml_dtypes.finfo(_NP_DTYPES[dt]).max)
+    limit = float(ml_dtypes.finfo(NP_DTYPES[dt]).max)
     return tp.to(torch.bfloat16 if dt == "bfloat16" else torch.float16).float().numpy(), p > limit
 
 
@@ -445,7 +443,7 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
     tanh_arch = opts.mufu_arch
     emu = kern.emulated_columns(opts)
     n_emu = 0 if emu is None else int(emu.sum())
-    out_dt = _NP_DTYPES["bfloat16"] if fp8 else _NP_DTYPES[dt]
+    out_dt = NP_DTYPES["bfloat16"] if fp8 else NP_DTYPES[dt]
     lead = qa.shape[:-2]
     out = np.zeros((*lead, h, dv), out_dt)
     lse_shape = (h, qa.shape[0]) if varlen_q else (qa.shape[0], h, qa.shape[1])
@@ -556,6 +554,6 @@ def _wrap(out, lse, stats, kernel, opts, scale, device, num_splits=1):
     if device is None:
         return AttentionResult(out, lse, stats, kernel, opts, scale, num_splits)
     import torch
-    ot = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16 if out.dtype == _NP_DTYPES["bfloat16"]
+    ot = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16 if out.dtype == NP_DTYPES["bfloat16"]
                                                   else torch.float16).to(device)
     return AttentionResult(ot, torch.from_numpy(lse).to(device), stats, kernel, opts, scale, num_splits)
