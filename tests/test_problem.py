@@ -151,3 +151,15 @@ def test_bound_refuses_what_it_does_not_model():
     q, k, v = _qkv(d=64)
     with pytest.raises(ValueError, match="num_splits != 1: not modelled"):
         attention_error_bound(q, k, v, kernel="fa4-sm100", num_splits=2)
+
+
+def test_no_code_compares_kernel_names():
+    """Kernels are objects of KERNELS: a comparison with a kernel name (``kernel == "fa4-sm90"``) would make any
+    third kernel silently behave as one of these two."""
+    import pathlib
+    import re
+    import fa4num
+    pattern = re.compile(r"""(==|!=)\s*["']fa4-sm|["']fa4-sm\w*["']\s*(==|!=)|kernel\s*(==|!=)""")
+    found = [f"{p.name}:{i}: {line.strip()}" for p in pathlib.Path(fa4num.__file__).parent.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "\n".join(found)
