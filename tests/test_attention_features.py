@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fa4num.attention import config, forward
+from fa4num.attention import KERNELS, config, forward
 from fa4num.attention.forward import combine_splits
 from fa4num.attention.reference import attention_fp64, metrics, round_once
 from fa4num.softmax import sm100
@@ -206,8 +206,7 @@ def test_sm100_pack_gqa_and_2cta_follow_b36(g, hd, sq, batch, hk):
     if hd == 256 and o.use_2cta_instrs:
         assert (o.ex2_emu_freq, o.ex2_emu_start_frg) == (14, 0)     # _TUNING_CONFIG[(True, False, 256, False)]
     # SM90 always packs several q heads per KV head (its goldens hd256_gqa1..8 are bit-exact)
-    assert config.default_pack_gqa(kernel="fa4-sm90", qhead_per_kvhead=g, head_dim=hd, head_dim_v=hd,
-                                   max_seqlen_q=sq, num_splits=1, batch=batch, heads=heads) == (g > 1)
+    assert KERNELS["fa4-sm90"].default_pack_gqa(qhead_per_kvhead=g) == (g > 1)
 
 
 def test_issue_example_hd256_ratio3_turns_pack_gqa_off():
@@ -289,7 +288,7 @@ def test_sm103_rescale_factor_keeps_subnormals():
     (dict(learnable_sink=np.zeros((2, 1), np.float32)), "learnable_sink"),
     (dict(window_size=(-1, 4)), "window_size left"), (dict(window_size=(5,)), "window_size"),
     (dict(num_splits=2), "num_splits"), (dict(nonfinite="ignore"), "nonfinite"),
-    (dict(pack_gqa="yes"), "pack_gqa"), (dict(q_descale=np.ones((1, 2), np.float32)), "descale"),
+    (dict(q_descale=np.ones((1, 2), np.float32)), "descale"),
     (dict(max_seqlen_q=10), "max_seqlen_q"), (dict(softmax_scale=float("nan")), "softmax_scale"),
 ])
 def test_bad_options_name_the_argument(kw, match):

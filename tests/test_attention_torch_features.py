@@ -82,10 +82,12 @@ def test_torch_shares_forwards_argument_checks():
     _, (q, k, v) = _arrays([(1, 32, 2, 64)] * 3, seed=1)
     for kw, match in ((dict(softcap=-1.0), "softcap"), (dict(window_size=(-1, 5)), "window_size"),
                       (dict(learnable_sink=np.zeros(3, np.float32)), "learnable_sink"),
-                      (dict(cu_seqlens_q=np.array([0, 40, 32])), "cu_seqlens_q"), (dict(pack_gqa=1), "pack_gqa"),
+                      (dict(cu_seqlens_q=np.array([0, 40, 32])), "cu_seqlens_q"),
                       (dict(kernel="fa4-sm100", num_splits=2), "num_splits"), (dict(tile_n=100), "tile_n")):
         with pytest.raises(ValueError, match=match):
             forward_torch(q, k, v, **kw)
+    with pytest.raises(TypeError, match="pack_gqa"):      # a wrong type, not coerced
+        forward_torch(q, k, v, pack_gqa=1)
 
 
 TRITON_CASES = [dict(kernel="fa4-sm90", causal=True), dict(kernel="fa4-sm100", causal=True),

@@ -130,9 +130,9 @@ def test_stats(small):
     (dict(mode="fast"), "mode"),
     (dict(gemm="tf32"), "gemm"),
     (dict(tile_m=40), "tile_m"),
-    (dict(bogus=1), "unknown options"),
+    (dict(bogus=1), "unknown option"),
     (dict(softmax_scale=float("nan")), "softmax_scale"),
-    (dict(cu_seqlens_q=[0, 70]), "together"),
+    (dict(cu_seqlens_q=[0, 70]), "cu_seqlens_q"),
 ])
 def test_bad_options(small, kw, match):
     q, k, v, do, fw = small

@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from fa4num.attention import forward, forward_torch  # noqa: E402
 from fa4num.attention import torch_backend  # noqa: E402
 from fa4num.attention import triton_backend  # noqa: E402
-from fa4num.attention.forward import prepare_forward  # noqa: E402
+from fa4num.attention.problem import plan  # noqa: E402
 
 COUNTERS = ("kv_blocks", "rescale_events", "rescales_done", "exp2_emulated", "exp2_mufu", "masked_by_window",
             "p_saturated")
@@ -177,11 +177,10 @@ def main(argv=None) -> int:
                                                                     backend="torch")}
     if device.type == "cuda" and triton_backend.available():
         # the kernel alone with other launch shapes (block_m, num_warps, num_stages), same work
-        setup = prepare_forward(q, k, v, causal=True, kernel="fa4-sm90",
-                                options={"mode": "statistical"})
+        setup = plan(q, k, v, causal=True, kernel="fa4-sm90", mode="statistical")
         for bm, nw, ns in ((128, 8, 3), (128, 8, 2), (64, 4, 3)):   # (128, 8, 3): the default
             contenders[f"triton_kernel_sm90_m{bm}_w{nw}_s{ns}"] = (
-                lambda bm=bm, nw=nw, ns=ns: triton_backend.dense_triton(q, k, v, setup=setup, kernel="fa4-sm90",
+                lambda bm=bm, nw=nw, ns=ns: triton_backend.dense_triton(q, k, v, setup=setup, kernel=setup.kernel,
                                                                         block_m=bm, num_warps=nw, num_stages=ns))
     if fa4 is not None:
         contenders = {"fa4": lambda: fa4(q, k, v, True), **contenders}

@@ -13,6 +13,9 @@ from fa4num.argtypes import (add_registry_option, coeffs, finite_float, int_tupl
                              path_arg, positive_int)
 from fa4num.outputs import atomic_files, check_output_dir
 
+from .kernels import KERNELS
+from .problem import DEFAULT_KERNEL
+
 _shape = int_tuple(("batch", "seqlen_q", "heads", "head_dim"))
 
 
@@ -148,7 +151,7 @@ def register(subparsers) -> None:
     r.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
     r.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
     r.add_argument("--causal", action="store_true")
-    r.add_argument("--kernel", default="fa4-sm90", choices=("fa4-sm90", "fa4-sm100"))
+    r.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
     r.add_argument("--mode", default="bitexact", choices=("bitexact", "statistical"))
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     r.add_argument("--inputs", default="normal", choices=("normal", "exact", "exact_onehot"))

@@ -60,99 +60,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fa4num import fp, hw
-from fa4num.hw.mma import MODELS, mma_chain
+from fa4num.hw.mma import mma_chain
 from fa4num.softmax import scoremod
 
-from . import masking
-from .forward import _NP_DTYPES, _to_numpy, check_learnable_sink, check_softcap
+from . import config, masking
+from .kernels import BwdTile, sm90_bwd_tile, sm100_bwd_tile
+from .problem import NP_DTYPES, Problem, check_bool, check_lse, given_or_plan, to_numpy
 
 LOG2_E_F32 = np.float32(math.log2(math.e))   # utils.LOG2_E as the kernel's Float32 constant (0x3FB8AA3B)
-KERNELS = ("fa4-sm90", "fa4-sm100")
-MODES = ("bitexact", "statistical")
-
-
-@dataclass(frozen=True)
-class BwdTile:
-    """Tile configuration of the backward that the numerics depend on (``interface.py``)."""
-    tile_m: int            # query rows per m block (k extent of one dK/dV chain segment)
-    tile_n: int            # keys per KV block, or per 2-CTA cluster on SM100 (k extent of the dQ GEMM)
-    hdim_multiple_of: int  # head-dim rounding of the accumulators: 64 with SM90's dKV_swapAB, else 32
-    dQ_single_wg: bool     # SM90 hd 96: one warp group computes dQ (no numeric effect, recorded for reference)
-    cta_group: int = 1     # SM100: 2 with 2-CTA instructions (the cluster's two KV blocks act as one)
-
-
-def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -> BwdTile:
-    """The SM90 backward tile of FA4 b36 for ``head_dim`` (== head_dim_v).
-
-    Parameters
-    ----------
-    head_dim : int
-        head_dim (== head_dim_v), 8..256.
-    causal, local : bool
-        Causal or local (sliding-window) masking: for head_dim 97..128 FA4 then uses tile_m 64 instead of 80.
-
-    Returns
-    -------
-    BwdTile
-        tile_m, tile_n, hdim_multiple_of (64 where FA4 uses dKV_swapAB: head_dim > 128), dQ_single_wg, cta_group 1.
-
-    Raises
-    ------
-    ValueError
-        When head_dim is outside [8, 256].
-
-    Examples
-    --------
-    >>> sm90_bwd_tile(128)
-    BwdTile(tile_m=80, tile_n=128, hdim_multiple_of=32, dQ_single_wg=False, cta_group=1)
-    >>> sm90_bwd_tile(128, causal=True).tile_m
-    64
-    """
-    if not 8 <= head_dim <= 256:
-        raise ValueError(f"head_dim must be in [8, 256] for fa4-sm90, got {head_dim}")
-    if head_dim <= 64:
-        return BwdTile(128, 128, 32, False)
-    if head_dim <= 96:
-        return BwdTile(64, 128, 32, True)
-    if head_dim <= 128:
-        return BwdTile(64 if (causal or local) else 80, 128, 32, False)
-    if head_dim <= 192:
-        return BwdTile(64, 96, 64, False)      # dKV_swapAB
-    return BwdTile(64, 48, 64, False)          # hd256: dKV_swapAB, tile_n 48
-
-
-def sm100_bwd_tile(head_dim: int, *, use_2cta_instrs: bool | None = None) -> BwdTile:
-    """The SM100 backward tile of FA4 b36 (``interface.py`` ``_flash_attn_bwd``, arch 10.x): 128 x 128, with
-    2-CTA instructions (a cluster of two KV blocks, 256 keys) for head_dim >= 128 unless disabled
-    (``FLASH_ATTENTION_DISABLE_2CTA``). Emulated from source, not run on a Blackwell GPU.
-
-    Parameters
-    ----------
-    head_dim : int
-        head_dim (== head_dim_v), 8..192.
-    use_2cta_instrs : bool, optional
-        Force 2-CTA instructions on or off; None follows FA4 (on for head_dim >= 128).
-
-    Returns
-    -------
-    BwdTile
-        tile_m 128, tile_n 128 or 256 (a 2-CTA cluster), hdim_multiple_of 32, cta_group 1 or 2.
-
-    Raises
-    ------
-    ValueError
-        When head_dim is outside [8, 192] (256 runs FA4's dedicated hd256 kernel, not emulated).
-
-    Examples
-    --------
-    >>> sm100_bwd_tile(128).tile_n, sm100_bwd_tile(64).tile_n
-    (256, 128)
-    """
-    if not 8 <= head_dim <= 192:
-        raise ValueError(f"head_dim must be in [8, 192] for the fa4-sm100 backward (256 runs FA4's dedicated "
-                         f"hd256 kernel, not emulated), got {head_dim}")
-    two = head_dim >= 128 if use_2cta_instrs is None else bool(use_2cta_instrs)
-    return BwdTile(128, 128 * (2 if two else 1), 32, False, 2 if two else 1)
+# the kernel knobs the backward reads (the others steer the forward's softmax, which the backward recomputes
+# from the LSE instead)
+BACKWARD_OPTIONS = frozenset({"gemm", "mufu_arch", "tile_m", "tile_n", "use_2cta_instrs"})
 
 
 @dataclass
@@ -441,51 +359,39 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
     return dq, dk, dv, st
 
 
-def _validate(qa, ka, va, oa, doa, lsea, varlen):
-    for name, a in (("q", qa), ("k", ka), ("v", va), ("out", oa), ("dout", doa)):
-        if a.ndim != (3 if varlen else 4):
-            want = "(total, heads, head_dim)" if varlen else "(batch, seqlen, heads, head_dim)"
-            raise ValueError(f"{name} must be {3 if varlen else 4}-D {want}, got shape {a.shape}")
-    if not (qa.dtype == ka.dtype == va.dtype == oa.dtype == doa.dtype):
-        raise ValueError(f"q, k, v, out, dout must share one dtype, got {qa.dtype}, {ka.dtype}, {va.dtype}, "
-                         f"{oa.dtype}, {doa.dtype}")
-    if qa.dtype.name not in ("bfloat16", "float16"):
-        raise ValueError(f"dtype must be bfloat16 or float16 for FA4's backward, got {qa.dtype.name}")
-    if ka.shape[:-1] != va.shape[:-1]:
-        raise ValueError(f"k and v must agree in all but the head dim, got {ka.shape} and {va.shape}")
-    want_o = qa.shape[:-1] + va.shape[-1:]
+def _validate(problem: Problem, oa, doa, lse) -> np.ndarray:
+    """What the backward refuses beyond :func:`~fa4num.attention.problem.plan`'s checks; returns the LSE."""
+    if problem.dtype not in ("bfloat16", "float16"):
+        raise ValueError(f"dtype must be bfloat16 or float16 for FA4's backward, got {problem.dtype}")
+    if (problem.cu_seqlens_q is None) != (problem.cu_seqlens_k is None):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together for the backward")
+    for name, given in (("page_table", problem.page_table is not None), ("q_descale/k_descale/v_descale",
+                        problem.descaled), ("num_splits", problem.num_splits_given != 1)):
+        if given:
+            raise ValueError(f"{name} is not supported by FA4's backward")
+    extra = sorted(set(problem.overrides) - BACKWARD_OPTIONS)
+    if extra:
+        raise ValueError(f"option(s) {extra} steer the forward only; the backward takes {sorted(BACKWARD_OPTIONS)}")
+    q = problem.q
+    want_o = tuple(q.shape[:-1]) + (problem.head_dim_v,)
+    for name, a in (("out", oa), ("dout", doa)):
+        if a.dtype != NP_DTYPES[problem.dtype]:
+            raise ValueError(f"q, k, v, out, dout must share one dtype, got {problem.dtype} and {name} {a.dtype}")
     if oa.shape != want_o or doa.shape != want_o:
         raise ValueError(f"out and dout must have shape {want_o} (q's with v's head_dim), got {oa.shape} and "
                          f"{doa.shape}")
-    if ka.shape[-1] != qa.shape[-1]:
-        raise ValueError(f"k head_dim {ka.shape[-1]} != q head_dim {qa.shape[-1]}")
-    h, hk = qa.shape[-2], ka.shape[-2]
-    if hk < 1 or h % hk:
-        raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
-    if not varlen and ka.shape[0] != qa.shape[0]:
-        raise ValueError(f"k batch {ka.shape[0]} != q batch {qa.shape[0]}")
-    align = 16 // qa.dtype.itemsize
-    for name, d in (("head_dim", qa.shape[-1]), ("head_dim_v", va.shape[-1])):
-        if not 8 <= d <= 256 or d % align:
-            raise ValueError(f"{name} must be in [8, 256] and a multiple of {align}, got {d}")
-    want = (h, qa.shape[0]) if varlen else (qa.shape[0], h, qa.shape[1])
-    if lsea.shape != want:
-        raise ValueError(f"lse must have shape {want} (float32), got {lsea.shape}")
+    h = problem.heads
+    return check_lse(lse, (h, q.shape[0]) if problem.varlen else (q.shape[0], h, q.shape[1]))
 
 
-def _check_lengths(window, max_seqlen: dict, *, seqlen_q: int, seqlen_k: int) -> None:
-    """The forward's checks of the longest sequence: ``max_seqlen_q/k`` (unused by the numerics) must cover
-    it, and the window must fit the kernel's Int32 mask arithmetic (:func:`masking.check_window_range`)."""
-    for name, need in (("max_seqlen_q", seqlen_q), ("max_seqlen_k", seqlen_k)):
-        given = max_seqlen[name]
-        if given is not None and int(given) < need:
-            raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
-    masking.check_window_range(window, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
-
-
-def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kernel="fa4-sm90",
-             deterministic=True, **options) -> BackwardResult:
+def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: Problem | None = None,
+             deterministic=True, dq_order=None, **fa4_args) -> BackwardResult:
     """Emulate FA4's backward pass; returns ``BackwardResult(dq, dk, dv, stats)``.
+
+    ``backward(q, k, v, out, dout, lse, **fa4_args)`` is ``backward(out=out, dout=dout, lse=lse,
+    problem=plan(q, k, v, **fa4_args))`` (:func:`fa4num.attention.problem.plan`: the forward's checks, one set
+    of messages); the backward then refuses what FA4's backward does not run (fp8, paged KV, split-KV, the
+    forward-only softmax knobs).
 
     Parameters
     ----------
@@ -501,13 +407,15 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
         docstring). False emulates one admissible order of the unordered adds (increasing KV block, heads in
         order); the real kernel's dQ then varies run to run in the last bits, and with GQA so do dK and dV
         (their per-head adds lose the semaphore too).
-    options : FA4's feature names ``window_size=(left, right)``, ``cu_seqlens_q``/``cu_seqlens_k`` (+
+    fa4_args : FA4's feature names ``window_size=(left, right)``, ``cu_seqlens_q``/``cu_seqlens_k`` (+
         ``max_seqlen_q``/``max_seqlen_k``, checked to cover the longest sequence, else unused), ``softcap``,
         ``pack_gqa`` (ignored: FA4's backward runs without it), ``learnable_sink`` (float (heads,): dq/dk/dv
         do not change given the forward's LSE; ``.dsink`` is reduced as the postprocess does,
         :func:`dsink_sm90`); emulator knobs
-        ``mode`` ("bitexact" or "statistical": fp32 BLAS GEMMs and numpy exp2), ``gemm`` (one of
-        ``fa4num.hw.mma.MODELS``), ``mufu_arch`` ("sm90" or "libm"), ``tile_m``/``tile_n``, ``dq_order`` (a
+        ``mode`` ("bitexact" or "statistical": fp32 BLAS GEMMs and numpy exp2), ``gemm`` (the tensor-core
+        model of config.GEMM_IMPL, with the kernel's own accumulator), ``mufu_arch`` ("libm" or a table set of
+        fa4num.hw), ``tile_m``/``tile_n`` (the backward's tile), ``use_2cta_instrs`` (fa4-sm100).
+    dq_order : (a
         permutation of the KV blocks: the order of their dQaccum adds in every query block, to enumerate
         what ``deterministic=False`` can produce).
 
@@ -529,87 +437,51 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     >>> g.dq.shape, g.dq.dtype.name
     ((1, 32, 1, 64), 'bfloat16')
     """
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    opts = dict(options)
-    mode = opts.pop("mode", "bitexact")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    gemm = opts.pop("gemm", "blas" if mode == "statistical" else "wgmma")
-    if gemm not in MODELS:
-        raise ValueError(f"gemm must be one of {MODELS}, got {gemm!r}")
-    mufu_arch = opts.pop("mufu_arch", "libm" if mode == "statistical" else "sm90")
-    if mufu_arch != "libm" and mufu_arch not in hw.available_archs():
-        raise ValueError(f"mufu_arch must be 'libm' or one of {hw.available_archs()}, got {mufu_arch!r}")
-    window = masking.resolve_window(bool(causal), opts.pop("window_size", (None, None)))
-    cu_q, cu_k = opts.pop("cu_seqlens_q", None), opts.pop("cu_seqlens_k", None)
-    max_seqlen = {n: opts.pop(n, None) for n in ("max_seqlen_q", "max_seqlen_k")}
-    opts.pop("pack_gqa", None)
-    sink = opts.pop("learnable_sink", None)
-    softcap = check_softcap(opts.pop("softcap", 0.0))
-    dq_order = opts.pop("dq_order", None)
-    dq_order = None if dq_order is None else tuple(int(i) for i in dq_order)
-    tile_m, tile_n = opts.pop("tile_m", None), opts.pop("tile_n", None)
-    use_2cta = opts.pop("use_2cta_instrs", None)
-    if use_2cta is not None and kernel != "fa4-sm100":
-        raise ValueError("use_2cta_instrs applies to kernel='fa4-sm100' only")
-    if opts:
-        raise ValueError(f"unknown options {sorted(opts)}")
-    if (cu_q is None) != (cu_k is None):
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
-    varlen = cu_q is not None
-
-    qa, device = _to_numpy(q, "q")
-    ka, _ = _to_numpy(k, "k")
-    va, _ = _to_numpy(v, "v")
-    oa, _ = _to_numpy(out, "out")
-    doa, _ = _to_numpy(dout, "dout")
-    lsea = (lse.detach().float().cpu().numpy() if type(lse).__module__.startswith("torch")
-            else np.asarray(lse, np.float32))
-    _validate(qa, ka, va, oa, doa, lsea, varlen)
-    check_learnable_sink(sink, heads=qa.shape[-2])        # before the main loop, not after it
-    d = qa.shape[-1]
-    if kernel == "fa4-sm90":
-        # flash_bwd_sm90.py FlashAttentionBackwardSm90.__init__ asserts same_hdim_kv when qhead_per_kvhead > 1
-        if qa.shape[-2] != ka.shape[-2] and d != va.shape[-1]:
-            raise ValueError(f"GQA/MQA (q heads {qa.shape[-2]}, k/v heads {ka.shape[-2]}) needs head_dim == "
-                             f"head_dim_v for the fa4-sm90 backward, as FA4 b36 asserts; got ({d}, {va.shape[-1]})")
-        tile = sm90_bwd_tile(d, causal=window.causal, local=window.local)
+    if problem is None and q is not None and k is not None and v is not None:
+        (qa, device), (ka, _), (va, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
+        problem = given_or_plan(None, qa, ka, va, fa4_args, who="backward")
     else:
-        dv = va.shape[-1]
-        # interface.py _validate_head_dims (SM100/SM110): both <= 128, or the DeepSeek shape (192, 128)
-        if not (max(d, dv) <= 128 or (d, dv) == (192, 128)):
-            raise ValueError(f"(head_dim, head_dim_v) must both be <= 128 or (192, 128) for the fa4-sm100 "
-                             f"backward, got ({d}, {dv})")
-        tile = sm100_bwd_tile(d, use_2cta_instrs=use_2cta)
+        problem = given_or_plan(problem, q, k, v, fa4_args, who="backward")
+        (qa, device), (ka, _), (va, _) = (to_numpy(x, n) for x, n in ((problem.q, "q"), (problem.k, "k"),
+                                                                        (problem.v, "v")))
+    kern, opts, window, softcap = problem.kernel, problem.opts, problem.window, problem.softcap
+    deterministic = check_bool(deterministic, "deterministic")
+    if out is None or dout is None or lse is None:
+        raise TypeError("backward needs out, dout and lse (the forward's output and LSE, and the gradient)")
+    oa, _ = to_numpy(out, "out")
+    doa, _ = to_numpy(dout, "dout")
+    lsea = _validate(problem, oa, doa, lse)
+    dq_order = None if dq_order is None else tuple(int(i) for i in dq_order)
+    tile = kern.backward_tile(problem, use_2cta_instrs=problem.overrides.get("use_2cta_instrs"))
+    tile_m, tile_n = (problem.overrides.get(n) for n in ("tile_m", "tile_n"))
     if tile_m is not None or tile_n is not None:
-        tm = tile.tile_m if tile_m is None else int(tile_m)
-        tn = tile.tile_n if tile_n is None else int(tile_n)
+        tm = tile.tile_m if tile_m is None else tile_m
+        tn = tile.tile_n if tile_n is None else tile_n
         if tm < 16 or tm % 16 or tn < 16 or tn % 16:
             raise ValueError(f"tile_m and tile_n must be positive multiples of 16, got {tm}, {tn}")
         tile = BwdTile(tm, tn, tile.hdim_multiple_of, tile.dQ_single_wg, tile.cta_group)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    scale = problem.softmax_scale
     if not (math.isfinite(scale) and scale != 0):
-        raise ValueError(f"softmax_scale must be a finite nonzero float, got {softmax_scale}")
-    s32 = np.float32(scale)
+        raise ValueError(f"softmax_scale must be a finite nonzero float for the backward, got {scale}")
+    s32 = problem.softmax_scale_f32
     # with a score_mod the kernel keeps softmax_scale apart and exponentiates with LOG2_E alone
     # (utils.compute_softmax_scale_log2 / flash_bwd_sm90.py __call__)
     sl2 = scoremod.SCALE_LOG2_WITH_SCOREMOD if softcap else np.float32(s32 * LOG2_E_F32)
-    run = _Run(tile=tile, arch="sm90" if kernel == "fa4-sm90" else "sm100", window=window, scale=s32,
-               scale_log2=sl2, dt=qa.dtype, gemm=gemm, mufu_arch=mufu_arch,
-               spt=bool(deterministic and window.masked), dq_order=dq_order, softcap=softcap)
+    # the gemm option names the tensor-core model; the accumulator is always the kernel's own
+    gemm = config.GEMM_IMPL[opts.gemm][0]
+    mufu_arch = opts.mufu_arch
+    run = _Run(tile=tile, arch=kern.accumulator, window=window, scale=s32, scale_log2=sl2, dt=qa.dtype, gemm=gemm,
+               mufu_arch=mufu_arch, spt=bool(deterministic and window.masked), dq_order=dq_order, softcap=softcap)
+    varlen = problem.varlen
+    sink = problem.sink
 
     dq = np.zeros(qa.shape, np.float32)
     dk = np.zeros(ka.shape, np.float32)
     dv = np.zeros(va.shape, np.float32)
     h = qa.shape[-2]
     if varlen:
-        cq = masking.check_cu_seqlens(cu_q, "cu_seqlens_q", total=qa.shape[0])
-        ck = masking.check_cu_seqlens(cu_k, "cu_seqlens_k", total=ka.shape[0])
-        if cq.size != ck.size:
-            raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size}, {ck.size}")
+        cq, ck = problem.cu_seqlens_q, problem.cu_seqlens_k
         seqs = [(slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])) for i in range(cq.size - 1)]
-        _check_lengths(window, max_seqlen, seqlen_q=int(np.diff(cq).max()), seqlen_k=int(np.diff(ck).max()))
         stats = {n: np.zeros((h, qa.shape[0]), t) for n, t in
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((h, ka.shape[0]), np.int32)
@@ -621,7 +493,6 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
     else:
         b, sq = qa.shape[:2]
         sk = ka.shape[1]
-        _check_lengths(window, max_seqlen, seqlen_q=sq, seqlen_k=sk)
         stats = {n: np.zeros((b, h, sq), t) for n, t in
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((b, h, sk), np.int32)
@@ -632,28 +503,26 @@ def backward(q, k, v, out, dout, lse, *, softmax_scale=None, causal=False, kerne
                 stats[n][bi] = a
     dsink = None
     if sink is not None:
-        sink_a = (sink.detach().cpu().float().numpy() if type(sink).__module__.startswith("torch")
-                  else np.asarray(sink))
-        # the dQ postprocess's CTA: 128 threads with dQ_single_wg (SM90 hd 96) or on SM100, else 2 x 128
-        nthr = 128 if (tile.dQ_single_wg or kernel == "fa4-sm100") else 256
+        # the dQ postprocess's CTA: 128 threads with dQ_single_wg (SM90 hd 96), else the kernel's
+        nthr = 128 if tile.dQ_single_wg else kern.dq_postprocess_threads
         if varlen:
             per_seq = [lsea[:, s_] for s_, _ in seqs]
             dps = [stats["dpsum"][:, s_] for s_, _ in seqs]
         else:
             per_seq = [lsea[bi] for bi in range(lsea.shape[0])]
             dps = [stats["dpsum"][bi] for bi in range(lsea.shape[0])]
-        dsink = np.array([dsink_sm90(sink_a[hh].astype(np.float32), [x[hh] for x in per_seq], [x[hh] for x in dps],
-                                     num_threads=nthr) for hh in range(h)], np.float32).astype(sink_a.dtype)
+        dsink = np.array([dsink_sm90(sink[hh], [x[hh] for x in per_seq], [x[hh] for x in dps],
+                                     num_threads=nthr) for hh in range(h)], np.float32).astype(problem.sink_dtype)
     res = [x.astype(qa.dtype) for x in (dq, dk, dv)]
     if device is not None:
         import torch
-        tdt = torch.bfloat16 if qa.dtype == _NP_DTYPES["bfloat16"] else torch.float16
+        tdt = torch.bfloat16 if qa.dtype == NP_DTYPES["bfloat16"] else torch.float16
         res = [torch.from_numpy(x.view(np.int16)).view(tdt).to(device) for x in res]
-    used = {"mode": mode, "gemm": gemm, "mufu_arch": mufu_arch, "tile_m": tile.tile_m, "tile_n": tile.tile_n,
+    used = {"mode": problem.mode, "gemm": gemm, "mufu_arch": mufu_arch, "tile_m": tile.tile_m, "tile_n": tile.tile_n,
             "cta_group": tile.cta_group, "softcap": softcap,
             "tanh_exact": not softcap or scoremod.tanh_is_exact(mufu_arch),
             "window": window, "varlen": varlen}
-    return BackwardResult(*res, BackwardStats(**stats), kernel, used, float(s32), bool(deterministic), dsink)
+    return BackwardResult(*res, BackwardStats(**stats), kern.name, used, float(s32), deterministic, dsink)
 
 
 __all__ = ["backward", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",

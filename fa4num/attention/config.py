@@ -12,8 +12,8 @@ import numbers
 from dataclasses import dataclass, fields, replace
 
 from fa4num.constants import FP8_MAX
+from fa4num.hw import available_archs
 
-KERNELS = ("fa4-sm90", "fa4-sm100")
 GEMM_MODELS = ("wgmma", "tcgen05", "exact", "blas")
 # gemm option -> (fa4num.hw.mma model, accumulator table): "wgmma" is Hopper's fused sum, "tcgen05" Blackwell's
 GEMM_IMPL = {"wgmma": ("wgmma", "sm90"), "tcgen05": ("wgmma", "sm100"), "exact": ("exact", "sm90"),
@@ -42,27 +42,44 @@ def sm90_tile(head_dim: int, causal: bool, *, local: bool = False, head_dim_v: i
     return 128, 64 if local else 80
 
 
-def default_pack_gqa(*, kernel: str, qhead_per_kvhead: int, head_dim: int, head_dim_v: int, max_seqlen_q: int,
-                     num_splits: int, batch: int, heads: int, num_sms: int = NUM_SMS_SM100) -> bool:
-    """FA4's pack_gqa when the caller passes None (``interface.py`` ``_flash_attn_fwd``, b36 ~lines 1000-1011):
-    on whenever several q heads share a KV head, except on SM100 with head dim 256 and a GQA ratio that does not
-    divide 128 when there are several M blocks or the 2-CTA grid fits one wave: then 2-CTA wins over
-    cp.async-Q PackGQA.
+def sm100_pack_gqa(*, qhead_per_kvhead: int, head_dim: int, head_dim_v: int, max_seqlen_q: int, num_splits: int,
+                   batch: int, heads: int, num_sms: int = NUM_SMS_SM100) -> bool:
+    """FA4's SM100 pack_gqa when the caller passes None (``interface.py`` ``_flash_attn_fwd``, b36 ~lines
+    1000-1011): on whenever several q heads share a KV head, except with head dim 256 and a GQA ratio that does
+    not divide 128 when there are several M blocks or the 2-CTA grid fits one wave: then 2-CTA wins over
+    cp.async-Q PackGQA. (SM90's rule is the first half alone, ``kernels.Sm90.default_pack_gqa``.)
 
     Examples
     --------
-    >>> default_pack_gqa(kernel="fa4-sm100", qhead_per_kvhead=6, head_dim=256, head_dim_v=256, max_seqlen_q=256,
-    ...                  num_splits=1, batch=1, heads=12)
+    >>> sm100_pack_gqa(qhead_per_kvhead=6, head_dim=256, head_dim_v=256, max_seqlen_q=256, num_splits=1, batch=1,
+    ...                heads=12)
     False
-    >>> default_pack_gqa(kernel="fa4-sm90", qhead_per_kvhead=6, head_dim=256, head_dim_v=256, max_seqlen_q=256,
-    ...                  num_splits=1, batch=1, heads=12)
+    >>> sm100_pack_gqa(qhead_per_kvhead=6, head_dim=128, head_dim_v=128, max_seqlen_q=256, num_splits=1, batch=1,
+    ...                heads=12)
     True
     """
     pack = qhead_per_kvhead > 1
-    if (kernel == "fa4-sm100" and head_dim == 256 and head_dim_v == 256 and 128 % qhead_per_kvhead
+    if (head_dim == 256 and head_dim_v == 256 and 128 % qhead_per_kvhead
             and (max_seqlen_q > 128 or (num_splits == 1 and 2 * batch * heads <= num_sms))):
         pack = False
     return pack
+
+
+def num_splits_auto(*, batch, hk, h_per_kv, pack_gqa, sq, sk, tile_m, tile_n, window) -> int:
+    """``num_splits_heuristic`` of ``_get_fwd_config`` for num_splits < 1 (148 SMs, at most 128 splits)."""
+    rows = sq * (h_per_kv if pack_gqa else 1)
+    q_stage = 2 if rows > 128 else 1
+    m_blocks = -(-rows // (q_stage * tile_m))
+    total = batch * hk * (1 if pack_gqa else h_per_kv) * m_blocks
+    loaded = sk
+    if window.local:
+        wr = sk if window.right is None else window.right
+        wl = sk if window.left is None else window.left
+        loaded = max(0, min(sk, wr + wl + 1 + tile_m))
+    n_blocks = -(-loaded // tile_n)
+    if n_blocks <= 4 or total == 0:
+        return 1
+    return max(1, min(NUM_SMS_SM100 // total, 128, n_blocks))
 
 
 # (use_2cta_instrs, is_causal, head_dim_padded, is_sm103) -> (ex2_emu_freq, ex2_emu_start_frg)
@@ -118,7 +135,7 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
     """The knobs FA4's SM100 forward (flash-attn-4 4.0.0b36) picks for this problem (``interface.py``
     ``_flash_attn_fwd`` / ``_get_fwd_config``, ``flash_fwd_sm100.py`` ``__init__``):
 
-    - pack_gqa: :func:`default_pack_gqa` unless given;
+    - pack_gqa: :func:`sm100_pack_gqa` unless given;
     - q_stage = 2 if seqlen_q (x qhead_per_kvhead under pack-GQA) > 128 and head_dim_v != 256;
     - 2-CTA: not split-KV, varlen q only for head dim 256, page size None or 128, more than one q_stage*128
       M block (or, for head dim 256, 2 * batch * scheduled heads <= num_sms), 128 a multiple of the GQA ratio
@@ -140,9 +157,8 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
     hd_pad, hdv_pad = head_dim_padded(head_dim), head_dim_padded(dv)
     g = qhead_per_kvhead
     if pack_gqa is None:
-        pack_gqa = default_pack_gqa(kernel="fa4-sm100", qhead_per_kvhead=g, head_dim=head_dim, head_dim_v=dv,
-                                    max_seqlen_q=seqlen_q, num_splits=2 if split_kv else 1, batch=batch,
-                                    heads=heads, num_sms=num_sms)
+        pack_gqa = sm100_pack_gqa(qhead_per_kvhead=g, head_dim=head_dim, head_dim_v=dv, max_seqlen_q=seqlen_q,
+                                  num_splits=2 if split_kv else 1, batch=batch, heads=heads, num_sms=num_sms)
     rows = seqlen_q * (g if pack_gqa else 1)
     q_stage = 2 if rows > 128 and dv != 256 else 1
     is_hd256 = head_dim == 256 and dv == 256
@@ -194,7 +210,8 @@ _CHECKS = {
     "tile_n": (lambda v: _is_int(v) and v >= 16 and v % 16 == 0, "a positive multiple of 16"),
     "gemm": (lambda v: v in GEMM_MODELS, f"one of {', '.join(GEMM_MODELS)}"),
     "ffma_exponent": (lambda v: isinstance(v, bool), "true or false"),
-    "mufu_arch": (lambda v: isinstance(v, str), "a MUFU table name such as 'sm90'"),
+    "mufu_arch": (lambda v: isinstance(v, str) and (v == "libm" or v in available_archs()),
+                  "'libm' or a MUFU table set of fa4num.hw.available_archs()"),
     "rescale_threshold": (lambda v: _is_real(v) and math.isfinite(v) and v >= 0,
                           "a finite number >= 0 (0 rescales at every new row max)"),
     "max_offset": (lambda v: _is_int(v), "an integer (FA4: 0, or 8 for fp8)"),

@@ -27,19 +27,11 @@ import numpy as np
 
 from fa4num.hw.mma import mma_chain, mma_operand
 from fa4num.softmax import scoremod as _scoremod
-from fa4num.softmax import sm90 as _sm90
-from fa4num.softmax import sm100 as _sm100
 from fa4num.softmax import LOG2_E_F32, f32, ffma, mufu, scale_log2_of
 
 from . import config
 from . import masking as _masking
-
-_NP_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
-              "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2)}
-_TORCH_NAMES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float8_e4m3fn": "float8_e4m3fn",
-                "torch.float8_e5m2": "float8_e5m2"}
-NONFINITE = ("propagate", "raise")
-MAX_SPLITS = 256   # _flash_attn_fwd_combine asserts num_splits <= 256
+from .problem import MAX_SPLITS, NP_DTYPES, Problem, given_or_plan, to_numpy
 
 
 @dataclass
@@ -91,158 +83,10 @@ class AttentionResult:
     num_splits: int = 1
 
 
-def _to_numpy(x, name: str) -> tuple[np.ndarray, object]:
-    """(numpy array in an ml_dtypes/numpy dtype, torch device or None)."""
-    dt = _dtype_name(x, name)
-    if type(x).__module__.startswith("torch"):
-        import torch
-        t = x.detach().contiguous().cpu()
-        raw = t.view(torch.int16 if _NP_DTYPES[dt].itemsize == 2 else torch.uint8).numpy()
-        return raw.view(_NP_DTYPES[dt]), x.device
-    return np.asarray(x), None
-
-
-def _plain(x, name):
-    """A small float/int side input (sink, descale, cu_seqlens, page table) as numpy."""
-    if x is None:
-        return None
-    if type(x).__module__.startswith("torch"):
-        x = x.detach().cpu()
-        if x.is_floating_point():
-            x = x.float()
-        x = x.numpy()
-    return np.asarray(x)
-
-
-# ---------------------------------------------------------------------------------------------- problem setup
-@dataclass
-class _Seq:
-    """One sequence: q rows (sq, h, d), keys/values (sk, hk, d/dv), where its rows go in out/lse."""
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    out_index: object     # index into out's leading axes
-    lse_index: object     # callable head -> index into lse
-    batch: int
-
-
-def _dtype_name(x, name: str) -> str:
-    """FA4's name of the dtype of a numpy array (ml_dtypes) or torch tensor; ValueError if FA4 takes no such
-    input."""
-    if type(x).__module__.startswith("torch"):
-        dt = _TORCH_NAMES.get(str(x.dtype))
-        if dt is None:
-            raise ValueError(f"{name} dtype must be one of {tuple(_TORCH_NAMES)}, got {x.dtype}")
-        return dt
-    if x.dtype.name not in _NP_DTYPES:
-        raise ValueError(f"{name} dtype must be one of {tuple(_NP_DTYPES)} (ml_dtypes for bf16/fp8), "
-                         f"got {x.dtype}")
-    return x.dtype.name
-
-
-def _all_finite(a) -> bool:
-    if type(a).__module__.startswith("torch"):
-        import torch
-        # torch has no isfinite for fp8: widen those (1 byte) first
-        return bool(torch.isfinite(a if a.element_size() > 1 else a.float()).all())
-    return bool(np.isfinite(a.astype(np.float32)).all())
-
-
-def _validate_dtypes(qa, ka, va, kernel) -> str:
-    names = [_dtype_name(x, n) for x, n in ((qa, "q"), (ka, "k"), (va, "v"))]
-    if len(set(names)) != 1:
-        raise ValueError(f"q, k, v must share one dtype, got {names[0]}, {names[1]}, {names[2]}")
-    allowed = config.DTYPES_SM90 if kernel == "fa4-sm90" else config.DTYPES_SM100
-    if names[0] not in allowed:
-        raise ValueError(f"dtype {names[0]} is not supported by kernel {kernel!r}; allowed: {allowed}")
-    return names[0]
-
-
-def _check_head_dims(d, dv, kernel, dt):
-    align = 16 // _NP_DTYPES[dt].itemsize
-    # interface.py _validate_head_dims: SM90 8..256 each; SM100 8..128 each, (192, 128) or (256, 256)
-    if kernel == "fa4-sm90":
-        ok = 8 <= d <= 256 and 8 <= dv <= 256
-        allowed = "[8, 256] (q/k and v)"
-    else:
-        ok = (8 <= d <= 128 and 8 <= dv <= 128) or (d, dv) in ((192, 128), (256, 256))
-        allowed = "[8, 128] (q/k and v), or (head_dim, head_dim_v) = (192, 128) or (256, 256)"
-    if not ok or d % align or dv % align:
-        raise ValueError(f"head_dim must be in {allowed} and a multiple of {align} for {kernel} with {dt}, got "
-                         f"head_dim={d}, head_dim_v={dv}")
-
-
-def _build_sequences(qa, ka, va, cu_q, cu_k, page_table, max_seqlen_q, max_seqlen_k):
-    """Split the inputs into sequences (FA4's varlen and paged layouts); validate their shapes."""
-    if cu_q is None:
-        if qa.ndim != 4:
-            raise ValueError(f"q must be 4-D (batch, seqlen, heads, head_dim), got shape {qa.shape} "
-                             "(3-D q needs cu_seqlens_q)")
-        batch = qa.shape[0]
-    else:
-        if qa.ndim != 3:
-            raise ValueError(f"q must be 3-D (total_q, heads, head_dim) with cu_seqlens_q, got shape {qa.shape}")
-        cu_q = _masking.check_cu_seqlens(cu_q, "cu_seqlens_q", total=qa.shape[0])
-        batch = cu_q.size - 1
-    h, d = qa.shape[-2:]
-    if page_table is not None:
-        if cu_k is not None:
-            raise ValueError("page_table and cu_seqlens_k cannot be combined (FA4 asserts this)")
-        pt = np.asarray(page_table)
-        if pt.ndim != 2 or pt.shape[0] != batch or not np.issubdtype(pt.dtype, np.integer):
-            raise ValueError(f"page_table must be an integer array (batch={batch}, max_pages), got shape "
-                             f"{pt.shape} dtype {pt.dtype}")
-        if ka.ndim != 4 or va.ndim != 4 or ka.shape[:3] != va.shape[:3]:
-            raise ValueError(f"paged k/v must be (num_pages, page_size, heads_kv, head_dim), got {ka.shape}, "
-                             f"{va.shape}")
-        if pt.size and (pt.min() < 0 or pt.max() >= ka.shape[0]):
-            raise ValueError(f"page_table entries must be in [0, {ka.shape[0]}), got [{pt.min()}, {pt.max()}]")
-        page = ka.shape[1]
-        # BlockInfo sees seqlen_k = pages per sequence * page_size; pages only change where keys are read from
-        kseq = [ka[pt[b]].reshape(-1, *ka.shape[2:]) for b in range(batch)]
-        vseq = [va[pt[b]].reshape(-1, *va.shape[2:]) for b in range(batch)]
-        del page
-    elif cu_k is None:
-        if ka.ndim != 4 or va.ndim != 4 or ka.shape[0] != batch or va.shape[:3] != ka.shape[:3]:
-            raise ValueError(f"k and v must be 4-D (batch={batch}, seqlen_k, heads_kv, head_dim) with matching "
-                             f"batch, seqlen_k and heads_kv, got {ka.shape} and {va.shape}")
-        kseq, vseq = list(ka), list(va)
-    else:
-        if ka.ndim != 3 or va.ndim != 3 or va.shape[:2] != ka.shape[:2]:
-            raise ValueError(f"k and v must be 3-D (total_k, heads_kv, head_dim) with cu_seqlens_k, got "
-                             f"{ka.shape} and {va.shape}")
-        cu_k = _masking.check_cu_seqlens(cu_k, "cu_seqlens_k", total=ka.shape[0])
-        if cu_k.size != batch + 1:
-            raise ValueError(f"cu_seqlens_k must have batch + 1 = {batch + 1} entries, got {cu_k.size}")
-        kseq = [ka[cu_k[b]:cu_k[b + 1]] for b in range(batch)]
-        vseq = [va[cu_k[b]:cu_k[b + 1]] for b in range(batch)]
-    hk = ka.shape[-2]
-    if ka.shape[-1] != d:
-        raise ValueError(f"k head_dim {ka.shape[-1]} != q head_dim {d}")
-    if hk < 1 or h % hk:
-        raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
-    seqs = []
-    for b in range(batch):
-        if cu_q is None:
-            qs, out_idx = qa[b], (b, slice(None))
-            lse_idx = (lambda hh, b=b: (b, hh, slice(None)))
-        else:
-            sl = slice(int(cu_q[b]), int(cu_q[b + 1]))
-            qs, out_idx = qa[sl], (sl,)
-            lse_idx = (lambda hh, sl=sl: (hh, sl))
-        seqs.append(_Seq(qs, kseq[b], vseq[b], out_idx, lse_idx, b))
-    longest_q = max((s.q.shape[0] for s in seqs), default=0)
-    longest_k = max((s.k.shape[0] for s in seqs), default=0)
-    for name, given, need in (("max_seqlen_q", max_seqlen_q, longest_q), ("max_seqlen_k", max_seqlen_k, longest_k)):
-        if given is not None and int(given) < need:
-            raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
-    return seqs, batch, longest_q if max_seqlen_q is None else int(max_seqlen_q)
-
-
 # ---------------------------------------------------------------------------------------------- one M block
 @dataclass
 class _Ctx:
-    kernel: str
+    kernel: object           # fa4num.attention.kernels.Kernel
     opts: object
     sl2: np.float32
     softmax_scale: np.float32
@@ -306,12 +150,12 @@ class _KVBlocks:
 
 def _cast_p(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
     """P -> the input dtype the way the kernel converts it (cvt.rn; fp8 .satfinite); mark saturated values."""
-    limit = float(ml_dtypes.finfo(_NP_DTYPES[dt]).max)
+    limit = float(ml_dtypes.finfo(NP_DTYPES[dt]).max)
     if dt in ("bfloat16", "float16"):
-        return p.astype(_NP_DTYPES[dt]), p > limit
+        return p.astype(NP_DTYPES[dt]), p > limit
     from fa4num import fp
     conv = fp.to_e4m3 if dt == "float8_e4m3fn" else fp.to_e5m2
-    return np.asarray(conv(p)).view(_NP_DTYPES[dt]).reshape(p.shape), p > limit
+    return np.asarray(conv(p)).view(NP_DTYPES[dt]).reshape(p.shape), p > limit
 
 
 def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
@@ -322,7 +166,7 @@ def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(p_q, np.float32), sat
     import torch
     tp = torch.from_numpy(np.ascontiguousarray(p, np.float32))
-    limit = float(ml_dtypes.finfo(_NP_DTYPES[dt]).max)
+    limit = float(ml_dtypes.finfo(NP_DTYPES[dt]).max)
     return tp.to(torch.bfloat16 if dt == "bfloat16" else torch.float16).float().numpy(), p > limit
 
 
@@ -336,12 +180,12 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
     tn = opts.tile_n
     cnt = {n: np.zeros(r, np.int32) for n in ("rescale_events", "rescales_done", "p_saturated", "kv_blocks")}
     cnt["max_lag"] = np.zeros(r, np.float32)
-    sm90 = ctx.kernel == "fa4-sm90"
-    state = _sm90.Sm90State.empty(r) if sm90 else _sm100.Sm100State.empty(r)
+    kern = ctx.kernel
+    state = kern.softmax_state(r)
     o = np.zeros((r, dv), np.float32)
     true_max = np.full(r, -np.inf, np.float32)
     blocks = [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
-    if n_hi <= n_lo and not sm90 and opts.num_splits > 1:
+    if n_hi <= n_lo and kern.split_kv and opts.num_splits > 1:
         blocks = []           # has_kv_work: an empty split writes O = 0, LSE = -inf
     cnt["kv_blocks"][:] = len(blocks)
     for i, n in enumerate(blocks):
@@ -363,23 +207,10 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
             m_blk = np.fmax.reduce(s, axis=1)
             cnt["rescale_events"] += (~is_first) & np.isfinite(true_max) & (m_blk > true_max)
             true_max = np.fmax(true_max, m_blk)
-        if sm90:
-            p, scale = _sm90.online_softmax(s, state, scale_log2=ctx.sl2, is_first=is_first, arch=opts.mufu_arch,
-                                            ffma_exponent=opts.ffma_exponent)
-            rescale = np.ones(r, bool)
-        else:
-            step = _sm100.softmax_step(s, state, scale_log2=ctx.sl2, is_first=is_first,
-                                       rescale_threshold=opts.rescale_threshold, max_offset=opts.max_offset,
-                                       emulate=ctx.emu, poly_degree=opts.poly_degree, coeffs=opts.coeffs,
-                                       arch=opts.mufu_arch, fused_bias=opts.fused_bias,
-                                       scale_ex2_ftz=not opts.is_sm103)
-            p, scale = step.p, step.acc_scale
-            cnt["max_lag"] = np.maximum(cnt["max_lag"], step.lag)
-            # correction_loop: a warp (32 rows) rescales O only when one of its rows has scale < 1
-            # (vote_ballot_sync); a lane whose scale is 1.0 is then multiplied by 1.0 (unchanged)
-            want = np.zeros(-(-r // 32) * 32, bool)
-            want[:r] = scale < 1
-            rescale = np.repeat(want.reshape(-1, 32).any(axis=1), 32)[:r]
+        p, scale, lag, rescale = kern.softmax_step(s, state, scale_log2=ctx.sl2, is_first=is_first, opts=opts,
+                                                   emulate=ctx.emu)
+        if lag is not None:
+            cnt["max_lag"] = np.maximum(cnt["max_lag"], lag)
         with np.errstate(invalid="ignore"):
             cnt["rescales_done"] += (~is_first) & np.isfinite(prev_stored) & (state.row_max > prev_stored)
         p_q, sat = _cast_p_blas(p, ctx.dt) if ctx.model == "blas" else _cast_p(p, ctx.dt)
@@ -389,11 +220,7 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
                 # in place (o is the last GEMM's fresh result): one pass instead of three
                 np.multiply(o, f32(scale)[:, None], out=o, where=rescale[:, None])
             o = _gemm(p_q, vbt, o, ctx)
-    if sm90:
-        rcp, lse = _sm90.finalize(state, scale_log2=ctx.sl2, arch=opts.mufu_arch, sink=sink_rows)
-    else:
-        rcp, lse = _sm100.finalize(state, scale_log2=ctx.sl2, max_offset=opts.max_offset, arch=opts.mufu_arch,
-                                   sink=sink_rows, v_descale=v_descale)
+    rcp, lse = kern.finalize(state, scale_log2=ctx.sl2, opts=opts, sink=sink_rows, v_descale=v_descale)
     with np.errstate(invalid="ignore", over="ignore"):
         return (o * rcp[:, None]).astype(np.float32), lse, cnt
 
@@ -523,225 +350,13 @@ def combine_splits(out_partial, lse_partial, *, arch: str = "sm90"):
     return out, lse.astype(np.float32)
 
 
-# ---------------------------------------------------------------------------------------------- options
-MODES = ("bitexact", "statistical")
-
-
-def _resolve_options(kernel, dt, d, causal, sq, h_per_kv, options, *, batch=1, heads=1, local=False, dv=None,
-                     pack_gqa=None, varlen_q=False, num_splits=1, page_size=None):
-    options = dict(options)
-    mode = options.pop("mode", "bitexact")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode == "statistical":
-        # GEMMs through fp32 BLAS, MUFU through numpy's libm: vectorised and fast, not bit-exact
-        options = {"gemm": "blas", "mufu_arch": "libm", **options}
-    dv = d if dv is None else dv
-    if kernel == "fa4-sm90":
-        tm, tn = config.sm90_tile(d, causal, local=local, head_dim_v=dv)
-        pk = config.default_pack_gqa(kernel=kernel, qhead_per_kvhead=h_per_kv, head_dim=d, head_dim_v=dv,
-                                     max_seqlen_q=sq, num_splits=num_splits, batch=batch, heads=heads)
-        opts = config.Sm90Options(tile_m=tm, tile_n=tn, pack_gqa=pk if pack_gqa is None else bool(pack_gqa))
-    else:
-        opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv,
-                                     batch=batch, heads=heads, local=local, head_dim_v=dv, pack_gqa=pack_gqa,
-                                     varlen_q=varlen_q, split_kv=num_splits > 1, page_size=page_size,
-                                     use_2cta_instrs=options.pop("use_2cta_instrs", None),
-                                     is_sm103=options.pop("is_sm103", False))
-    opts = config.apply_overrides(opts, options)
-    if kernel == "fa4-sm100":
-        if opts.coeffs is not None:
-            # anything fa4num.polys.resolve takes (a set name, "c0,c1,...", fp32 numbers): the degree follows
-            from fa4num.ex2 import poly_coeffs
-            coeffs = poly_coeffs(None, coeffs=opts.coeffs)
-            opts = config.replace(opts, coeffs=coeffs, poly_degree=len(coeffs) - 1)
-        if opts.tile_n % _sm100.FRAGMENT:
-            raise ValueError(f"tile_n must be a multiple of {_sm100.FRAGMENT} for fa4-sm100, got {opts.tile_n}")
-        if opts.max_offset + opts.rescale_threshold >= config.LOG2_DTYPE_MAX[dt]:
-            raise ValueError(f"max_offset + rescale_threshold must stay below log2(max {dt}) = "
-                             f"{config.LOG2_DTYPE_MAX[dt]:.3f} (FA4 asserts this), got "
-                             f"{opts.max_offset} + {opts.rescale_threshold}")
-    return opts
-
-
-def _descale(x, name, batch, hk):
-    a = _plain(x, name)
-    if a is None:
-        return np.ones((batch, hk), np.float32)
-    if a.shape != (batch, hk):
-        raise ValueError(f"{name} must have shape (batch, heads_kv) = {(batch, hk)}, got {a.shape}")
-    return a.astype(np.float32)
-
-
-def _num_splits_auto(*, batch, hk, h_per_kv, pack_gqa, sq, sk, tile_m, tile_n, window):
-    """``num_splits_heuristic`` of ``_get_fwd_config`` for num_splits < 1 (148 SMs, at most 128 splits)."""
-    rows = sq * (h_per_kv if pack_gqa else 1)
-    q_stage = 2 if rows > 128 else 1
-    m_blocks = -(-rows // (q_stage * tile_m))
-    total = batch * hk * (1 if pack_gqa else h_per_kv) * m_blocks
-    loaded = sk
-    if window.local:
-        wr = sk if window.right is None else window.right
-        wl = sk if window.left is None else window.left
-        loaded = max(0, min(sk, wr + wl + 1 + tile_m))
-    n_blocks = -(-loaded // tile_n)
-    if n_blocks <= 4 or total == 0:
-        return 1
-    return max(1, min(config.NUM_SMS_SM100 // total, 128, n_blocks))
-
-
-# ---------------------------------------------------------------------------------------------- argument checks
-@dataclass
-class ForwardSetup:
-    """What :func:`prepare_forward` makes of ``forward``'s arguments: the sequences, the resolved options."""
-    seqs: list               # _Seq per batch entry or varlen segment (slices of the caller's arrays/tensors)
-    batch: int
-    max_seqlen_q: int
-    max_seqlen_k: int
-    heads: int
-    heads_kv: int
-    head_dim: int
-    head_dim_v: int
-    dtype: str               # FA4's input dtype name ("bfloat16", ...)
-    window: _masking.Window
-    softcap: float
-    sink: object             # float32 (heads,) or None
-    q_descale: np.ndarray    # float32 (batch, heads_kv), ones unless fp8 descales are given
-    k_descale: np.ndarray
-    v_descale: np.ndarray
-    num_splits: int
-    varlen_q: bool
-    opts: object             # config.Sm90Options / Sm100Options after overrides
-    softmax_scale: float
-
-    @property
-    def fp8(self) -> bool:
-        return self.dtype.startswith("float8")
-
-
-def _is_float_dtype(dt) -> bool:
-    """numpy floats and ml_dtypes' (bfloat16, fp8), whose numpy kind is 'V'."""
-    try:
-        ml_dtypes.finfo(dt)
-    except ValueError:
-        return False
-    return True
-
-
-def check_softcap(softcap) -> float:
-    """``softcap`` as a float: finite and >= 0 (0 or None: no soft cap); ValueError naming it otherwise. FA4's
-    score_mod is ``softcap * tanh(s / softcap)``, which a negative cap would flip and an infinite one void."""
-    try:
-        softcap = 0.0 if softcap is None else float(softcap)
-    except (TypeError, ValueError):
-        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap!r}") from None
-    if not (softcap >= 0 and math.isfinite(softcap)):
-        raise ValueError(f"softcap must be a finite float >= 0 (0 disables it), got {softcap}")
-    return softcap
-
-
-def check_learnable_sink(learnable_sink, *, heads: int):
-    """``learnable_sink`` as float32 of shape (heads,), or None; ValueError naming it for another shape or a
-    non-float dtype (FA4 takes one sink logit per query head, any float dtype, bfloat16 included)."""
-    sink = _plain(learnable_sink, "learnable_sink")
-    if sink is None:
-        return None
-    if sink.shape != (heads,) or not _is_float_dtype(sink.dtype):
-        raise ValueError(f"learnable_sink must be a float array of shape (heads,) = ({heads},), got shape "
-                         f"{sink.shape} dtype {sink.dtype}")
-    return sink.astype(np.float32)
-
-
-def prepare_forward(qa, ka, va, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
-                    window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None,
-                    cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, num_splits=1, q_descale=None,
-                    k_descale=None, v_descale=None, page_table=None, nonfinite="propagate",
-                    options=None) -> ForwardSetup:
-    """Check :func:`forward`'s arguments and resolve FA4's options (the one copy of these checks, shared by
-    ``forward`` and ``forward_torch``). ``qa``, ``ka``, ``va``: numpy arrays (ml_dtypes) or torch tensors in
-    FA4's layouts; only their shapes and dtypes are read (and their values for ``nonfinite="raise"``);
-    the sequences are slices of them. ``options``: the ``**options`` dict. Raises ValueError naming the bad
-    argument."""
-    options = {} if options is None else options
-    if kernel not in config.KERNELS:
-        raise ValueError(f"kernel must be one of {config.KERNELS}, got {kernel!r}")
-    if nonfinite not in NONFINITE:
-        raise ValueError(f"nonfinite must be one of {NONFINITE}, got {nonfinite!r}")
-    dt = _validate_dtypes(qa, ka, va, kernel)
-    if softmax_scale is not None:
-        try:
-            softmax_scale = float(softmax_scale)
-        except (TypeError, ValueError):
-            raise ValueError(f"softmax_scale must be a float, got {softmax_scale!r}") from None
-        if math.isnan(softmax_scale):
-            raise ValueError("softmax_scale must not be NaN")
-    softcap = check_softcap(softcap)
-    window = _masking.resolve_window(bool(causal), window_size)
-    seqs, batch, msq = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
-                                        _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
-                                        max_seqlen_q, max_seqlen_k)
-    h, d = qa.shape[-2:]
-    hk, dv = va.shape[-2], va.shape[-1]
-    _check_head_dims(d, dv, kernel, dt)
-    h_per_kv = h // hk
-    if nonfinite == "raise":
-        for name, a in (("q", qa), ("k", ka), ("v", va)):
-            if not _all_finite(a):
-                raise ValueError(f"{name} contains NaN or inf (nonfinite='raise'; the default 'propagate' gives "
-                                 "the kernel's NaN/inf bits)")
-    sink = check_learnable_sink(learnable_sink, heads=h)
-    fp8 = dt.startswith("float8")
-    if not fp8 and any(x is not None for x in (q_descale, k_descale, v_descale)):
-        raise ValueError("q_descale/k_descale/v_descale are only supported for fp8 inputs (FA4 asserts this)")
-    qd, kd, vd = (_descale(x, n, batch, hk) for x, n in ((q_descale, "q_descale"), (k_descale, "k_descale"),
-                                                         (v_descale, "v_descale")))
-    if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)):
-        raise ValueError(f"num_splits must be an int, got {num_splits!r}")
-    num_splits = int(num_splits)
-    if kernel == "fa4-sm90" and num_splits != 1:
-        raise ValueError(f"num_splits must be 1 for fa4-sm90 (FA4: 'SplitKV not supported on SM 9.0'), "
-                         f"got {num_splits}")
-    if num_splits > MAX_SPLITS:
-        raise ValueError(f"num_splits must be <= {MAX_SPLITS} (the combine kernel's limit), got {num_splits}")
-    varlen_q = cu_seqlens_q is not None
-    msk = max((s.k.shape[0] for s in seqs), default=0) if max_seqlen_k is None else int(max_seqlen_k)
-    # the longest sequences themselves (max_seqlen_q/k may be declared larger): a window side wider than these
-    # masks nothing and is refused
-    _masking.check_window_range(window, seqlen_q=max((s.q.shape[0] for s in seqs), default=0),
-                                seqlen_k=max((s.k.shape[0] for s in seqs), default=0))
-    page_size = ka.shape[1] if page_table is not None else None
-    if pack_gqa is not None and not isinstance(pack_gqa, (bool, np.bool_)):
-        raise ValueError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
-    opts = _resolve_options(kernel, dt, d, window.causal, msq, h_per_kv, options, batch=batch, heads=h,
-                            local=window.local, dv=dv, pack_gqa=pack_gqa, varlen_q=varlen_q,
-                            num_splits=num_splits if num_splits >= 1 else 1, page_size=page_size)
-    if kernel == "fa4-sm100":
-        if num_splits < 1:
-            num_splits = _num_splits_auto(batch=batch, hk=hk, h_per_kv=h_per_kv, pack_gqa=opts.pack_gqa, sq=msq,
-                                          sk=msk, tile_m=128, tile_n=opts.tile_n, window=window)
-        if num_splits > 1 and d != dv:
-            # _get_fwd_config: split-KV with head_dim != head_dim_v needs tile_n 64 and >= 64 KV blocks
-            n_blocks64 = -(-msk // 64)
-            if n_blocks64 >= 64:
-                opts = config.replace(opts, tile_n=64)
-            else:
-                num_splits = 1
-        if num_splits > 1 and opts.use_2cta_instrs and "use_2cta_instrs" not in options:
-            opts = config.replace(opts, use_2cta_instrs=False)
-        opts = config.replace(opts, num_splits=num_splits)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
-    return ForwardSetup(seqs=seqs, batch=batch, max_seqlen_q=msq, max_seqlen_k=msk, heads=h, heads_kv=hk,
-                        head_dim=d, head_dim_v=dv, dtype=dt, window=window, softcap=softcap, sink=sink,
-                        q_descale=qd, k_descale=kd, v_descale=vd, num_splits=num_splits, varlen_q=varlen_q,
-                        opts=opts, softmax_scale=scale)
-
-
 # ---------------------------------------------------------------------------------------------- entry point
-def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
-            window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None, cu_seqlens_k=None,
-            max_seqlen_q=None, max_seqlen_k=None, num_splits=1, q_descale=None, k_descale=None, v_descale=None,
-            page_table=None, nonfinite="propagate", **options) -> AttentionResult:
+def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_args) -> AttentionResult:
     """Emulate FA4's forward pass (``flash_attn.cute.flash_attn_func`` / ``flash_attn_varlen_func``).
+
+    ``forward(q, k, v, **fa4_args)`` is ``forward(problem=plan(q, k, v, **fa4_args))``
+    (:func:`fa4num.attention.problem.plan` checks the arguments and resolves the kernel's options); pass one
+    or the other. FA4's arguments, with their defaults:
 
     Parameters
     ----------
@@ -750,13 +365,16 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
         with ``cu_seqlens_q`` q is (total_q, heads, head_dim), with ``cu_seqlens_k`` k/v are
         (total_k, heads_kv, ...), with ``page_table`` k/v are (num_pages, page_size, heads_kv, ...).
         bf16/fp16 (ml_dtypes for numpy), fp8 e4m3/e5m2 on fa4-sm100. heads % heads_kv == 0 (GQA/MQA).
+    problem : Problem, optional
+        ``plan(q, k, v, **fa4_args)`` (instead of q, k, v and the arguments below).
     softmax_scale : float, optional
-        Default 1/sqrt(head_dim); applied as Float32 (scale_log2 = RN(scale * log2 e)). Any finite value.
+        Default 1/sqrt(head_dim); applied as Float32 (scale_log2 = RN(scale * log2 e)). A real number (a
+        string is a TypeError), not NaN.
     causal : bool
         Bottom-right aligned (key j visible from query i iff j <= i + seqlen_k - seqlen_q).
-    kernel : {"fa4-sm90", "fa4-sm100"}
-        The Hopper path as the H200 runs it, or the Blackwell path from FA4's source (not run on a Blackwell
-        GPU).
+    kernel : a name of :data:`fa4num.attention.kernels.KERNELS`, default "fa4-sm90"
+        "fa4-sm90": the Hopper path as the H200 runs it; "fa4-sm100": the Blackwell path from FA4's source (not
+        run on a Blackwell GPU).
     softcap : float
         >= 0; 0 disables. score <- softcap * tanh(score * scale / softcap) (tanh.approx.f32).
     window_size : (left, right)
@@ -767,7 +385,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
     learnable_sink : array (heads,), optional
         One extra softmax logit per q head (natural-log units, not scaled) with no value row.
     pack_gqa : bool, optional
-        None: FA4's default (:func:`fa4num.attention.config.default_pack_gqa`).
+        None: FA4's default (the kernel's ``default_pack_gqa``, :mod:`fa4num.attention.kernels`).
     cu_seqlens_q, cu_seqlens_k : int arrays (batch + 1,), optional
         Varlen prefix sums; ``max_seqlen_q``/``max_seqlen_k`` (optional) must cover the longest sequence.
     num_splits : int
@@ -807,29 +425,27 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
     >>> res.out.shape, res.lse.shape, int(res.stats.masked_by_window[0, 0, -1])
     ((1, 40, 2, 64), (1, 2, 40), 31)
     """
-    qa, device = _to_numpy(q, "q")
-    ka, _ = _to_numpy(k, "k")
-    va, _ = _to_numpy(v, "v")
-    setup = prepare_forward(qa, ka, va, softmax_scale=softmax_scale, causal=causal, kernel=kernel, softcap=softcap,
-                            window_size=window_size, learnable_sink=learnable_sink, pack_gqa=pack_gqa,
-                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                            max_seqlen_k=max_seqlen_k, num_splits=num_splits, q_descale=q_descale,
-                            k_descale=k_descale, v_descale=v_descale, page_table=page_table, nonfinite=nonfinite,
-                            options=options)
-    seqs, h, hk, dv, dt = setup.seqs, setup.heads, setup.heads_kv, setup.head_dim_v, setup.dtype
+    if problem is None and q is not None and k is not None and v is not None:
+        # torch inputs: plan the numpy views of their bits (only the device is kept)
+        (qa, device), (ka, _), (va, _) = to_numpy(q, "q"), to_numpy(k, "k"), to_numpy(v, "v")
+        setup = given_or_plan(None, qa, ka, va, fa4_args, who="forward")
+        seqs = setup.seqs
+    else:
+        setup = given_or_plan(problem, q, k, v, fa4_args, who="forward")
+        (qa, device), (ka, _), (va, _) = (to_numpy(x, n) for x, n in ((setup.q, "q"), (setup.k, "k"),
+                                                                        (setup.v, "v")))
+        seqs = setup.seqs if qa is setup.q else setup.sequences(qa, ka, va)
+    kern = setup.kernel
+    h, hk, dv, dt = setup.heads, setup.heads_kv, setup.head_dim_v, setup.dtype
     h_per_kv, window, softcap, sink, fp8 = h // hk, setup.window, setup.softcap, setup.sink, setup.fp8
     qd, kd, vd, num_splits, varlen_q, opts = setup.q_descale, setup.k_descale, setup.v_descale, \
         setup.num_splits, setup.varlen_q, setup.opts
     scale = setup.softmax_scale
     model, accum = config.GEMM_IMPL[opts.gemm]
     tanh_arch = opts.mufu_arch
-    emu = None
-    n_emu = 0
-    if kernel == "fa4-sm100":
-        emu = _sm100.emulated_columns(opts.tile_n, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
-                                      start_frg=opts.ex2_emu_start_frg)
-        n_emu = int(emu.sum())
-    out_dt = _NP_DTYPES["bfloat16"] if fp8 else _NP_DTYPES[dt]
+    emu = kern.emulated_columns(opts)
+    n_emu = 0 if emu is None else int(emu.sum())
+    out_dt = NP_DTYPES["bfloat16"] if fp8 else NP_DTYPES[dt]
     lead = qa.shape[:-2]
     out = np.zeros((*lead, h, dv), out_dt)
     lse_shape = (h, qa.shape[0]) if varlen_q else (qa.shape[0], h, qa.shape[1])
@@ -859,7 +475,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
             continue
         for kvh in range(hk):
             qk_descale = np.float32(qd[seq.batch, kvh] * kd[seq.batch, kvh])
-            ctx = _Ctx(kernel, opts, None, None, softcap, window, dt, model, accum, emu, tanh_arch)
+            ctx = _Ctx(kern, opts, None, None, softcap, window, dt, model, accum, emu, tanh_arch)
             if softcap:
                 ctx.sl2 = _scoremod.SCALE_LOG2_WITH_SCOREMOD
                 ctx.softmax_scale = np.float32(np.float32(scale) * qk_descale)
@@ -933,13 +549,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", sof
             share = np.exp(sink_b.astype(np.float64) - lse.astype(np.float64))
         st["sink_share"] = np.where(np.isfinite(share), share, 0).astype(np.float32)
     stats = AttentionStats(**st, gemm=opts.gemm, tanh_exact=tanh_exact)
-    return _wrap(out, lse, stats, kernel, opts, scale, device, num_splits)
+    return _wrap(out, lse, stats, kern.name, opts, scale, device, num_splits)
 
 
 def _wrap(out, lse, stats, kernel, opts, scale, device, num_splits=1):
     if device is None:
         return AttentionResult(out, lse, stats, kernel, opts, scale, num_splits)
     import torch
-    ot = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16 if out.dtype == _NP_DTYPES["bfloat16"]
+    ot = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16 if out.dtype == NP_DTYPES["bfloat16"]
                                                   else torch.float16).to(device)
     return AttentionResult(ot, torch.from_numpy(lse).to(device), stats, kernel, opts, scale, num_splits)

@@ -18,8 +18,9 @@ import ml_dtypes
 import numpy as np
 
 from .config import Sm90Options, Sm100Options
-from .forward import _to_numpy, check_learnable_sink, check_softcap
-from .masking import check_cu_seqlens, check_window_range, resolve_window, visible
+from .problem import Problem, check_bool, check_learnable_sink, check_softcap, check_softmax_scale, layout, plain
+from .problem import to_numpy as _to_numpy
+from .masking import check_window_range, resolve_window, visible
 
 # Names the forward and backward take that steer the kernel or the emulator (tiling, GEMM model, exp2 knobs,
 # determinism) but not the exact math: the references accept them so that one dict of options can drive an
@@ -39,10 +40,8 @@ def _check_kernel_options(options: dict, pack_gqa) -> None:
 
 
 def _scale(softmax_scale, head_dim: int) -> float:
-    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-    if math.isnan(scale):
-        raise ValueError("softmax_scale must not be NaN")
-    return scale
+    scale = check_softmax_scale(softmax_scale)
+    return 1.0 / math.sqrt(head_dim) if scale is None else scale
 
 
 def _causal_mask(sq: int, sk: int) -> np.ndarray:
@@ -91,11 +90,15 @@ def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink):
     return np.einsum("hij,jhd->ihd", p, vf), lse
 
 
-def attention_fp64(q, k, v, *, softmax_scale=None, causal=False, softcap=0.0, window_size=(None, None),
-                   learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                   pack_gqa=None, page_table=None, q_descale=None, k_descale=None, v_descale=None,
-                   **kernel_options) -> tuple[np.ndarray, np.ndarray]:
+def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, softmax_scale=None, causal=False,
+                   softcap=0.0, window_size=(None, None), learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                   max_seqlen_q=None, max_seqlen_k=None, pack_gqa=None, page_table=None, q_descale=None,
+                   k_descale=None, v_descale=None, **kernel_options) -> tuple[np.ndarray, np.ndarray]:
     """softmax(scale Q K^T) V in float64 from the exact input values, with FA4's options and layouts.
+
+    Either q, k, v and FA4's arguments, checked without a kernel (any FA4 dtype and head dim: the exact result
+    does not depend on the kernel), or ``problem`` (:func:`fa4num.attention.problem.plan`), whose sequences,
+    masks, scale, sink and descales it takes.
 
     Returns (out float64 in q's layout with head_dim_v, lse float64 (batch, heads, seqlen_q) or (heads,
     total_q) with ``cu_seqlens_q``). Options as :func:`fa4num.attention.forward`, checked as it checks them
@@ -116,26 +119,45 @@ def attention_fp64(q, k, v, *, softmax_scale=None, causal=False, softcap=0.0, wi
     >>> float(out[0, 0, 0, 0]), round(float(lse[0, 0, 0]), 6)
     (0.75, 1.386294)
     """
-    from .forward import _build_sequences, _plain
-    _check_kernel_options(kernel_options, pack_gqa)
-    softcap = check_softcap(softcap)
-    qa, _ = _to_numpy(q, "q")
-    ka, _ = _to_numpy(k, "k")
-    va, _ = _to_numpy(v, "v")
-    seqs, batch, _ = _build_sequences(qa, ka, va, _plain(cu_seqlens_q, "cu_seqlens_q"),
-                                      _plain(cu_seqlens_k, "cu_seqlens_k"), _plain(page_table, "page_table"),
-                                      max_seqlen_q, max_seqlen_k)
-    h, d = qa.shape[-2:]
-    hk, dv = va.shape[-2:]
-    window = resolve_window(bool(causal), window_size)
-    check_window_range(window, seqlen_q=max((x.q.shape[0] for x in seqs), default=0),
-                       seqlen_k=max((x.k.shape[0] for x in seqs), default=0))
-    scale = _scale(softmax_scale, d)
-    sink = check_learnable_sink(learnable_sink, heads=h)
+    if problem is not None:
+        given = [n for n, x in (("q", q), ("k", k), ("v", v), ("softmax_scale", softmax_scale),
+                                ("learnable_sink", learnable_sink), ("cu_seqlens_q", cu_seqlens_q),
+                                ("cu_seqlens_k", cu_seqlens_k), ("max_seqlen_q", max_seqlen_q),
+                                ("max_seqlen_k", max_seqlen_k), ("pack_gqa", pack_gqa), ("page_table", page_table),
+                                ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
+                 if x is not None] + [n for n, x, d0 in (("causal", causal, False), ("softcap", softcap, 0.0),
+                                                         ("window_size", window_size, (None, None))) if x != d0]
+        if given or kernel_options:
+            raise TypeError(f"attention_fp64: pass either q, k, v and FA4's arguments or problem=, not both (got "
+                            f"{given + sorted(kernel_options)} with problem=)")
+        if not isinstance(problem, Problem):
+            raise TypeError(f"problem must be a Problem from fa4num.attention.plan, got {type(problem).__name__}")
+        qa, _ = _to_numpy(problem.q, "q")
+        ka, _ = _to_numpy(problem.k, "k")
+        va, _ = _to_numpy(problem.v, "v")
+        seqs = problem.seqs if qa is problem.q else problem.sequences(qa, ka, va)
+        batch, window, scale, softcap = problem.batch, problem.window, problem.softmax_scale, problem.softcap
+        sink = problem.sink
+        descales = [x.astype(np.float64) for x in (problem.q_descale, problem.k_descale, problem.v_descale)]
+        varlen = problem.varlen_q
+    else:
+        _check_kernel_options(kernel_options, pack_gqa)
+        softcap = check_softcap(softcap)
+        qa, _ = _to_numpy(q, "q")
+        ka, _ = _to_numpy(k, "k")
+        va, _ = _to_numpy(v, "v")
+        lay = layout(qa, ka, va, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, page_table=page_table,
+                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+        seqs, batch = lay.seqs, lay.batch
+        window = resolve_window(check_bool(causal, "causal"), window_size)
+        check_window_range(window, seqlen_q=lay.longest_q, seqlen_k=lay.longest_k)
+        scale = _scale(softmax_scale, qa.shape[-1])
+        sink = check_learnable_sink(learnable_sink, heads=qa.shape[-2])
+        descales = [np.ones((batch, va.shape[-2])) if x is None else
+                    plain(x).astype(np.float64).reshape(batch, va.shape[-2]) for x in (q_descale, k_descale, v_descale)]
+        varlen = cu_seqlens_q is not None
+    h, hk, dv = qa.shape[-2], va.shape[-2], va.shape[-1]
     sink = None if sink is None else sink.astype(np.float64)
-    descales = [np.ones((batch, hk)) if x is None else _plain(x, n).astype(np.float64).reshape(batch, hk)
-                for x, n in ((q_descale, "q_descale"), (k_descale, "k_descale"), (v_descale, "v_descale"))]
-    varlen = cu_seqlens_q is not None
     out = np.zeros((*qa.shape[:-2], h, dv))
     lse = np.full((h, qa.shape[0]) if varlen else (qa.shape[0], h, qa.shape[1]), -np.inf)
     for seq in seqs:
@@ -334,7 +356,6 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     >>> round(float(g.dsink[0]), 12)      # 4 rows, each P_sink = 1/5 and D = rowsum(dO * O) = 8 * 4/5
     -5.12
     """
-    from .forward import _plain
     _check_kernel_options(kernel_options, pack_gqa)
     softcap = check_softcap(softcap)
     qa, _ = _to_numpy(q, "q")
@@ -344,35 +365,19 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     varlen = cu_seqlens_q is not None
     if (cu_seqlens_k is None) == varlen:
         raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
-    layout = "3-D (total, heads, head_dim) with cu_seqlens" if varlen else "4-D (batch, seqlen, heads, head_dim)"
-    if not qa.ndim == ka.ndim == va.ndim == (3 if varlen else 4):
-        raise ValueError(f"q, k, v must be {layout}, got {qa.shape}, {ka.shape}, {va.shape}")
+    lay = layout(qa, ka, va, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                 max_seqlen_k=max_seqlen_k)
     if da.shape != qa.shape[:-1] + va.shape[-1:]:
         raise ValueError(f"dout must have shape {qa.shape[:-1] + va.shape[-1:]}, got {da.shape}")
     h, d = qa.shape[-2:]
     hk = ka.shape[-2]
-    if ka.shape[-1] != d or va.shape[:-1] != ka.shape[:-1]:
-        raise ValueError(f"k must have q's head_dim ({d}) and v k's leading shape, got {ka.shape}, {va.shape}")
-    if hk < 1 or h % hk:
-        raise ValueError(f"q heads ({h}) must be a multiple of k/v heads ({hk})")
     if varlen:
-        cq = check_cu_seqlens(_plain(cu_seqlens_q, "cu_seqlens_q"), "cu_seqlens_q", total=qa.shape[0])
-        ck = check_cu_seqlens(_plain(cu_seqlens_k, "cu_seqlens_k"), "cu_seqlens_k", total=ka.shape[0])
-        if cq.size != ck.size:
-            raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size}, {ck.size}")
+        cq, ck = lay.cu_seqlens_q, lay.cu_seqlens_k
         seqs = [((slice(cq[i], cq[i + 1]),), (slice(ck[i], ck[i + 1]),)) for i in range(cq.size - 1)]
-        lq, lk = np.diff(cq), np.diff(ck)
     else:
-        if ka.shape[0] != qa.shape[0]:
-            raise ValueError(f"k must have q's batch ({qa.shape[0]}), got {ka.shape}")
         seqs = [((b,), (b,)) for b in range(qa.shape[0])]
-        lq, lk = [qa.shape[1]], [ka.shape[1]]
-    for name, given, need in (("max_seqlen_q", max_seqlen_q, max(lq, default=0)),
-                              ("max_seqlen_k", max_seqlen_k, max(lk, default=0))):
-        if given is not None and int(given) < need:
-            raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
-    window = resolve_window(bool(causal), window_size)
-    check_window_range(window, seqlen_q=int(max(lq, default=0)), seqlen_k=int(max(lk, default=0)))
+    window = resolve_window(check_bool(causal, "causal"), window_size)
+    check_window_range(window, seqlen_q=lay.longest_q, seqlen_k=lay.longest_k)
     scale = _scale(softmax_scale, d)
     sink = check_learnable_sink(learnable_sink, heads=h)
     sink = None if sink is None else sink.astype(np.float64)

@@ -14,7 +14,8 @@ from dataclasses import replace
 import numpy as np
 
 from . import masking
-from .forward import AttentionResult, AttentionStats, prepare_forward
+from .forward import AttentionResult, AttentionStats
+from .problem import Problem, given_or_plan
 from ..constants import FP8_MAX as _FP8_MAX
 from ..fp.dtypes import dtype_info
 from ..softmax import LOG2_E_F32, scale_log2_of
@@ -177,7 +178,7 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
     nblk = -(-sk // tn)
     rep = h // hk
     g = b * hk
-    sm100 = kernel == "fa4-sm100"
+    sm100 = kernel.lazy_rescale
     threshold = float(opts.rescale_threshold) if sm100 else 0.0
     offset = float(opts.max_offset) if sm100 else 0.0
     mm_dtype = q.dtype if dt in ("bfloat16", "float16") else torch.float32   # no fp8 batched GEMM in torch
@@ -313,10 +314,9 @@ def _row_stats(setup, kernel, b, sq, sk, counters):
     opts, h, w = setup.opts, setup.heads, setup.window
     kvb = _kv_blocks(b, h, sq, sk, h // setup.heads_kv, opts, w) if sk else np.zeros((b, h, sq), np.int32)
     n_emu = 0
-    if kernel == "fa4-sm100":
-        from ..softmax.sm100 import emulated_columns
-        n_emu = int(emulated_columns(opts.tile_n, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
-                                     start_frg=opts.ex2_emu_start_frg).sum())
+    emu = kernel.emulated_columns(opts)
+    if emu is not None:
+        n_emu = int(emu.sum())
     first, last = _visible_range(w, sq, sk)
     hidden = (sk - np.maximum(last - first + 1, 0)).astype(np.int32)          # keys the window hides
     return {"kv_blocks": kvb, "exp2_emulated": kvb * n_emu, "exp2_mufu": kvb * (opts.tile_n - n_emu),
@@ -367,18 +367,16 @@ def _as_tensor(x, torch):
     return torch.as_tensor(a)
 
 
-def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", softcap=0.0,
-                  window_size=(None, None), learnable_sink=None, pack_gqa=None, cu_seqlens_q=None,
-                  cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, page_table=None, nonfinite="raise",
-                  q_descale=None, k_descale=None, v_descale=None, device=None, max_tile_elems: int = 1 << 28,
-                  backend: str = "auto", **options) -> AttentionResult:
+def forward_torch(q=None, k=None, v=None, *, problem: Problem | None = None, device=None,
+                  max_tile_elems: int = 1 << 28, backend: str = "auto", **fa4_args) -> AttentionResult:
     """Statistical FA4 forward on torch tensors; runs on ``device`` (default: q's device). Arguments, layouts
-    and their checks are :func:`fa4num.attention.forward`'s (:func:`~fa4num.attention.forward.prepare_forward`):
+    and their checks are :func:`fa4num.attention.forward`'s (:func:`~fa4num.attention.problem.plan`; pass
+    FA4's arguments, or ``problem=plan(q, k, v, mode="statistical", ...)``):
     softcap, sliding windows, learnable sinks, varlen (``cu_seqlens_q/k``), paged KV, pack-GQA (which changes
     only the KV blocks each row's tile visits, ``stats.kv_blocks``: per row the arithmetic is the same) and
     head_dim_v != head_dim, fp8 with ``q_descale``/``k_descale``/``v_descale`` (SM100). Not here: split-KV
     (``num_splits``), which ``forward`` runs.
-    ``gemm`` and ``mufu_arch`` are fixed to "blas" and "libm". ``nonfinite`` defaults to "raise" (NaN/inf in
+    ``mode`` is "statistical" (``gemm`` "blas", ``mufu_arch`` "libm"). ``nonfinite`` defaults to "raise" (NaN/inf in
     q, k, v raise ValueError); "propagate" lets torch's arithmetic carry them (not the kernel's bits).
     Returns torch tensors (out in q's dtype, bf16 for fp8; lse float32) and numpy stats, shaped as
     ``forward``'s.
@@ -403,17 +401,17 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     ----------
     q, k, v : torch tensors (or arrays) in FA4's layout (batch, seqlen, heads, head_dim[_v])
         bf16 / fp16, or fp8 with descales on SM100; varlen: (total, heads, head_dim) with cu_seqlens_q/k.
-    softmax_scale, causal, kernel, softcap, window_size, learnable_sink, pack_gqa, cu_seqlens_q, cu_seqlens_k,
-    max_seqlen_q, max_seqlen_k, page_table, q_descale, k_descale, v_descale
-        As :func:`fa4num.attention.forward` takes them.
-    nonfinite : {"raise", "propagate"}
+    problem : Problem, optional
+        Planned with ``mode="statistical"`` (instead of q, k, v and FA4's arguments).
     device : str or torch.device, optional
         Where to run (default: q's device).
     max_tile_elems : int
         Scores per tile (>= 65536): bounds the memory, not the result.
     backend : {"auto", "torch", "triton"}
-    **options
-        FA4 options as for ``forward`` (e.g. rescale_threshold, tile_n); not ``num_splits``.
+    **fa4_args
+        FA4's arguments and options as for ``forward`` (softmax_scale, causal, kernel, softcap, window_size,
+        learnable_sink, pack_gqa, cu_seqlens_q/k, max_seqlen_q/k, page_table, q/k/v_descale, rescale_threshold,
+        tile_n, ...); ``nonfinite`` ("raise" here by default, or "propagate"); not ``num_splits``.
 
     Returns
     -------
@@ -436,22 +434,26 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
     ((1, 64, 2, 64), torch.bfloat16, (1, 2, 64), 47)
     """
     import torch
-    q, k, v = (_as_tensor(x, torch) for x in (q, k, v))
     if not isinstance(max_tile_elems, int) or max_tile_elems < 1 << 16:
         raise ValueError(f"max_tile_elems must be an int >= 65536, got {max_tile_elems!r}")
-    if "num_splits" in options:
+    if "num_splits" in fa4_args:
         raise ValueError("num_splits is not supported by forward_torch (split-KV runs in fa4num.attention.forward)")
-    setup = prepare_forward(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel, softcap=softcap,
-                            window_size=window_size, learnable_sink=learnable_sink, pack_gqa=pack_gqa,
-                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                            max_seqlen_k=max_seqlen_k, page_table=page_table, q_descale=q_descale,
-                            k_descale=k_descale, v_descale=v_descale, nonfinite=nonfinite,
-                            options={"mode": "statistical", **options})
-    descaled = any(x is not None for x in (q_descale, k_descale, v_descale))
+    if problem is None and q is not None and k is not None and v is not None:
+        q, k, v = (_as_tensor(x, torch) for x in (q, k, v))
+        fa4_args = {"mode": "statistical", "nonfinite": "raise", **fa4_args}
+    setup = given_or_plan(problem, q, k, v, fa4_args, who="forward_torch")
+    if setup.mode != "statistical" or setup.opts.gemm != "blas" or setup.opts.mufu_arch != "libm":
+        raise ValueError(f"forward_torch runs the statistical mode (gemm 'blas', mufu_arch 'libm'); got mode "
+                         f"{setup.mode!r}, gemm {setup.opts.gemm!r}, mufu_arch {setup.opts.mufu_arch!r}")
+    if setup.num_splits_given != 1:
+        raise ValueError("num_splits is not supported by forward_torch (split-KV runs in fa4num.attention.forward)")
+    q, k, v = (_as_tensor(x, torch) for x in (setup.q, setup.k, setup.v))
+    seqs = setup.seqs if q is setup.q else setup.sequences(q, k, v)
+    kernel, descaled = setup.kernel, setup.descaled
     dev = torch.device(device) if device is not None else q.device
     h, dv = setup.heads, setup.head_dim_v
     dense = _pick_backend(backend, dev, setup)
-    if cu_seqlens_q is None and cu_seqlens_k is None and page_table is None and not descaled:
+    if not setup.varlen and setup.page_table is None and not descaled:
         b, sq = q.shape[:2]
         out, lse, counters = dense(q.to(dev), k.to(dev), v.to(dev), setup=setup, kernel=kernel, dev=dev,
                                    max_tile_elems=max_tile_elems)
@@ -465,7 +467,7 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
                                                          "exp2_emulated", "exp2_mufu", "p_saturated",
                                                          "masked_by_window")}
         st["max_lag"] = np.zeros(lse_shape, np.float32)
-        for seq in setup.seqs:
+        for seq in seqs:
             sq, sk = seq.q.shape[0], seq.k.shape[0]
             if sq == 0:
                 continue
@@ -496,4 +498,4 @@ def forward_torch(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90
             share = np.exp(sink_b - lse.double().cpu().numpy())
         st["sink_share"] = np.where(np.isfinite(share), share, 0).astype(np.float32)
     stats = AttentionStats(**st, gemm="blas", tanh_exact=not setup.softcap)
-    return AttentionResult(out, lse, stats, kernel, setup.opts, setup.softmax_scale)
+    return AttentionResult(out, lse, stats, kernel.name, setup.opts, setup.softmax_scale)

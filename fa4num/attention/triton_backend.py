@@ -289,9 +289,10 @@ def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int =
     ----------
     q : torch.Tensor (b, sq, h, d), bfloat16 or float16
     k, v : torch.Tensor (b, sk, hk, d) and (b, sk, hk, d_v), on q's device (CUDA, or any with TRITON_INTERPRET=1)
-    setup : ForwardSetup
-        From :func:`fa4num.attention.forward.prepare_forward` (options, window, sink, softcap, softmax scale).
-    kernel : {"fa4-sm90", "fa4-sm100"}
+    setup : Problem
+        From :func:`fa4num.attention.problem.plan` (options, window, sink, softcap, softmax scale).
+    kernel : fa4num.attention.kernels.Kernel
+        ``setup.kernel`` (its ``lazy_rescale`` picks the softmax).
     block_m, num_warps, num_stages : int
         Triton launch shape.
     qk_descale, v_descale : float
@@ -313,14 +314,14 @@ def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int =
     Examples
     --------
     >>> import torch
-    >>> from fa4num.attention.forward import prepare_forward
+    >>> from fa4num.attention.problem import plan
     >>> q = torch.randn(1, 256, 2, 64).to(torch.bfloat16)
-    >>> setup = prepare_forward(q, q, q, causal=True, kernel="fa4-sm90", options={"mode": "statistical"})
+    >>> setup = plan(q, q, q, causal=True, kernel="fa4-sm90", mode="statistical")
     >>> supports(dtype=setup.dtype, head_dim=64, head_dim_v=64, tile_n=setup.opts.tile_n)
     True
     >>> # skipped: the launch needs a CUDA GPU with Triton (or TRITON_INTERPRET=1 set before triton is imported)
     >>> qc = q.cuda()  # doctest: +SKIP
-    >>> out, lse, counters = dense_triton(qc, qc, qc, setup=setup, kernel="fa4-sm90")  # doctest: +SKIP
+    >>> out, lse, counters = dense_triton(qc, qc, qc, setup=setup, kernel=setup.kernel)  # doctest: +SKIP
     """
     import torch
     import triton
@@ -330,7 +331,7 @@ def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int =
     opts, w, dt = setup.opts, setup.window, setup.dtype
     b, sq, h, d = q.shape
     sk, hk, dvh = k.shape[1], k.shape[2], v.shape[3]
-    sm100 = kernel == "fa4-sm100"
+    sm100 = kernel.lazy_rescale
     softcap = float(setup.softcap)
     sl2 = float(SCALE_LOG2_WITH_SCOREMOD) if softcap else float(scale_log2_of(setup.softmax_scale))
     big = sq + sk + 1                                        # a side the window leaves open

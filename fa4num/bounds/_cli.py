@@ -4,6 +4,9 @@ from __future__ import annotations
 import math
 
 from fa4num.argtypes import COEFFS_HELP, add_registry_option, coeffs, finite_float, int_tuple, nonneg_int, not_nan_float
+from fa4num.attention.kernels import KERNELS
+from fa4num.attention.problem import DEFAULT_KERNEL
+from fa4num.fp.dtypes import DTYPES
 
 _shape = int_tuple(("batch", "seqlen_q", "heads", "head_dim"))
 
@@ -48,10 +51,10 @@ def _attention(args) -> int:
     from .validate import check
     b, s, h, d = args.shape
     sk = s if args.seqlen_k is None else args.seqlen_k   # 0 is honoured: no keys, out 0 and LSE -inf as in FA4
-    if args.rescale_threshold is not None and args.kernel != "fa4-sm100":
-        raise ValueError("--rescale-threshold: only fa4-sm100 rescales lazily (add --kernel fa4-sm100)")
-    dt = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-          "float8_e5m2": ml_dtypes.float8_e5m2}[args.dtype]
+    if args.rescale_threshold is not None and not KERNELS[args.kernel].lazy_rescale:
+        lazy = ", ".join(n for n, kern in sorted(KERNELS.items()) if kern.lazy_rescale)
+        raise ValueError(f"--rescale-threshold: {args.kernel} does not rescale lazily (kernels that do: {lazy})")
+    dt = DTYPES[args.dtype].dtype
     rng = np.random.default_rng(args.seed)
     q = (rng.standard_normal((b, s, h, d), dtype=np.float32) * np.float32(args.q_mult)).astype(dt)
     k = rng.standard_normal((b, sk, h, d), dtype=np.float32).astype(dt)
@@ -105,7 +108,7 @@ def register(subparsers) -> None:
     a = sub.add_parser("attention", help="per-element bound of FA4's forward on Gaussian inputs vs the emulator")
     a.add_argument("--shape", type=_shape, required=True, help="batch,seqlen_q,heads,head_dim of q")
     a.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q; 0: no keys")
-    a.add_argument("--kernel", default="fa4-sm90", choices=("fa4-sm90", "fa4-sm100"))
+    a.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
     a.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"))
     a.add_argument("--causal", action="store_true")
     a.add_argument("--softmax-scale", type=finite_float, default=None,

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit, prange
 
-from fa4num.attention import config, masking
-from fa4num.attention.forward import check_softcap
-from fa4num.ex2 import poly_coeffs
+from fa4num.attention import config
+from fa4num.attention.kernels import get as get_kernel
+from fa4num.attention.problem import DEFAULT_KERNEL, Problem, given_or_plan
 from fa4num.fp.dtypes import DTYPES
 from fa4num.hw import mufu_model, tanh_table
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
-from fa4num.softmax import LN2_F32, LOG2_E_F32, emulated_columns, scale_log2_of
+from fa4num.softmax import LN2_F32, LOG2_E_F32, scale_log2_of
 
 from .exp2 import exp2_error_bound, mufu_error_bounds
 
@@ -105,29 +105,6 @@ def _as_array(x, name):
     return a
 
 
-def _options(kernel, dt, d, causal, sq, h_per_kv, batch, heads, options, local=False, varlen_q=False):
-    """The kernel's knobs exactly as fa4num.attention.forward resolves them (public config tables)."""
-    options = dict(options)
-    mode = options.pop("mode", "bitexact")
-    if mode not in ("bitexact", "statistical"):
-        raise ValueError(f"mode must be 'bitexact' or 'statistical', got {mode!r}")
-    if mode == "statistical":
-        options = {"gemm": "blas", "mufu_arch": "libm", **options}
-    if kernel == "fa4-sm90":
-        tm, tn = config.sm90_tile(d, causal, local=local)
-        opts = config.Sm90Options(tile_m=tm, tile_n=tn)
-    else:
-        opts = config.sm100_defaults(dtype=dt, head_dim=d, causal=causal, seqlen_q=sq, qhead_per_kvhead=h_per_kv,
-                                     batch=batch, heads=heads, local=local, varlen_q=varlen_q,
-                                     use_2cta_instrs=options.pop("use_2cta_instrs", None),
-                                     is_sm103=options.pop("is_sm103", False))
-    opts = config.apply_overrides(opts, options)
-    if kernel == "fa4-sm100" and opts.max_offset + opts.rescale_threshold >= config.LOG2_DTYPE_MAX[dt]:
-        raise ValueError(f"max_offset + rescale_threshold must stay below log2(max {dt}) = "
-                         f"{config.LOG2_DTYPE_MAX[dt]:.3f}, got {opts.max_offset} + {opts.rescale_threshold}")
-    return opts
-
-
 @functools.lru_cache(maxsize=64)
 def _sw_bound(deg, coeffs, hi):
     return exp2_error_bound(deg, coeffs=coeffs, variant="packed", domain=(-math.inf, hi))
@@ -191,24 +168,24 @@ def _delta_lambda(softmax_scale: float) -> tuple[float, float, float]:
         return sl2, float(lam), float(dl) * (1 + 2.0 ** -50), float(ln2err) * (1 + 2.0 ** -50)
 
 
-def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="fa4-sm90", delta=1e-6,
-                          **options) -> AttentionBound:
+def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = None, delta=1e-6,
+                          **fa4_args) -> AttentionBound:
     """Rigorous per-element bound on ``|out_kernel - out_exact|`` and ``|lse_kernel - lse_exact|`` for FA4's forward.
 
     Parameters
     ----------
     q, k, v : arrays or torch tensors
         FA4's layout (batch, seqlen, heads, head_dim), as fa4num.attention.forward takes them.
-    softmax_scale : float, optional
-        Default 1/sqrt(head_dim). out_exact uses this real number; the kernel its fp32 scale_log2.
-    causal : bool
-        Bottom-right aligned causal mask.
-    kernel : {"fa4-sm90", "fa4-sm100"}
+    problem : Problem, optional
+        ``plan(q, k, v, **fa4_args)`` already made (then no q, k, v, fa4_args): the kernel options the bound
+        uses are exactly the forward's (one parser, :func:`fa4num.attention.problem.plan`).
     delta : float
         Failure probability per element of ``out_probabilistic`` (0 < delta < 1).
-    **options
-        fa4num.attention.forward's options (window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k,
-        v (varlen), rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...).
+    **fa4_args
+        fa4num.attention.forward's arguments (softmax_scale: out_exact uses this real number, the kernel its fp32
+        scale_log2; causal, kernel, window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k, v
+        (varlen), pack_gqa, rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...). Not modelled, and
+        refused: paged KV, fp8 descales, split-KV (num_splits != 1), head_dim_v != head_dim.
 
     Returns
     -------
@@ -226,47 +203,40 @@ def attention_error_bound(q, k, v, *, softmax_scale=None, causal=False, kernel="
     >>> bool((np.abs(out - b.out_exact) <= b.out).all())
     True
     """
-    cu_q, cu_k = options.pop("cu_seqlens_q", None), options.pop("cu_seqlens_k", None)
-    max_q = options.pop("max_seqlen_q", None)
-    options.pop("max_seqlen_k", None)
+    problem = given_or_plan(problem, q, k, v, fa4_args, who="attention_error_bound")
+    if not (isinstance(delta, float) and 0.0 < delta < 1.0):
+        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
+    for name, given in (("page_table", problem.page_table is not None),
+                        ("q_descale/k_descale/v_descale", problem.descaled),
+                        ("num_splits != 1", problem.num_splits != 1),
+                        ("head_dim_v != head_dim", problem.head_dim_v != problem.head_dim)):
+        if given:
+            raise ValueError(f"{name}: not modelled by attention_error_bound")
+    if problem.sink is not None and not np.isfinite(problem.sink).all():
+        raise ValueError(f"learnable_sink must be a finite float array of shape (heads,) = ({problem.heads},) for "
+                         "the bound")
+    scale = problem.softmax_scale
+    if not (math.isfinite(scale) and scale != 0):
+        raise ValueError(f"softmax_scale must be a finite nonzero float for the bound, got {scale}")
+    qa, ka, va = _as_array(problem.q, "q"), _as_array(problem.k, "k"), _as_array(problem.v, "v")
     # rows without a finite bound (docs/bounds.md, section 5.8) carry inf and NaN through the float64 evaluation
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        if cu_q is None and cu_k is None:
-            return _bound_dense(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel, delta=delta,
-                                **options)
-        return _bound_varlen(q, k, v, cu_q, cu_k, max_q, softmax_scale=softmax_scale, causal=causal,
-                             kernel=kernel, delta=delta, **options)
+        if not problem.varlen:
+            return _bound_dense(qa, ka, va, problem=problem, softmax_scale=scale, delta=delta)
+        return _bound_varlen(qa, ka, va, problem=problem, delta=delta)
 
 
-def _seqlens(cu, name, total):
-    if cu is None:
-        raise ValueError(f"{name} must be given with the other cu_seqlens (varlen q and k, as FA4's varlen cases)")
-    a = np.asarray(cu.detach().cpu().numpy() if hasattr(cu, "detach") else cu)
-    if a.ndim != 1 or a.size < 2 or not np.issubdtype(a.dtype, np.integer) or a[0] != 0 or a[-1] != total \
-            or np.any(np.diff(a) < 0):
-        raise ValueError(f"{name} must be a non-decreasing int array from 0 to {total}, got {a!r}")
-    return a.astype(np.int64)
-
-
-def _bound_varlen(q, k, v, cu_q, cu_k, max_q, *, softmax_scale, causal, kernel, delta, **options):
+def _bound_varlen(qa, ka, va, *, problem, delta):
     """Varlen (flash_attn_varlen_func): every sequence is its own attention problem with its own masks and KV
-    blocks (seqlen_info.py offsets), bounded one by one with the kernel's varlen configuration."""
-    qa, ka, va = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
-    for name, a in (("q", qa), ("k", ka), ("v", va)):
-        if a.ndim != 3:
-            raise ValueError(f"{name} must be 3-D (total, heads, head_dim) with cu_seqlens, got shape {a.shape}")
-    cq = _seqlens(cu_q, "cu_seqlens_q", qa.shape[0])
-    ck = _seqlens(cu_k, "cu_seqlens_k", ka.shape[0])
-    if cq.size != ck.size:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got {cq.size} and {ck.size}")
+    blocks (seqlen_info.py offsets), bounded one by one with the kernel's varlen configuration (the problem's
+    options, resolved for the whole call)."""
+    if problem.cu_seqlens_q is None or problem.cu_seqlens_k is None:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together (varlen q and k, as FA4's varlen "
+                         "cases)")
+    cq, ck = problem.cu_seqlens_q, problem.cu_seqlens_k
     lq, lk = np.diff(cq), np.diff(ck)
     if np.any((lk == 0) & (lq > 0)):
         raise ValueError("cu_seqlens_k: a sequence with queries and no key is not modelled by the bound")
-    cfg_sq = int(lq.max(initial=0)) if max_q is None else int(max_q)
-    # the forward's window check, against the longest sequences (per sequence below, a window wider than a
-    # short sequence is legal: it is not wider than the batch's longest)
-    masking.check_window_range(masking.resolve_window(bool(causal), options.get("window_size", (None, None))),
-                               seqlen_q=int(lq.max(initial=0)), seqlen_k=int(lk.max(initial=0)))
     h = qa.shape[1]
     out = np.zeros(qa.shape)
     out_p = np.zeros(qa.shape)
@@ -278,8 +248,8 @@ def _bound_varlen(q, k, v, cu_q, cu_k, max_q, *, softmax_scale, causal, kernel, 
         if lq[i] == 0:
             continue
         sq_, sk_ = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
-        p = _bound_dense(qa[None, sq_], ka[None, sk_], va[None, sk_], softmax_scale=softmax_scale, causal=causal,
-                         kernel=kernel, delta=delta, cfg_seqlen_q=cfg_sq, varlen_q=True, **options)
+        p = _bound_dense(qa[None, sq_], ka[None, sk_], va[None, sk_], problem=problem,
+                         softmax_scale=problem.softmax_scale, delta=delta)
         out[sq_], out_p[sq_], out_x[sq_] = p.out[0], p.out_probabilistic[0], p.out_exact[0]
         lse[:, sq_], lse_x[:, sq_] = p.lse[0], p.lse_exact[0]
         parts.append(p)
@@ -289,39 +259,23 @@ def _bound_varlen(q, k, v, cu_q, cu_k, max_q, *, softmax_scale, causal, kernel, 
     lmerge = {n: max(p.lse_terms[n] for p in parts) for n in parts[0].lse_terms}
     ap = max((p.a_priori for p in parts), key=lambda a: a["bound"])
     return AttentionBound(out=out, lse=lse, out_probabilistic=out_p, out_exact=out_x, lse_exact=lse_x, terms=merge,
-                          lse_terms=lmerge, a_priori=ap, kernel=kernel, delta=delta, options=parts[0].options)
+                          lse_terms=lmerge, a_priori=ap, kernel=problem.kernel.name, delta=delta,
+                          options=parts[0].options)
 
 
-def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=None, varlen_q=False, **options):
-    """attention_error_bound for 4-D q, k, v; ``cfg_seqlen_q``/``varlen_q``: the kernel configuration of a
-    varlen call (SM100 tuning)."""
-    if kernel not in config.KERNELS:
-        raise ValueError(f"kernel must be one of {config.KERNELS}, got {kernel!r}")
-    if not (isinstance(delta, float) and 0.0 < delta < 1.0):
-        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
-    qa, ka, va = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
-    for name, a in (("q", qa), ("k", ka), ("v", va)):
-        if a.ndim != 4:
-            raise ValueError(f"{name} must be 4-D (batch, seqlen, heads, head_dim), got shape {a.shape}")
-    if not (qa.dtype == ka.dtype == va.dtype):
-        raise ValueError(f"q, k, v must share one dtype, got {qa.dtype}, {ka.dtype}, {va.dtype}")
-    dt = qa.dtype.name
-    allowed = config.DTYPES_SM90 if kernel == "fa4-sm90" else config.DTYPES_SM100
-    if dt not in allowed:
-        raise ValueError(f"dtype {dt} is not supported by kernel {kernel!r}; allowed: {allowed}")
+def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
+    """attention_error_bound for 4-D q, k, v (one sequence of a varlen call, or the whole dense call), with the
+    problem's kernel options; ``softmax_scale``: the problem's, or its opposite (a negative scale's reflection)."""
+    kern, opts = problem.kernel, problem.opts
+    dt = problem.dtype
     b, sq, h, d = qa.shape
     sk, hk = ka.shape[1], ka.shape[2]
-    if ka.shape != va.shape or ka.shape[0] != b or ka.shape[3] != d or hk < 1 or h % hk:
-        raise ValueError(f"k and v must be (batch, seqlen_k, heads_kv, head_dim) with heads % heads_kv == 0 "
-                         f"matching q {qa.shape}; got {ka.shape} and {va.shape}")
-    if softmax_scale is not None and not (math.isfinite(softmax_scale) and softmax_scale != 0):
-        raise ValueError(f"softmax_scale must be a finite nonzero float, got {softmax_scale}")
-    if softmax_scale is not None and softmax_scale < 0:
+    h_per_kv = h // hk
+    if softmax_scale < 0:
         # FA4 subtracts the row max of S, not of S * scale: with a negative scale its exponents are positive
         # (masked -inf scores give +inf), outside this analysis. The exact attention is that of -q and |scale|
         # (softcap's tanh is odd); no finite bound is claimed (docs/bounds.md, section 5.8)
-        p = _bound_dense(-qa, ka, va, softmax_scale=-softmax_scale, causal=causal, kernel=kernel, delta=delta,
-                         cfg_seqlen_q=cfg_seqlen_q, varlen_q=varlen_q, **options)
+        p = _bound_dense(-qa, ka, va, problem=problem, softmax_scale=-softmax_scale, delta=delta)
         for a in (p.out, p.out_probabilistic, p.lse):
             a[...] = np.inf
         p.terms = dict.fromkeys(p.terms, math.inf)
@@ -334,23 +288,10 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     bad_q, bad_k = bad_q.any(axis=3), bad_k.any(axis=3)
     if bad_q.any() or bad_k.any() or bad_v.any():
         qa, ka, va = (np.where(np.isfinite(a.astype(np.float32)), a, np.zeros((), a.dtype)) for a in (qa, ka, va))
-    h_per_kv = h // hk
-    options = dict(options)
-    softcap = check_softcap(options.pop("softcap", 0.0))
-    window = masking.resolve_window(bool(causal), options.pop("window_size", (None, None)))
-    if not varlen_q:
-        masking.check_window_range(window, seqlen_q=sq, seqlen_k=sk)
+    softcap, window = problem.softcap, problem.window
     causal = window.causal
-    sink = options.pop("learnable_sink", None)
-    if sink is not None:
-        sink = np.asarray(sink.detach().cpu().numpy() if hasattr(sink, "detach") else sink)
-        if sink.shape != (h,) or not np.issubdtype(sink.dtype, np.floating) or not np.isfinite(sink).all():
-            raise ValueError(f"learnable_sink must be a finite float array of shape (heads,) = ({h},), got shape "
-                             f"{sink.shape} dtype {sink.dtype}")
-        sink = sink.astype(np.float32).astype(np.float64)
-    opts = _options(kernel, dt, d, causal, sq if cfg_seqlen_q is None else cfg_seqlen_q, h_per_kv, b, h, options,
-                    local=window.local, varlen_q=varlen_q)
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    sink = None if problem.sink is None else problem.sink.astype(np.float64)
+    scale = softmax_scale
     # with a score_mod the softmax runs on the modified score with scale_log2 = LOG2_E (compute_softmax_scale_log2)
     sl2, lam, dlam, dln2 = _delta_lambda(1.0 if softcap else scale)
     tanh_err = _tanh_abs_error(opts.mufu_arch) if softcap else None
@@ -364,16 +305,14 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     else:
         mb = mufu_error_bounds(opts.mufu_arch)
         ex2_rel, rcp_rel, lg2_abs = mb.ex2_relative, mb.rcp_relative, mb.lg2_absolute
-    emu_cols = np.zeros(tn, bool)
+    emu_cols = kern.emulated_columns(opts)
+    emu_cols = np.zeros(tn, bool) if emu_cols is None else emu_cols
     sw = None
-    if kernel == "fa4-sm100":
-        emu_cols = emulated_columns(tn, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
-                                    start_frg=opts.ex2_emu_start_frg)
-        if emu_cols.any():
-            # the kernel's polynomial through the one resolver (fa4num.polys.resolve, as forward resolves it);
-            # softmax arguments reach thr + off (+ rounding): domain up to thr + off + 1
-            c32 = poly_coeffs(None if opts.coeffs is not None else opts.poly_degree, coeffs=opts.coeffs)
-            sw = _sw_bound(len(c32) - 1, tuple(float(c) for c in c32), thr + off + 1.0)
+    if emu_cols.any():
+        # the problem's coefficients are resolved to fp32 (their degree is opts.poly_degree); softmax arguments
+        # reach thr + off (+ rounding): domain up to thr + off + 1
+        coeffs = None if opts.coeffs is None else tuple(float(c) for c in opts.coeffs)
+        sw = _sw_bound(opts.poly_degree, coeffs, thr + off + 1.0)
     # absolute error of a P value (normalised by c >= 2^(off - rho sl2)): MUFU flush below 2^-126, the software
     # exp2's subnormal results, and a rescale factor flushed to 0 (contributions below 2^-126 of 2^(thr+off))
     eta_exp = max(2.0 ** -126, sw.absolute_subnormal if sw is not None else 0.0) * (1 + 2.0 ** (thr + off + 1))
@@ -419,8 +358,12 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     has = nvis > 0
     log_ex2_col = np.where(emu_key, math.log1p(sw.relative) if sw is not None else 0.0, math.log1p(ex2_rel))
     nresc = np.maximum(nblk - 1, 0)
-    nround_bias = 1 if (kernel == "fa4-sm90" or getattr(opts, "fused_bias", True)) else 2
-    fmul_x = kernel == "fa4-sm90" and not getattr(opts, "ffma_exponent", True)
+    # knobs of one kernel's options only: SM100's fused_bias=False adds a rounding, SM90's ffma_exponent=False
+    # evaluates the exponent as FMUL + FADD
+    nround_bias = 1 if getattr(opts, "fused_bias", True) else 2
+    fmul_x = not getattr(opts, "ffma_exponent", True)
+    # SoftmaxSm100 (the lazily rescaling kernel): packed row-sum accumulators and max_offset in the epilogue
+    bw = kern.lazy_rescale
     emu_idx = np.flatnonzero(emu_key)
     for bb in range(b):
         for hh in range(h):
@@ -453,7 +396,6 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
             # learnable sink (softmax.py apply_learnable_sink / Softmax.finalize): one more weight in the row sum,
             # with no value (docs/bounds.md, section 5.6)
             w_s, th_s, e_empty = _sink_weight(None if sink is None else sink[hh], Mf, rho_m, has & fits,
-                                              kernel=kernel,
                                               lam=lam, sl2=sl2, dlam=dlam, thr=thr, off=off, ex2_rel=ex2_rel,
                                               lg2_abs=lg2_abs, dln2=dln2)
             Wd = np.where(has, W + w_s, 1.0)
@@ -492,7 +434,7 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
             t_pv = gemm_pv.chain(nch[:, None], T_abs, U32, nresc[:, None]) / denom[:, None]
             # row sum: each P passes through at most D roundings (sm90: lane folds of tile_n/4 per block + FFMA
             # init + 2 butterfly adds; sm100: 8 accumulators of tile_n/8 per block + RN(row_sum*acc_scale) + 3)
-            if kernel == "fa4-sm90":
+            if not bw:
                 D = nblk * (tn // 4) + 2
             else:
                 D = nblk * (tn // 8 + 1) + 3
@@ -552,10 +494,10 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
             core = lw + lr + lg2e + lscale
             t1 = (np.abs(lse_star) / math.log(2) + core) * (1 + 2.0 ** -22)   # |m sl2 + lg2 - off| upper
             lg_mag = np.log2(n_w) + off + thr + 2 + core
-            nround = 2 if kernel == "fa4-sm90" else 3
+            nround = 3 if bw else 2
             rnd = U32 * t1 * math.log(2) * (nround - 1) + dln2 * t1 + U32 * (np.abs(lse_star) + core) \
-                + (U32 * lg_mag * math.log(2) if kernel == "fa4-sm100" else 0.0) \
-                + (U32 * (t1 + lg_mag) * math.log(2) if kernel == "fa4-sm90" and sink is not None else 0.0)
+                + (U32 * lg_mag * math.log(2) if bw else 0.0) \
+                + (U32 * (t1 + lg_mag) * math.log(2) if not bw and sink is not None else 0.0)
             lb = (core * math.log(2) + rnd) * _F64_SAFETY
             lse_b[bb, hh] = np.where(has, lb, e_empty)
             # a row with no visible key: out 0, and LSE = the sink when there is one
@@ -578,7 +520,7 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
             lse_b[bb, hh, undef] = np.inf
             lse_x[bb, hh, undef] = np.nan
     try:
-        ap = a_priori_bound(head_dim=d, seqlen_k=sk, threshold=thr, max_offset=off, dtype=dt, kernel=kernel,
+        ap = a_priori_bound(head_dim=d, seqlen_k=sk, threshold=thr, max_offset=off, dtype=dt, kernel=kern.name,
                             exp2_relative=max(ex2_rel, sw.relative if sw is not None else 0.0),
                             qk_abs_max=float(np.abs(qa.astype(np.float64)).max(initial=0) *
                                              np.abs(ka.astype(np.float64)).max(initial=0)),
@@ -588,7 +530,7 @@ def _bound_dense(q, k, v, *, softmax_scale, causal, kernel, delta, cfg_seqlen_q=
     if softcap:
         ap = {"bound": math.inf, "terms": {}, "formula": "not derived with softcap"}
     return AttentionBound(out=out_b, lse=lse_b, out_probabilistic=out_p, out_exact=out_x, lse_exact=lse_x,
-                          terms=terms, lse_terms=lterms, a_priori=ap, kernel=kernel, delta=delta,
+                          terms=terms, lse_terms=lterms, a_priori=ap, kernel=kern.name, delta=delta,
                           options={k2: getattr(opts, k2) for k2 in vars(opts)})
 
 
@@ -792,7 +734,7 @@ def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dla
     return w, wt, w2, ws, wx, Mf, rho_m, W, wth, thmax, log_resc
 
 
-def _sink_weight(sigma, Mf, rho_m, has, *, kernel, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2):
+def _sink_weight(sigma, Mf, rho_m, has, *, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2):
     """The learnable sink's exact weight w_s = 2^(sigma log2 e - lambda M) (relative to the row max, like w),
     the relative error bound theta_s of the kernel's P_sink / c, and the LSE bound of rows with no key.
 
@@ -850,7 +792,7 @@ def _cast_bound(ostar, err, out_dt):
     return np.maximum(np.abs(ostar - lo), np.abs(hi - ostar))
 
 
-def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="bfloat16", kernel="fa4-sm90",
+def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="bfloat16", kernel=DEFAULT_KERNEL,
                    exp2_relative=2.4e-7, qk_abs_max=1.0, v_abs_max=1.0, scale_log2=None, tile_n=128,
                    gemm="wgmma") -> dict:
     """Closed-form normwise bound on ``max |out - out_exact|`` from the problem's sizes alone.
@@ -871,7 +813,7 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
         FA4's SM100 rescale_threshold and max_offset (0 for SM90).
     dtype : {"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"}
         The inputs' (and P's) format.
-    kernel : {"fa4-sm90", "fa4-sm100"}
+    kernel : a name of fa4num.attention.kernels.KERNELS (its tensor-core accumulator)
     exp2_relative : float
         Relative error bound of the exp2 used for P (e.g. exp2_error_bound(...).relative).
     qk_abs_max, v_abs_max : float
@@ -894,7 +836,7 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     >>> sorted(r["terms"]), r["bound"] > max(r["terms"].values())
     (['out_cast', 'p_cast', 'pv_gemm', 'row_sum_rcp', 'weights'], True)
     """
-    arch = "sm90" if kernel == "fa4-sm90" else "sm100"
+    arch = get_kernel(kernel).accumulator
     sl2 = float(scale_log2_of(1.0 / math.sqrt(head_dim))) if scale_log2 is None else float(scale_log2)
     g = _gemm_model(gemm, arch, dtype, head_dim)
     L = g.chunk

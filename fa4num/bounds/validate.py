@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from fa4num.attention import golden as attention_golden
+from fa4num.attention.problem import DEFAULT_KERNEL, Problem
 from fa4num.fp.dtypes import DTYPES
 
 from .attention import attention_error_bound
@@ -57,8 +58,8 @@ def _ratio(a, b):
     return float(a / b) if b > 0 else float("inf")
 
 
-def check(q, k, v, out, lse, *, name="case", source="emulator", idx=None, softmax_scale=None, causal=False,
-          kernel="fa4-sm90", bound=None, **options) -> BoundCheck:
+def check(q=None, k=None, v=None, out=None, lse=None, *, problem: Problem | None = None, name="case",
+          source="emulator", idx=None, bound=None, **fa4_args) -> BoundCheck:
     """Compare an observed ``out`` and ``lse`` with the bound of ``attention_error_bound``: violations, tightness.
 
     Elements whose bound is +inf count as ``unbounded`` and cannot be violations; a non-finite error on a bounded
@@ -67,7 +68,9 @@ def check(q, k, v, out, lse, *, name="case", source="emulator", idx=None, softma
     Parameters
     ----------
     q, k, v : arrays or tensors in FA4's layout
-        The inputs (used only when ``bound`` is None).
+        The inputs (used only when ``bound`` is None), or ``problem``.
+    problem : Problem, optional
+        ``fa4num.attention.plan(q, k, v, **fa4_args)`` instead of q, k, v and FA4's arguments.
     out : array
         The observed output (kernel dtype, out's shape), or its flat values at ``idx``.
     lse : array
@@ -76,8 +79,8 @@ def check(q, k, v, out, lse, *, name="case", source="emulator", idx=None, softma
         Labels copied into the result ("h200" for GPU bits, "emulator").
     idx : int array, optional
         Flat indices of out's elements that ``out`` holds (partial captures).
-    softmax_scale, causal, kernel, **options
-        As for attention_error_bound.
+    **fa4_args
+        FA4's arguments, as for attention_error_bound (softmax_scale, causal, kernel, ...).
     bound : AttentionBound, optional
         A bound already computed for these inputs (anything with .out, .out_exact, .out_probabilistic, .lse and
         .lse_exact arrays).
@@ -99,8 +102,9 @@ def check(q, k, v, out, lse, *, name="case", source="emulator", idx=None, softma
     import time
     t0 = time.perf_counter()
     if bound is None:
-        bound = attention_error_bound(q, k, v, softmax_scale=softmax_scale, causal=causal, kernel=kernel,
-                                      **options)
+        bound = attention_error_bound(q, k, v, problem=problem, **fa4_args)
+    kernel = getattr(bound, "kernel", problem.kernel.name if problem is not None else
+                     fa4_args.get("kernel", DEFAULT_KERNEL))
     secs = time.perf_counter() - t0
     ob = np.asarray(out).astype(np.float64)
     if idx is None:

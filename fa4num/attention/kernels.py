@@ -1,0 +1,332 @@
+"""FA4's kernels as objects: ``KERNELS`` maps a kernel name to what the emulator, the bounds and the CLIs need
+to know about it -- the dtypes it takes, the head dims it refuses, its tiles and tuning table
+(``defaults(problem)``), its softmax step (fa4num.softmax), its tensor-core accumulator and whether it rescales
+lazily. Code asks the kernel object; nothing compares kernel names (a third kernel is one more entry here).
+
+Examples
+--------
+>>> sorted(KERNELS)
+['fa4-sm100', 'fa4-sm90']
+>>> KERNELS["fa4-sm100"].lazy_rescale, KERNELS["fa4-sm90"].accumulator
+(True, 'sm90')
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fa4num.softmax import sm90 as _sm90
+from fa4num.softmax import sm100 as _sm100
+
+from . import config
+
+@dataclass(frozen=True)
+class BwdTile:
+    """Tile configuration of the backward that the numerics depend on (``interface.py``)."""
+    tile_m: int            # query rows per m block (k extent of one dK/dV chain segment)
+    tile_n: int            # keys per KV block, or per 2-CTA cluster on SM100 (k extent of the dQ GEMM)
+    hdim_multiple_of: int  # head-dim rounding of the accumulators: 64 with SM90's dKV_swapAB, else 32
+    dQ_single_wg: bool     # SM90 hd 96: one warp group computes dQ (no numeric effect, recorded for reference)
+    cta_group: int = 1     # SM100: 2 with 2-CTA instructions (the cluster's two KV blocks act as one)
+
+
+def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -> BwdTile:
+    """The SM90 backward tile of FA4 b36 for ``head_dim`` (== head_dim_v).
+
+    Parameters
+    ----------
+    head_dim : int
+        head_dim (== head_dim_v), 8..256.
+    causal, local : bool
+        Causal or local (sliding-window) masking: for head_dim 97..128 FA4 then uses tile_m 64 instead of 80.
+
+    Returns
+    -------
+    BwdTile
+        tile_m, tile_n, hdim_multiple_of (64 where FA4 uses dKV_swapAB: head_dim > 128), dQ_single_wg, cta_group 1.
+
+    Raises
+    ------
+    ValueError
+        When head_dim is outside [8, 256].
+
+    Examples
+    --------
+    >>> sm90_bwd_tile(128)
+    BwdTile(tile_m=80, tile_n=128, hdim_multiple_of=32, dQ_single_wg=False, cta_group=1)
+    >>> sm90_bwd_tile(128, causal=True).tile_m
+    64
+    """
+    if not 8 <= head_dim <= 256:
+        raise ValueError(f"head_dim must be in [8, 256] for fa4-sm90, got {head_dim}")
+    if head_dim <= 64:
+        return BwdTile(128, 128, 32, False)
+    if head_dim <= 96:
+        return BwdTile(64, 128, 32, True)
+    if head_dim <= 128:
+        return BwdTile(64 if (causal or local) else 80, 128, 32, False)
+    if head_dim <= 192:
+        return BwdTile(64, 96, 64, False)      # dKV_swapAB
+    return BwdTile(64, 48, 64, False)          # hd256: dKV_swapAB, tile_n 48
+
+
+def sm100_bwd_tile(head_dim: int, *, use_2cta_instrs: bool | None = None) -> BwdTile:
+    """The SM100 backward tile of FA4 b36 (``interface.py`` ``_flash_attn_bwd``, arch 10.x): 128 x 128, with
+    2-CTA instructions (a cluster of two KV blocks, 256 keys) for head_dim >= 128 unless disabled
+    (``FLASH_ATTENTION_DISABLE_2CTA``). Emulated from source, not run on a Blackwell GPU.
+
+    Parameters
+    ----------
+    head_dim : int
+        head_dim (== head_dim_v), 8..192.
+    use_2cta_instrs : bool, optional
+        Force 2-CTA instructions on or off; None follows FA4 (on for head_dim >= 128).
+
+    Returns
+    -------
+    BwdTile
+        tile_m 128, tile_n 128 or 256 (a 2-CTA cluster), hdim_multiple_of 32, cta_group 1 or 2.
+
+    Raises
+    ------
+    ValueError
+        When head_dim is outside [8, 192] (256 runs FA4's dedicated hd256 kernel, not emulated).
+
+    Examples
+    --------
+    >>> sm100_bwd_tile(128).tile_n, sm100_bwd_tile(64).tile_n
+    (256, 128)
+    """
+    if not 8 <= head_dim <= 192:
+        raise ValueError(f"head_dim must be in [8, 192] for the fa4-sm100 backward (256 runs FA4's dedicated "
+                         f"hd256 kernel, not emulated), got {head_dim}")
+    two = head_dim >= 128 if use_2cta_instrs is None else bool(use_2cta_instrs)
+    return BwdTile(128, 128 * (2 if two else 1), 32, False, 2 if two else 1)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What is common to FA4's kernels. :class:`Sm90` and :class:`Sm100` add their rules, each the same set of
+    methods: ``head_dims_ok``, ``defaults(problem)`` (the tuning table), ``finish`` (rules after the overrides),
+    the softmax step (``softmax_state``, ``emulated_columns``, ``softmax_step``, ``finalize``) and
+    ``backward_tile``. A new kernel is one more subclass and one entry of :data:`KERNELS`."""
+    name: str             # the ``kernel=`` argument
+    arch: str             # the GPU generation, for messages and reports
+    dtypes: tuple         # input dtypes the forward takes (FA4's names)
+    accumulator: str      # fa4num.hw.mma accumulator table of its tensor cores (the backward's too)
+    lazy_rescale: bool    # the softmax keeps a stale row max within rescale_threshold (SoftmaxSm100)
+    split_kv: bool        # num_splits != 1 runs (split-KV and the combine kernel)
+    head_dim_rule: str    # the forward's head-dim rule in words (interface.py _validate_head_dims)
+    dq_postprocess_threads: int   # the backward's dQ postprocess CTA (SM90: 2 x 128, SM100: 128)
+
+    def check_dtype(self, dtype: str) -> None:
+        """ValueError naming the dtype and this kernel's allowed ones when the forward refuses ``dtype``."""
+        if dtype not in self.dtypes:
+            raise ValueError(f"dtype {dtype} is not supported by kernel {self.name!r}; allowed: {self.dtypes}")
+
+    def check_head_dims(self, head_dim: int, head_dim_v: int, dtype: str) -> None:
+        """ValueError naming head_dim/head_dim_v when the forward refuses them (the rule of
+        :meth:`head_dims_ok`, and 16-byte alignment: a multiple of 8 for 16-bit inputs, 16 for fp8)."""
+        align = 16 if dtype.startswith("float8") else 8     # 16 bytes of 1- or 2-byte elements
+        if not self.head_dims_ok(head_dim, head_dim_v) or head_dim % align or head_dim_v % align:
+            raise ValueError(f"head_dim must be in {self.head_dim_rule} and a multiple of {align} for {self.name} "
+                             f"with {dtype}, got head_dim={head_dim}, head_dim_v={head_dim_v}")
+
+    def options(self, problem):
+        """(options, num_splits): :meth:`defaults` with the caller's overrides (``problem.overrides``), each
+        checked (:func:`fa4num.attention.config.apply_overrides`), then the kernel's own consistency rules."""
+        overrides = {n: v for n, v in problem.overrides.items() if n not in self.table_keys}
+        return self.finish(problem, config.apply_overrides(self.defaults(problem), overrides))
+
+
+@dataclass(frozen=True)
+class Sm90(Kernel):
+    """The Hopper forward (``flash_fwd_sm90.py``) as the H200 runs it: eager rescaling, wgmma GEMMs."""
+    table_keys = frozenset()     # no override picks another tuning-table entry
+
+    def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
+        return 8 <= head_dim <= 256 and 8 <= head_dim_v <= 256
+
+    def default_pack_gqa(self, *, qhead_per_kvhead: int) -> bool:
+        """FA4's pack_gqa when the caller passes None: on whenever several q heads share a KV head."""
+        return qhead_per_kvhead > 1
+
+    def defaults(self, problem) -> config.Sm90Options:
+        """The tile of ``_tile_size_fwd_sm90`` and FA4's pack_gqa default (or the caller's)."""
+        tm, tn = config.sm90_tile(problem.head_dim, problem.window.causal, local=problem.window.local,
+                                  head_dim_v=problem.head_dim_v)
+        pack = problem.pack_gqa_given
+        if pack is None:
+            pack = self.default_pack_gqa(qhead_per_kvhead=problem.qhead_per_kvhead)
+        return config.Sm90Options(tile_m=tm, tile_n=tn, pack_gqa=bool(pack))
+
+    def finish(self, problem, opts):
+        return opts, problem.num_splits_given
+
+    # -- the softmax step (fa4num.softmax.sm90): state, one KV block, the epilogue
+    def softmax_state(self, rows: int):
+        return _sm90.Sm90State.empty(rows)
+
+    def emulated_columns(self, opts):
+        """Columns of a KV block whose exp2 runs in software: none on SM90."""
+        return None
+
+    def softmax_step(self, s, state, *, scale_log2, is_first, opts, emulate):
+        """(P, row scale, lag or None, rows whose O is rescaled) of one KV block (``Softmax.online_softmax``):
+        every row rescales at once, so no lag."""
+        p, scale = _sm90.online_softmax(s, state, scale_log2=scale_log2, is_first=is_first, arch=opts.mufu_arch,
+                                        ffma_exponent=opts.ffma_exponent)
+        return p, scale, None, np.ones(s.shape[0], bool)
+
+    def finalize(self, state, *, scale_log2, opts, sink, v_descale):
+        return _sm90.finalize(state, scale_log2=scale_log2, arch=opts.mufu_arch, sink=sink)
+
+    def backward_tile(self, problem, *, use_2cta_instrs=None):
+        """The backward's tile (:func:`sm90_bwd_tile`); ValueError for what FA4's SM90 backward refuses."""
+        if use_2cta_instrs is not None:
+            raise ValueError(f"use_2cta_instrs applies to kernel='fa4-sm100' only, not {self.name!r}")
+        d, dv = problem.head_dim, problem.head_dim_v
+        # flash_bwd_sm90.py FlashAttentionBackwardSm90.__init__ asserts same_hdim_kv when qhead_per_kvhead > 1
+        if problem.qhead_per_kvhead > 1 and d != dv:
+            raise ValueError(f"GQA/MQA (q heads {problem.heads}, k/v heads {problem.heads_kv}) needs head_dim == "
+                             f"head_dim_v for the {self.name} backward, as FA4 b36 asserts; got ({d}, {dv})")
+        return sm90_bwd_tile(d, causal=problem.window.causal, local=problem.window.local)
+
+
+@dataclass(frozen=True)
+class Sm100(Kernel):
+    """The Blackwell forward (``flash_fwd_sm100.py``) from FA4's source: lazy rescaling, software exp2 columns,
+    split-KV, fp8 (not run on a Blackwell GPU)."""
+    table_keys = frozenset({"use_2cta_instrs", "is_sm103"})   # overrides that pick the tuning-table entry
+
+    def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
+        return (8 <= head_dim <= 128 and 8 <= head_dim_v <= 128) or (head_dim, head_dim_v) in ((192, 128),
+                                                                                                (256, 256))
+
+    def defaults(self, problem) -> config.Sm100Options:
+        """FA4's tuning table for this problem (:func:`fa4num.attention.config.sm100_defaults`); the overrides
+        ``use_2cta_instrs`` and ``is_sm103`` pick another entry."""
+        ov = problem.overrides
+        return config.sm100_defaults(
+            dtype=problem.dtype, head_dim=problem.head_dim, causal=problem.window.causal,
+            seqlen_q=problem.max_seqlen_q, qhead_per_kvhead=problem.qhead_per_kvhead, batch=problem.batch,
+            heads=problem.heads, local=problem.window.local, head_dim_v=problem.head_dim_v,
+            pack_gqa=problem.pack_gqa_given, varlen_q=problem.varlen_q, split_kv=problem.num_splits_given > 1,
+            page_size=problem.page_size, use_2cta_instrs=ov.get("use_2cta_instrs"),
+            is_sm103=ov.get("is_sm103", False))
+
+    def finish(self, problem, opts):
+        """Coefficients resolved to fp32 (the degree follows from them), the checks FA4 asserts, and split-KV's
+        configuration (``_get_fwd_config``)."""
+        if opts.coeffs is not None:
+            coeffs = resolve_coeffs(opts.coeffs)
+            opts = config.replace(opts, coeffs=coeffs, poly_degree=len(coeffs) - 1)
+        if opts.tile_n % _sm100.FRAGMENT:
+            raise ValueError(f"tile_n must be a multiple of {_sm100.FRAGMENT} for {self.name}, got {opts.tile_n}")
+        dt = problem.dtype
+        if opts.max_offset + opts.rescale_threshold >= config.LOG2_DTYPE_MAX[dt]:
+            raise ValueError(f"max_offset + rescale_threshold must stay below log2(max {dt}) = "
+                             f"{config.LOG2_DTYPE_MAX[dt]:.3f} (FA4 asserts this), got "
+                             f"{opts.max_offset} + {opts.rescale_threshold}")
+        num_splits = problem.num_splits_given
+        if num_splits < 1:
+            num_splits = config.num_splits_auto(
+                batch=problem.batch, hk=problem.heads_kv, h_per_kv=problem.qhead_per_kvhead, pack_gqa=opts.pack_gqa,
+                sq=problem.max_seqlen_q, sk=problem.max_seqlen_k, tile_m=128, tile_n=opts.tile_n,
+                window=problem.window)
+        if num_splits > 1 and problem.head_dim != problem.head_dim_v:
+            # _get_fwd_config: split-KV with head_dim != head_dim_v needs tile_n 64 and >= 64 KV blocks
+            if -(-problem.max_seqlen_k // 64) >= 64:
+                opts = config.replace(opts, tile_n=64)
+            else:
+                num_splits = 1
+        if num_splits > 1 and opts.use_2cta_instrs and "use_2cta_instrs" not in problem.overrides:
+            opts = config.replace(opts, use_2cta_instrs=False)
+        return config.replace(opts, num_splits=num_splits), num_splits
+
+    # -- the softmax step (fa4num.softmax.sm100): state, one KV block, the epilogue
+    def softmax_state(self, rows: int):
+        return _sm100.Sm100State.empty(rows)
+
+    def emulated_columns(self, opts):
+        """(tile_n,) bool: the columns whose exp2 runs in software (``apply_exp2_convert``)."""
+        return _sm100.emulated_columns(opts.tile_n, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
+                                       start_frg=opts.ex2_emu_start_frg)
+
+    def softmax_step(self, s, state, *, scale_log2, is_first, opts, emulate):
+        """(P, acc_scale, lag, rows whose O is rescaled) of one KV block (``softmax_step``)."""
+        step = _sm100.softmax_step(s, state, scale_log2=scale_log2, is_first=is_first,
+                                   rescale_threshold=opts.rescale_threshold, max_offset=opts.max_offset,
+                                   emulate=emulate, poly_degree=opts.poly_degree, coeffs=opts.coeffs,
+                                   arch=opts.mufu_arch, fused_bias=opts.fused_bias,
+                                   scale_ex2_ftz=not opts.is_sm103)
+        # correction_loop: a warp (32 rows) rescales O only when one of its rows has scale < 1
+        # (vote_ballot_sync); a lane whose scale is 1.0 is then multiplied by 1.0 (unchanged)
+        r = s.shape[0]
+        want = np.zeros(-(-r // 32) * 32, bool)
+        want[:r] = step.acc_scale < 1
+        return step.p, step.acc_scale, step.lag, np.repeat(want.reshape(-1, 32).any(axis=1), 32)[:r]
+
+    def finalize(self, state, *, scale_log2, opts, sink, v_descale):
+        return _sm100.finalize(state, scale_log2=scale_log2, max_offset=opts.max_offset, arch=opts.mufu_arch,
+                               sink=sink, v_descale=v_descale)
+
+    def backward_tile(self, problem, *, use_2cta_instrs=None):
+        """The backward's tile (:func:`sm100_bwd_tile`); ValueError for what FA4's SM100 backward refuses."""
+        d, dv = problem.head_dim, problem.head_dim_v
+        # interface.py _validate_head_dims (SM100/SM110): both <= 128, or the DeepSeek shape (192, 128)
+        if not (max(d, dv) <= 128 or (d, dv) == (192, 128)):
+            raise ValueError(f"(head_dim, head_dim_v) must both be <= 128 or (192, 128) for the {self.name} "
+                             f"backward, got ({d}, {dv})")
+        return sm100_bwd_tile(d, use_2cta_instrs=use_2cta_instrs)
+
+
+def resolve_coeffs(coeffs) -> tuple:
+    """A coefficient set as fp32 c0..c_deg: anything :func:`fa4num.polys.resolve` takes (a set name from the
+    shipped or a user registry, "c0,c1,...", fp32 numbers, hex bits), checked by :func:`fa4num.ex2.poly_coeffs`.
+    The one place the attention wing resolves coefficients; it reads the registry without the fitter."""
+    from fa4num.ex2 import poly_coeffs
+    return tuple(poly_coeffs(None, coeffs=coeffs))
+
+
+SM90 = Sm90(name="fa4-sm90", arch="sm90", dtypes=config.DTYPES_SM90, accumulator="sm90", lazy_rescale=False,
+            split_kv=False, head_dim_rule="[8, 256] (q/k and v)", dq_postprocess_threads=256)
+SM100 = Sm100(name="fa4-sm100", arch="sm100", dtypes=config.DTYPES_SM100, accumulator="sm100", lazy_rescale=True,
+              split_kv=True,
+              head_dim_rule="[8, 128] (q/k and v), or (head_dim, head_dim_v) = (192, 128) or (256, 256)",
+              dq_postprocess_threads=128)
+KERNELS = {k.name: k for k in (SM90, SM100)}
+
+
+def get(kernel) -> Kernel:
+    """The kernel object of a name in :data:`KERNELS` (or a kernel object itself).
+
+    Parameters
+    ----------
+    kernel : str or Kernel
+        A key of :data:`KERNELS`.
+
+    Returns
+    -------
+    Kernel
+
+    Raises
+    ------
+    ValueError
+        Naming ``kernel`` and the allowed names, for anything else.
+
+    Examples
+    --------
+    >>> get("fa4-sm90").split_kv
+    False
+    """
+    if isinstance(kernel, Kernel):
+        return kernel
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
+    return KERNELS[kernel]
+
+
+__all__ = ["Kernel", "Sm90", "Sm100", "SM90", "SM100", "KERNELS", "get", "BwdTile", "sm90_bwd_tile",
+           "sm100_bwd_tile"]
