@@ -43,7 +43,6 @@ def _exp2(args) -> int:
 def _attention(args) -> int:
     import sys
 
-    import ml_dtypes
     import numpy as np
 
     from fa4num.attention import forward
