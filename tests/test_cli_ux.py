@@ -65,7 +65,7 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["bounds", "attention", "--shape", "1,16,1,64", "--seqlen-k", "-3"], "--seqlen-k: expected an integer >= 0"),
     (["bounds", "attention", "--shape", "1,16,1,64", "--kernel", "fa4-sm100", "--rescale-threshold", "-1"],
      "--rescale-threshold: expected a finite number >= 0"),
-    (["bounds", "attention", "--shape", "1,16,1,64", "--rescale-threshold", "4"], "--rescale-threshold: only fa4-sm100"),
+    (["bounds", "attention", "--shape", "1,16,1,64", "--rescale-threshold", "4"], "--rescale-threshold: fa4-sm90 does not rescale lazily (kernels that do: fa4-sm100)"),
     (["bounds", "exp2", "--degree", "0"], "--degree: expected one of FA4's POLY_EX2 degrees 1-5"),
     (["bounds", "exp2", "--lo", "nan"], "--lo: expected a number (not NaN)"),
     (["bounds", "exp2", "--lo", "1", "--hi", "-1e3"], "--lo/--hi: need LO <= HI < 128"),
@@ -362,13 +362,19 @@ def test_study_ctrl_c_one_line_and_resumes(tmp_path):
     rc, _, err = _interrupt_when(proc, lambda: (marks / "2").exists(), "SIGINT")
     assert rc == 130 and err == "fa4num: interrupted\n", err
     from fa4num.study import store
-    assert sorted(store.read_store(out)["x"]) == [0, 1]
+    # what had come back to the client by then is stored (x = 1 may still have been in flight on the worker's
+    # other thread when x = 2 started: which of 0, 1 are stored is timing, that nothing else is, is not)
+    kept = sorted(store.read_store(out)["x"]) if any(out.glob("part-*")) else []
+    assert set(kept) <= {0, 1} and len(set(kept)) == len(kept)
     assert [p.name for p in out.iterdir() if not p.name.startswith("part-")] == []
     grid.write_text(grid.read_text().replace("x = [0, 1, 2, 3]", "x = [0, 1, 2]"))
     (tmp_path / "slowstudy.py").write_text("def slow(x, marks):\n    return {'y': x}\n")
     done = subprocess.run([sys.executable, "-m", "fa4num.cli", "study", "run", str(grid), "--out", str(out),
                            "--scheduler", "none", "--no-progress"], env=env, text=True, capture_output=True)
-    assert done.returncode == 0 and done.stdout.strip() == "3 tasks: 1 computed, 2 cached", done
+    # the rerun computes exactly what was not stored, and the store then holds each task once
+    assert done.returncode == 0 and done.stdout.strip() == \
+        f"3 tasks: {3 - len(kept)} computed, {len(kept)} cached", done
+    assert sorted(store.read_store(out)["x"]) == [0, 1, 2]
 
 
 # --- packaging -----------------------------------------------------------------------------------------------
