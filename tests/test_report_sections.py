@@ -65,7 +65,7 @@ def test_bounds_section_content_is_computed(tmp_path):
     """Every number of the error-bound section is the bounds API's (quick: FA4's cubic, one problem per kernel,
     a few H200 golden cases)."""
     from fa4num.attention import golden as attention_golden
-    from fa4num.attention.config import KERNELS
+    from fa4num.attention import KERNELS
     from fa4num.bounds import exp2_error_bound, mufu_error_bounds
     from fa4num.bounds._observed import observed_exp2, observed_key
     from fa4num.bounds._report import report_sections

@@ -19,7 +19,7 @@ import numpy as np
 
 from fa4num.attention import forward
 from fa4num.attention import golden as attention_golden
-from fa4num.attention.config import KERNELS
+from fa4num.attention import KERNELS
 from fa4num.section import Check, Section
 
 from ._observed import observed_exp2, observed_key
@@ -62,7 +62,7 @@ def _emulator_part(shape):
     """One seeded causal bf16 problem per kernel: (BoundCheck, AttentionBound, observed |out - exact|)."""
     q, k, v = _inputs(shape)
     res = []
-    for kernel in KERNELS:
+    for kernel in sorted(KERNELS):
         run = forward(q, k, v, causal=True, kernel=kernel)
         bound = attention_error_bound(q, k, v, causal=True, kernel=kernel)
         c = check(q, k, v, run.out, run.lse, name=kernel, causal=True, kernel=kernel, bound=bound)

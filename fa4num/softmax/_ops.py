@@ -6,6 +6,8 @@ from the table models in :mod:`fa4num.hw`, looked up at call time so that the ha
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit, vectorize
 
@@ -123,9 +125,14 @@ def scale_log2_of(softmax_scale) -> np.float32:
 @njit(cache=True, nogil=True, inline="always")
 def _fmax(a, b):
     """max.f32 as the fused softmax kernels take a row max (and as numpy's fmax, their array path): a NaN
-    operand is ignored."""
+    operand is ignored, and max(+0, -0) is +0 in either order (FMNMX orders the zeros, as
+    ``fa4num.fp.scalar.f32_max``; seen on the H200 by tests/softmax/test_lazy_rule.py's GPU checks)."""
     if a != a:
         return b
     if b != b:
         return a
-    return a if a > b else b
+    if a > b:
+        return a
+    if b > a:
+        return b
+    return a if math.copysign(1.0, a) > 0 else b   # equal: only the zeros' signs can differ
