@@ -145,7 +145,7 @@ def _attention_golden_records(path: Path) -> list:
 
 def golden_counts() -> dict:
     """What each committed golden file holds, counted from the files now: the one source of the case counts in
-    the report and in the README's "What has been measured" (tests/test_report_sections.py holds the README to
+    the report and in the README's "What has been measured" (tests/top/test_report_sections.py holds the README to
     them).
 
     Parameters
@@ -197,7 +197,7 @@ def golden_sections(ctx) -> list:
                    for c in counts.values())
     md = ("The H200 captures the bit-exact checks compare against, counted from the committed files when this "
           "report ran (`fa4num/data/golden`, the checkout's `tests/golden`); the README's counts come from the "
-          "same files, held to them by `tests/test_report_sections.py`.\n\n"
+          "same files, held to them by `tests/top/test_report_sections.py`.\n\n"
           "| golden data | file | cases |\n|---|---|---|\n" + rows)
     return [Section("Golden data: what the bit-exact checks compare against", md, [],
                     {k: dict(c) for k, c in counts.items()})]

@@ -14,7 +14,7 @@ import fa4num
 from fa4num.cli import main
 from fa4num.fit import _api, _memo, registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _timing_line(line: str) -> bool:

@@ -16,7 +16,7 @@ from fa4num.attention import backward, forward
 from fa4num.attention.backward import dsink_sm90
 from fa4num.attention import inputs as _inputs
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAME = "fa4_sm90_bwd_sink_h200.npz"
 
 

@@ -19,7 +19,7 @@ import pytest
 from fa4num.attention import backward, forward
 from fa4num.attention.inputs import make_feature_inputs
 
-GOLDEN = pathlib.Path(__file__).parent / "golden/attention"
+GOLDEN = pathlib.Path(__file__).parents[1] / "golden/attention"
 FILES = {"dev": GOLDEN / "fa4_sm90_bwd_dev_h200.npz", "holdout": GOLDEN / "fa4_sm90_bwd_holdout_h200.npz"}
 
 

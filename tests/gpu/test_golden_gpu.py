@@ -8,7 +8,7 @@ import pytest
 from fa4num import golden
 from fa4num.gpu import gpu_missing
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 needs_gpu = pytest.mark.skipif(gpu_missing() is not None, reason=f"no usable GPU: {gpu_missing()}")
 
 

@@ -141,7 +141,7 @@ def test_report_exits_nonzero_when_a_check_compares_nothing_or_fails(tmp_path, m
 
 
 def _measured_table() -> str:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     return text.split("## What has been measured", 1)[1].split("\n## ", 1)[0]
 
 
@@ -170,7 +170,7 @@ def test_readme_counts_are_the_golden_files_counts():
     golden_fwd = c["forward"] + c["features_dev"] + c["features_holdout"]
     assert _number(r"the (\d+) golden forward cases of the plain and feature captures \((\d+) \+ (\d+)", t) == (
         golden_fwd, c["forward"], c["features_dev"] + c["features_holdout"])
-    run = Path(__file__).resolve().parents[1] / "fa4num" / "bounds" / "data" / "bounds_validation.json"
+    run = Path(__file__).resolve().parents[2] / "fa4num" / "bounds" / "data" / "bounds_validation.json"
     summary = json.loads(run.read_text())["summary"]
     assert summary["h200"]["cases"] == golden_fwd        # the committed run covered every such case
     assert _number(r"vs the emulator \((\d+) cases", t) == (summary["emulator"]["cases"],)

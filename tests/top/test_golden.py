@@ -12,7 +12,7 @@ import pytest
 from fa4num import golden
 from fa4num.gpu.ops import OpSpec
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 FILES = ["fp.json.xz", "convert.json.xz", "ex2_emulated.json.xz", "mufu.json.xz"]
 EXHAUSTIVE = GOLDEN / "exhaustive.json.xz"
 # chunks of the 2^32 inputs re-checked on every run: subnormals and tiny values, [0.5, 2), [-128, -32)

@@ -1,6 +1,6 @@
 """fa4num.hw MUFU models: API, the accuracy PTX documents, ftz vs non-ftz, and exact table storage.
 
-Bit-exactness against the H200 is checked in test_golden.py (golden sets and exhaustive-chunk digests)."""
+Bit-exactness against the H200 is checked in tests/top/test_golden.py (golden sets and exhaustive-chunk digests)."""
 import numpy as np
 import pytest
 

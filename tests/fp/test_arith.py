@@ -5,7 +5,7 @@ What is checked where (see also experiments/fp_oracle_check.py):
 - here, against committed digests: the 10^6 cases per op and mode of experiments/fp_oracle_check.py, whose gmpy2
   results were computed once offline; fa4num.fp's results on the regenerated operands must hash to them;
 - ftz has no CPU oracle: only its consistency with the non-ftz results is checked here; the GPU's flush rule is
-  checked against golden vectors (tests/test_golden*.py).
+  checked against golden vectors (tests/top/test_golden.py, tests/gpu/test_golden_gpu.py).
 """
 from __future__ import annotations
 

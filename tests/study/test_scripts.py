@@ -14,7 +14,7 @@ from fa4num.attention import reference
 from fa4num.attention.inputs import CaseSpec, make_inputs
 from fa4num.study.baselines import attention_fp64_torch, baseline_table, load_baselines
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script(name):

@@ -12,7 +12,7 @@ import pytest
 
 from fa4num.attention.backward import LOG2_E_F32, dpsum_sm90
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAME = "fa4_sm90_bwd_preprocess_h200.npz"
 
 

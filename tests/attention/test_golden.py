@@ -29,7 +29,7 @@ def test_fa4_sm90_matches_h200_bits(name):
     assert (bad, bad_lse) == (0, 0), f"{name}: {bad} output and {bad_lse} LSE mismatches"
 
 
-_LARGE = json.loads((Path(__file__).parent / "golden" / "attention" / "fa4_sm90_h200_large.json").read_text())
+_LARGE = json.loads((Path(__file__).parents[1] / "golden" / "attention" / "fa4_sm90_h200_large.json").read_text())
 
 
 @pytest.mark.slow

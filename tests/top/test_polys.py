@@ -255,7 +255,7 @@ def test_forward_reads_a_set_by_name_without_the_fitter():
             "q = np.zeros((1, 16, 1, 64), ml_dtypes.bfloat16); "
             "forward(q, q, q, kernel='fa4-sm100', coeffs='fa4num-minimax-deg5'); "
             "print([m for m in sys.modules if m.startswith('fa4num.fit') or m in ('mpmath', 'flint')])")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root,
                        env={**os.environ, "PYTHONPATH": str(root)})
     assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr[-2000:])

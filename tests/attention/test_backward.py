@@ -1,5 +1,5 @@
 """fa4num.attention.backward: options, layouts, invariants, and the fp64 reference gradients (the bit-exact
-comparison with the H200 is tests/test_backward_golden.py)."""
+comparison with the H200 is tests/attention/test_backward_golden.py)."""
 from __future__ import annotations
 
 import ml_dtypes

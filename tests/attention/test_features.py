@@ -1,5 +1,5 @@
 """fa4num.attention.forward's FA4 features against exact computations (bit-exactness on the H200 is in
-test_attention_features_golden.py): softcap, windows, sinks, varlen, pack-GQA, split-KV and FA4's combine,
+tests/attention/test_features_golden.py): softcap, windows, sinks, varlen, pack-GQA, split-KV and FA4's combine,
 fp8 descales, head_dim_v != head_dim, paged KV; b36's head-dim-256 x GQA-ratio rule; the rescale statistics on
 hand-made rows; SM103's rescale exp2; bad options."""
 import math

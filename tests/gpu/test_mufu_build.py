@@ -1,6 +1,6 @@
 """GPU-only commands on the CPU, with the device replaced by recorded H200 output: ``fa4num mufu build [--check]``
 (below), ``fa4num gpu capture`` and ``fa4num gpu verify`` (at the end; ``gpu attention``'s FA4 path is in
-tests/test_gpu_attention_runners.py).
+tests/gpu/test_attention_runners.py).
 
 The fake device answers the table inputs with the committed sm90 tables (measured on the H200: for these inputs
 the tables are the device's output) and an exhaustive range with the model's output, which the test first proves
@@ -17,7 +17,7 @@ from fa4num.gpu.ops import OpSpec
 from fa4num.gpu.verify import CHUNK, HostPipeline
 from fa4num.hw import load_tables
 
-EXHAUSTIVE = Path(__file__).parent / "golden" / "exhaustive.json.xz"
+EXHAUSTIVE = Path(__file__).parents[1] / "golden" / "exhaustive.json.xz"
 STEPS = [0x3F, 0xC2]     # the chunks of x in [0.5, 2) and in (-128, -32] (ex2.approx.f32 rescales below -126)
 
 
@@ -123,7 +123,7 @@ def test_capture_command_on_recorded_output(tmp_path, monkeypatch, capsys):
 
     from fa4num import gpu
     from fa4num.gpu import capture
-    golden_dir = Path(__file__).parent / "golden"
+    golden_dir = Path(__file__).parents[1] / "golden"
     committed = {s.name: s for f in ("mufu", "convert") for s in golden.read_file(golden_dir / f"{f}.json.xz")[1]}
     plan = {s.op.name: s for s in capture.golden_plan() if s.group in ("mufu", "convert")}
 
@@ -150,7 +150,7 @@ def test_capture_command_on_recorded_output(tmp_path, monkeypatch, capsys):
             assert np.array_equal(s.vectors, want.vectors), s.name
 
 
-VERIFY_RUN = Path(__file__).parents[1] / "experiments" / "results" / "gpu_verify_NVIDIA_H200_20261130T102955Z.json"
+VERIFY_RUN = Path(__file__).parents[2] / "experiments" / "results" / "gpu_verify_NVIDIA_H200_20261130T102955Z.json"
 
 
 def test_verify_command_on_a_recorded_h200_run(tmp_path, monkeypatch, capsys):

@@ -18,7 +18,7 @@ from fa4num.attention import backward, forward, golden
 from fa4num.attention.inputs import make_feature_inputs
 from fa4num.attention.masking import without_wide_sides
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FWD = ROOT / "tests/golden/attention/fa4_sm90_wide_window_h200.npz"
 BWD = ROOT / "tests/golden/attention/fa4_sm90_bwd_wide_window_h200.npz"
 ON_GPU = ROOT / "experiments/results/h200_20261201/wide_window_vs_none_h200.json"

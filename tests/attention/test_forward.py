@@ -1,5 +1,5 @@
 """fa4num.attention.forward: input handling, FA4's layout and masking conventions, the modes and knobs, and
-accuracy against the fp64 reference. Bit-exactness against the H200 is in test_attention_golden.py."""
+accuracy against the fp64 reference. Bit-exactness against the H200 is in tests/attention/test_golden.py."""
 import ml_dtypes
 import numpy as np
 import pytest

@@ -129,11 +129,11 @@ def test_triton_kernel_logic_on_cpu_interpreter():
     pytest.importorskip("triton")
     import subprocess
     import sys
-    code = ("import torch, tests.test_attention_torch_features as t; t._interpreter_compat(); "
+    code = ("import torch, tests.attention.test_torch_features as t; t._interpreter_compat(); "
             "t._triton_vs_torch(torch.device('cpu')); print('ok')")
     import os
     import pathlib
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     # tests/ too, as pytest puts it on sys.path: the module imports its helper _torch_tracking from there
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")] + [
         p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}

@@ -9,7 +9,7 @@ import pytest
 
 from fa4num.hw import tanh
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("mufu_tanh_script", ROOT / "experiments/gpu/mufu_tanh.py")
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)

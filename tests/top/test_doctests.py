@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "fa4num"
+PKG = Path(__file__).resolve().parents[2] / "fa4num"
 # modules that import Triton/CUDA at module level (their examples would need a GPU)
 GPU_ONLY = {"fa4num.gpu.kernels"}
 

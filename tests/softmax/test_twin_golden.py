@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("fa4_twin", ROOT / "experiments/gpu/fa4_softmax_sm100_twin.py")
 twin = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(twin)

@@ -15,7 +15,7 @@ import pytest
 from fa4num import polys
 from fa4num.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of issue 9
     (["attention", "run", "--shape", "1,2,3"], "--shape: expected batch,seqlen_q,heads,head_dim, got '1,2,3'"),
     (["attention", "run", "--shape", "a,b,c,d"], "--shape: expected"),
