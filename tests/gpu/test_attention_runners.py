@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from fa4num.attention import reference
-from fa4num.attention.inputs import CaseSpec, make_inputs
 from fa4num.gpu.attention import capture, run_attention
 from fa4num.cli import main
 
@@ -16,9 +15,8 @@ def _torch(a):
 
 @pytest.mark.parametrize("backend", ["flash", "math"])
 @pytest.mark.parametrize("causal,heads_kv", [(False, 4), (True, 2), (False, 1)])
-def test_cpu_backends_match_fp64_attention(backend, causal, heads_kv):
-    spec = CaseSpec("t", "normal", 2, 96, 96, 4, heads_kv, 64, causal, seed=3)
-    q, k, v = make_inputs(spec)
+def test_cpu_backends_match_fp64_attention(backend, causal, heads_kv, attention_case):
+    q, k, v = attention_case(batch=2, seqlen_q=96, heads=4, heads_kv=heads_kv, causal=causal, seed=3)
     r = run_attention(_torch(q), _torch(k), _torch(v), backend=backend, causal=causal, warmup=0, repeats=2)
     out64, lse64 = reference.attention_fp64(q, k, v, causal=causal)
     assert r.out.shape == q.shape and r.out.dtype == torch.bfloat16
@@ -29,8 +27,8 @@ def test_cpu_backends_match_fp64_attention(backend, causal, heads_kv):
     assert np.abs(r.lse.numpy() - lse64).max() < 1e-3
 
 
-def test_capture_records_every_backend(tmp_path):
-    spec = CaseSpec("t", "normal", 1, 64, 80, 2, 2, 64, False, seed=1)
+def test_capture_records_every_backend(tmp_path, attention_case):
+    spec = attention_case(seqlen_q=64, seqlen_k=80, seed=1).spec
     rec = capture(spec, backends=("flash", "math", "cudnn"), device="cpu", warmup=0, repeats=1,
                   out_path=tmp_path / "cap")
     assert "error" in rec["runs"]["cudnn"] and "CUDA" in rec["runs"]["cudnn"]["error"]

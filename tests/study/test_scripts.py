@@ -11,7 +11,6 @@ import pandas as pd
 import torch
 
 from fa4num.attention import reference
-from fa4num.attention.inputs import CaseSpec, make_inputs
 from fa4num.study.baselines import attention_fp64_torch, baseline_table, load_baselines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,9 +35,9 @@ def test_skip_rate_script_small(tmp_path):
     assert rec["computed"] == 9 and rec["per_seqlen"]["1024"]["tasks"] == 9
 
 
-def test_fp64_torch_reference_and_baseline_records(tmp_path):
-    spec = CaseSpec("t", "normal", 1, 96, 160, 4, 2, 32, True, q_mult=2.0, seed=5)
-    q, k, v = make_inputs(spec)
+def test_fp64_torch_reference_and_baseline_records(tmp_path, attention_case):
+    q, k, v = attention_case(seqlen_q=96, seqlen_k=160, heads=4, heads_kv=2, head_dim=32, causal=True, q_mult=2.0,
+                             seed=5)
     out, lse = reference.attention_fp64(q, k, v, causal=True)
     t = [torch.from_numpy(a.astype(np.float32)) for a in (q, k, v)]
     out_t, lse_t = attention_fp64_torch(*t, causal=True)

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from fa4num.attention import forward
-from fa4num.attention.inputs import CaseSpec, make_inputs
 from fa4num.study import grid as gridmod
 from fa4num.study import runner, store
 from fa4num.study.skip import LAG_BINS_PER_UNIT, block_maxima, lazy_rescale_scan, scale_log2
@@ -38,11 +37,11 @@ def _events_brute_force(s: np.ndarray, tile_n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("causal,sq,sk,h,hk,thr", CASES)
-def test_block_maxima_scan_equals_forward(causal, sq, sk, h, hk, thr):
+def test_block_maxima_scan_equals_forward(causal, sq, sk, h, hk, thr, attention_case):
     # q, k on the 1/8 grid: S is exact in fp32 in any order, so the fast path and forward see the same S and
     # their lazy-rescale decisions must agree row by row
-    spec = CaseSpec("t", "exact", 1, sq, sk, h, hk, 64, causal, q_mult=4.0, seed=3)
-    q, k, v = make_inputs(spec)
+    q, k, v = attention_case(kind="exact", seqlen_q=sq, seqlen_k=sk, heads=h, heads_kv=hk, causal=causal, q_mult=4.0,
+                             seed=3)
     res = forward(q, k, v, causal=causal, kernel="fa4-sm100", mode="statistical", rescale_threshold=thr)
     qt, kt = (torch.from_numpy(a[0].astype(np.float32)) for a in (q, k))
     bm = block_maxima(qt, kt, causal=causal, device="cpu", chunk_elems=50_000)   # several row chunks
