@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# One H200 call that runs every GPU job of a session in turn, each under its own time limit, and packs the
+# One H200 call that runs every GPU job of a job list in turn, each under its own time limit, and packs the
 # results into one tarball (the device tool brings back at most 8 files). Run on the device machine after
 # `. fa4num/gpu/fa4-env.sh` (and the dask wheels installed into /tmp/site):
-#     bash experiments/gpu/session2.sh "$OUT" REV
-# Each job writes under $R/<job>/; its log is $R/<job>.log. A job that fails or runs out of time does not stop
-# the others.
+#     bash experiments/gpu/run_jobs.sh experiments/gpu/JOBS.jobs "$OUT" REV
+# A job list has one job a line: name, seconds, command (DIR = the job's output folder); each list is named
+# after the jobs it holds. Each job writes under $R/<job>/; its log is $R/<job>.log. A job that fails or runs out
+# of time does not stop the others.
 set -u
-OUT=${1:?usage: session2.sh OUT REV}; REV=${2:-unknown}
-R=/tmp/session2; rm -rf "$R"; mkdir -p "$R"
+JOBS=${1:?usage: run_jobs.sh JOBS OUT REV}; OUT=${2:?usage: run_jobs.sh JOBS OUT REV}; REV=${3:-unknown}
+R=/tmp/gpu_jobs; rm -rf "$R"; mkdir -p "$R"
 export FA4NUM_REVISION=$REV PYTHONUNBUFFERED=1
 job() {  # job NAME SECONDS COMMAND...
   local name=$1 secs=$2; shift 2
@@ -21,7 +22,7 @@ job() {  # job NAME SECONDS COMMAND...
 while read -r name secs cmd; do
   [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue
   job "$name" "$secs" bash -c "${cmd//DIR/$R/$name}"
-done < "${JOBS:-experiments/gpu/session2.jobs}"
+done < "$JOBS"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv >> "$R/summary.txt" 2>&1
-tar czf "$OUT/session2.tgz" -C /tmp session2
+tar czf "$OUT/gpu_jobs.tgz" -C /tmp gpu_jobs
 cp "$R/summary.txt" "$OUT/"
