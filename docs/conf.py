@@ -48,7 +48,7 @@ autodoc_default_options = {"members": True, "show-inheritance": False}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
-# the checks the docs build enforces on every documented object (tests/test_doctests.py checks the sections)
+# the checks the docs build enforces on every documented object (tests/top/test_doctests.py checks the sections)
 numpydoc_validation_checks = {"GL06", "GL07", "SS01"}
 
 # plot directive: the tutorials' figures, drawn by the code shown above each figure

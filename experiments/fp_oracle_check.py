@@ -3,7 +3,7 @@
 For each op in add/sub/mul/fma: fa4num.fp.cases.arith_cases(op, N, seed=SEED) (random bit patterns, random
 values, exact ties, cancellation, subnormal results, overflow, specials), gmpy2 in rn/rz/rm/rp, and fa4num.fp on
 the same operands. Writes fa4num/fp/data/oracle_check.json: per op/mode the number of cases, the number of
-mismatches, and SHA-256 digests of the operands and of gmpy2's result bits. tests/test_fp_arith.py recomputes
+mismatches, and SHA-256 digests of the operands and of gmpy2's result bits. tests/fp/test_arith.py recomputes
 fa4num.fp's results on the same operands in CI and compares their digest with gmpy2's, so the full 10^6 cases are
 re-checked on every run without running MPFR there.
 

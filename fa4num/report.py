@@ -145,7 +145,7 @@ def _attention_golden_records(path: Path) -> list:
 
 def golden_counts(*, search=()) -> dict:
     """What each committed golden file holds, counted from the files now: the one source of the case counts in
-    the report and in the README's "What has been measured" (tests/test_report_sections.py holds the README to
+    the report and in the README's "What has been measured" (tests/top/test_report_sections.py holds the README to
     them).
 
     Parameters
@@ -204,7 +204,7 @@ def golden_sections(ctx) -> list:
     md = ("The H200 captures the bit-exact checks compare against, counted from the package's golden files "
           "(`fa4num/data/golden`) when this report ran. The rest live in the checkout's `tests/golden` (the test "
           "suite checks the emulators against them on every CI run, and holds the README's counts to every file: "
-          "`tests/test_report_sections.py`); the library reads only package data, so they show here as not in "
+          "`tests/top/test_report_sections.py`); the library reads only package data, so they show here as not in "
           "this installation.\n\n"
           "| golden data | file | cases |\n|---|---|---|\n" + rows)
     return [Section("Golden data: what the bit-exact checks compare against", md, [],

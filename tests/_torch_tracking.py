@@ -1,5 +1,5 @@
-"""What "forward_torch tracks the CPU forward" means, asserted in one place (used by test_attention_torch.py and
-test_attention_torch_features.py): out within 2^-6 of the largest output and differing in under 5 % of elements,
+"""What "forward_torch tracks the CPU forward" means, asserted in one place (used by tests/attention/test_torch.py and
+tests/attention/test_torch_features.py): out within 2^-6 of the largest output and differing in under 5 % of elements,
 the same finite LSE entries within 1e-4, and every lazy-rescale / exp2 counter identical."""
 import numpy as np
 

@@ -11,12 +11,12 @@ GPU (device machine, after ``. fa4num/gpu/fa4-env.sh``):
 Writes $OUT/fa4_sm90_bwd_preprocess_h200.npz: ``meta`` (JSON: provenance, cases) and per case
 ``NAME.dpsum`` / ``NAME.lse_log2`` (float32, (batch, heads, seqlen_rounded), as the kernel stores them).
 The inputs are a pure function of the case (:func:`make_inputs`, numpy only), so they are not stored.
-Checked on the CPU by tests/test_backward_preprocess.py (fa4num.attention.backward.dpsum_sm90).
+Checked on the CPU by tests/attention/test_backward_preprocess.py (fa4num.attention.backward.dpsum_sm90).
 And $OUT/fa4_sm90_bwd_sink_h200.npz: ``torch.autograd.grad`` through ``flash_attn_func(...,
 learnable_sink=..., deterministic=True)`` on :data:`SINK_CASES` (inputs from :func:`case_arrays`; the last two
 cases have head_dim_v != head_dim and no sink): per case ``NAME.lse``, ``NAME.dsink`` (float32, full) and for
 out/dq/dk/dv a SHA-256 of the bits in ``meta`` plus ``NAME.ARR_sample_idx``/``ARR_sample_bits`` (256 random
-elements). Checked by tests/test_backward_sink.py.
+elements). Checked by tests/attention/test_backward_sink.py.
 """
 from __future__ import annotations
 

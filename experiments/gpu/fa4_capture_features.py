@@ -114,7 +114,7 @@ def backward_cases(holdout: bool) -> list[dict]:
 def wide_window_cases(backward: bool) -> list[dict]:
     """Windows with a side wider than the sequence (left > seqlen_k or right > seqlen_q): FA4 accepts them,
     fa4num refuses them and tells the user to pass None for that side. These cases record what FA4 computes,
-    so that a test can show the None call gives the same bits (tests/test_window_refusal_golden.py)."""
+    so that a test can show the None call gives the same bits (tests/attention/test_window_refusal_golden.py)."""
     if backward:
         return [
             _c("bwd_wide_causal_d128", sq=240, sk=300, causal=True, window_size=[4096, 0], backward=True,

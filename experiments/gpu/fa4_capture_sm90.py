@@ -4,7 +4,7 @@ Run on the device machine after ``. fa4num/gpu/fa4-env.sh``:
     python experiments/gpu/fa4_capture_sm90.py --out $OUT/fa4_sm90_capture.npz --rev <git rev>
 Inputs are regenerated from each case spec by fa4num/attention/inputs.py (loaded by path, so that only
 numpy and ml_dtypes are needed here); the file stores the spec, a SHA-256 of the input bytes, the output
-bits and the LSE. tests/golden/attention/ holds what came back, checked by tests/test_attention_golden.py.
+bits and the LSE. tests/golden/attention/ holds what came back, checked by tests/attention/test_golden.py.
 """
 from __future__ import annotations
 

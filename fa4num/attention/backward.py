@@ -146,7 +146,7 @@ def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None) -> np.ndarray:
     (``utils.warp_reduce``). ``head_dim_v_padded`` is head_dim_v rounded up to the accumulator multiple (32,
     or 64 for hd > 128), zero columns beyond it (``check_hdim_v_oob``: the registers are zero-filled).
     The order is pinned by the H200 capture of the preprocess alone for head dims 64, 72, 96, 128, 192, 256
-    (tests/test_backward_preprocess.py): with one repeat (64, 128) any fold order of the 8 elements agrees,
+    (tests/attention/test_backward_preprocess.py): with one repeat (64, 128) any fold order of the 8 elements agrees,
     with 2 or 3 repeats only element-outer matches every row.
 
     Parameters
@@ -208,7 +208,7 @@ def dsink_sm90(sink, lse, dpsum, *, num_threads: int = 256) -> np.float32:
     warp, the warps' lane-0 values written to shared memory, and a butterfly over them in warp 0 (lanes past
     the last warp add 0.0). Bit-exact against the H200's dsink on the 4 learnable-sink backward cases of
     tests/golden/attention/fa4_sm90_bwd_sink_h200.npz (batch and varlen, head dims 64/96/128, bf16 and fp16;
-    tests/test_backward_sink.py).
+    tests/attention/test_backward_sink.py).
 
     Parameters
     ----------

@@ -127,7 +127,7 @@ def without_wide_sides(window_size, *, seqlen_q: int, seqlen_k: int) -> tuple:
     """``window_size`` with each side wider than the sequence replaced by None (no bound), the call that
     :func:`check_window_range`'s refusal asks for: left above ``seqlen_k`` or right above ``seqlen_q`` (the
     longest sequence, for varlen) masks nothing, and FA4 gives the same bits either way (checked on the H200,
-    ``tests/test_window_refusal_golden.py``). Use it explicitly when applying a model's fixed window to
+    ``tests/attention/test_window_refusal_golden.py``). Use it explicitly when applying a model's fixed window to
     shorter sequences.
 
     Examples

@@ -9,7 +9,7 @@ output word directly: no input array, no emulator-output array, one read of the 
 The per-element models are the scalar numba kernels of the emulators themselves -- fa4num.ex2.emulate
 (``fast_steps`` / ``exact_steps``, FA4 utils.py ex2_emulation*), fa4num.hw.mufu (``ex2_ftz_bits`` ... ``lg2_bits``,
 MUFU.EX2/RCP/LG2 and ptxas's non-ftz wrappers) and fa4num.fp.convert (``f32_to_*_bits``, cvt.rn{.satfinite}) --
-so a fused count equals the count of the unfused path by construction; tests/test_gpu_fused.py checks that, with
+so a fused count equals the count of the unfused path by construction; tests/gpu/test_fused.py checks that, with
 planted bit flips, on the CPU.
 
 Each ``count(starts, gpu)`` returns the number of mismatching elements of one sweep step. Only the count is
