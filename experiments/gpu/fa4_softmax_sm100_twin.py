@@ -8,7 +8,7 @@ Per row, blocks in visiting order (flash_fwd_sm100.py softmax_step / SoftmaxSm10
   m = max.f32 over the block and m_old; m_safe = m or 0 if -inf; a_ = mul.rn(sub.rn(m_old, m_safe), scale_log2);
   a = ex2.approx.ftz(a_); if threshold > 0 and a_ >= -threshold: keep m_old, a = 1 (never on the first block)
   (``update_row_max``: the rule of fa4num.softmax.lazy, checked against it on the GPU by
-  tests/test_softmax_lazy_rule.py; this twin's first block starts its max from -inf, not from S[0] as FA4's
+  tests/softmax/test_lazy_rule.py; this twin's first block starts its max from -inf, not from S[0] as FA4's
   ``fmax_reduce`` without init does, which differs only for an all-NaN first block: m -inf instead of NaN);
   bias = fma.rn(-m_safe, scale_log2, max_offset); x = fma.rn(S, scale_log2, bias);
   P = ex2.approx.ftz(x), or on the emulated columns ex2_emulation_2 (max.f32 -127, add.rm 1.5*2^23, sub.rn x2,
@@ -189,7 +189,7 @@ def _ops():
     @triton.jit
     def update_row_max(m_old, m, sl2, thr, later):
         # softmax.py SoftmaxSm100.update_row_max, the PTX copy of fa4num.softmax.lazy.lazy_rescale (the
-        # specification; tests/test_softmax_lazy_rule.py checks this one against it on the GPU). m: the block's
+        # specification; tests/softmax/test_lazy_rule.py checks this one against it on the GPU). m: the block's
         # max.f32 chained from m_old; later: not the first block. Returns (m, m_safe, acc_scale_, keep) as bits.
         m_safe = tl.where(f32(m) == float("-inf"), 0, m)
         acc_ = op2(op2(m_old, m_safe, "sub.rn.f32 $0, $1, $2;"), sl2, "mul.rn.f32 $0, $1, $2;")

@@ -100,6 +100,13 @@ def _tile_sizes(rows_per_pos, sq, sk, tn, max_tile_elems):
     return r, c_blocks * tn
 
 
+def _fmax0(a, b):
+    """``torch.fmax`` (a NaN operand ignored) with max.f32's order of the zeros: max(+0, -0) = +0 in either order
+    (FMNMX, as the specification's ``fa4num.softmax._ops`` max; torch leaves the tie to the operand order)."""
+    import torch
+    return torch.where((a == b) & (a == 0), torch.where(torch.signbit(a), b, a), torch.fmax(a, b))
+
+
 def _stale_max(cur, blk, sl2, threshold, first=False):
     """The row max each block of a tile leaves stored, visiting the tile's blocks in order (last axis).
 
@@ -109,7 +116,7 @@ def _stale_max(cur, blk, sl2, threshold, first=False):
     stored max moves only at blocks whose max exceeds it by more than the threshold (in scale_log2 units);
     found here by jumping from one such block to the next for every row at once, so the loop runs as many
     times as the most moves any row makes in the tile, not once per block. The torch copy of
-    :func:`fa4num.softmax.lazy.lazy_rescale` (the specification; tests/test_softmax_lazy_rule.py checks this one
+    :func:`fa4num.softmax.lazy.lazy_rescale` (the specification; tests/softmax/test_lazy_rule.py checks this one
     against it bit for bit); maxima ignore a NaN operand, as max.f32 does."""
     import torch
     if first:
@@ -119,7 +126,12 @@ def _stale_max(cur, blk, sl2, threshold, first=False):
         return torch.cat([head[..., None], _stale_max(head, blk[..., 1:], sl2, threshold)], dim=-1)
     if threshold <= 0:
         nan = torch.isnan(blk)
-        run = torch.fmax(torch.cummax(torch.where(nan, -math.inf, blk), dim=-1).values, cur[..., None])
+        x = torch.where(nan, -math.inf, blk)
+        run = torch.cummax(x, dim=-1).values
+        # a running max of 0 is +0 once any +0 came before, else -0 (max.f32's order of the zeros)
+        pos0 = torch.cummax(((x == 0) & ~torch.signbit(x)).to(torch.int8), dim=-1).values.bool()
+        run = torch.where(run == 0, torch.where(pos0, 0.0, -0.0).to(run.dtype), run)
+        run = _fmax0(run, cur[..., None])
         # a NaN stored max stays NaN through all-NaN blocks (max.f32 of two NaNs), which -inf would lose
         still_nan = torch.isnan(cur)[..., None] & (torch.cumprod(nan.to(torch.int8), dim=-1) > 0)
         return torch.where(still_nan, cur[..., None], run)
@@ -129,7 +141,7 @@ def _stale_max(cur, blk, sl2, threshold, first=False):
     start = torch.zeros_like(cur, dtype=torch.long)
     cur = cur.clone()
     while True:
-        new = torch.fmax(blk, cur[..., None])
+        new = _fmax0(blk, cur[..., None])
         safe = torch.where(new == -math.inf, torch.zeros_like(new), new)
         moves = ~(((cur[..., None] - safe) * sl2) >= -threshold) & (idx >= start[..., None])
         nxt = torch.where(moves.any(-1), moves.int().argmax(-1), torch.full_like(start, nb))
@@ -139,7 +151,7 @@ def _stale_max(cur, blk, sl2, threshold, first=False):
         if not bool(moved.any()):
             return out
         at = idx == nxt[..., None]
-        cur = torch.where(moved, torch.fmax(cur, blk.gather(-1, nxt.clamp(max=nb - 1)[..., None])[..., 0]), cur)
+        cur = torch.where(moved, _fmax0(cur, blk.gather(-1, nxt.clamp(max=nb - 1)[..., None])[..., 0]), cur)
         out = torch.where(at, cur[..., None], out)
         start = torch.where(moved, nxt + 1, torch.full_like(start, nb))
 

@@ -124,7 +124,7 @@ _RULE = None
 def update_row_max_rule():
     """The kernel's lazy-rescale rule, a @triton.jit function ``(m_stored, m_blk, sl2, threshold, first) -> the
     max stored after the block`` (``fa4num.attention._triton_rule``; Triton imported only here). The Triton copy of
-    :func:`fa4num.softmax.lazy.lazy_rescale`, which is the specification; tests/test_softmax_lazy_rule.py checks
+    :func:`fa4num.softmax.lazy.lazy_rescale`, which is the specification; tests/softmax/test_lazy_rule.py checks
     this one against it bit for bit."""
     global _RULE
     if _RULE is None:

@@ -5,7 +5,7 @@ Each format has one canonical name, the one FA4 and torch use ("bfloat16", "floa
 "float8_e5m2", "float32"), a short name (fa4num.fp.convert's "bf16", "fp16", "e4m3", "e5m2", "f32"), its PTX
 type name, and its numpy / ml_dtypes dtype. :func:`dtype_info` accepts any of these spellings, a numpy or
 ml_dtypes dtype, a torch dtype or its string ("torch.bfloat16"). The numbers are derived from the format
-(mantissa and exponent bits) and checked against ml_dtypes.finfo by tests/test_fp_dtypes.py.
+(mantissa and exponent bits) and checked against ml_dtypes.finfo by tests/fp/test_dtypes.py.
 """
 from __future__ import annotations
 

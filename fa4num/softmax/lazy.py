@@ -16,7 +16,7 @@ rescales; a lane whose factor is 1.0 leaves O unchanged, so the ballot is invisi
 is per row. :func:`lazy_rescale` is the scalar form (numba, callable from the fused kernels);
 :func:`lazy_rescale_rows` applies it over arrays of rows. Every other copy (the numpy and numba SM100 paths,
 the torch and Triton backends, ``fa4num.study.skip``, the PTX twin in ``experiments/gpu``) calls it or is
-tested against it bit for bit (``tests/test_softmax_lazy_rule.py``).
+tested against it bit for bit (``tests/softmax/test_lazy_rule.py``).
 """
 from __future__ import annotations
 

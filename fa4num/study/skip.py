@@ -275,7 +275,7 @@ def _scan(bmax, scale_log2, thresholds):
         first = ~started & seen
         grew = step & (mb > true)
         events += grew
-        # the rule of fa4num.softmax.lazy.lazy_rescale (the specification; tests/test_softmax_lazy_rule.py checks
+        # the rule of fa4num.softmax.lazy.lazy_rescale (the specification; tests/softmax/test_lazy_rule.py checks
         # this torch copy against it bit for bit), each op one fp32 RN: FMNMX (NaN ignored), FADD, FMUL, FSETP.GE
         m_new = torch.fmax(stored, mb)
         a = (stored - m_new) * sl2

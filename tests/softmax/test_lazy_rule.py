@@ -16,7 +16,7 @@ from fa4num.softmax import sm100
 from fa4num.softmax.lazy import lazy_rescale, lazy_rescale_rows
 
 THRESHOLDS = (0.0, 4.0, 8.0, 16.0)
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def corpus(threshold, *, rows=512, nblk=6, seed=0):
@@ -188,7 +188,7 @@ def _check_triton(res):
 def test_triton_backend_rule_on_cpu_interpreter():
     """In a fresh process with TRITON_INTERPRET=1 (set before Triton builds a kernel)."""
     pytest.importorskip("triton")
-    code = ("import numpy as np, torch, test_softmax_lazy_rule as t; "
+    code = ("import numpy as np, torch, tests.softmax.test_lazy_rule as t; "
             "t._check_triton(t._triton_rule_outputs(torch.device('cpu'))); print('ok')")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
         [str(ROOT), str(ROOT / "tests")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
