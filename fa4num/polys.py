@@ -355,6 +355,7 @@ def resolve(spec, *, degree=None, registry=None) -> PolySet:
         - a text "c0,c1,..." of decimal numbers (read as Python's float() reads them), 0x fp32 bit patterns
           ("0x3f800000") or hexadecimal floats ("0x1p-1"), mixed as you like;
         - a sequence of real numbers (Python floats, numpy.float32, ...).
+
         Every value must be finite and exactly an fp32 number: nothing is rounded silently.
     degree : int, optional
         When given, the set must have degree + 1 coefficients.

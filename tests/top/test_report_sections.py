@@ -155,7 +155,7 @@ def test_readme_counts_are_the_golden_files_counts():
     """Each count the README's "What has been measured" cites is the one golden_counts() (the report's source)
     computes from the committed golden files, and the bounds row's counts are the committed validation run's."""
     from fa4num.report import golden_counts
-    golden = Path(__file__).resolve().parent / "golden"
+    golden = Path(__file__).resolve().parents[1] / "golden"
     c = {k: v["cases"] for k, v in golden_counts(search=(golden, golden / "attention")).items()}
     t = _measured_table()
     assert _number(r"(\d+) golden sets", t) == (c["instruction_sets"],)
