@@ -120,12 +120,9 @@ class _Run:
 
 
 def _ex2(x, arch):
-    if arch == "libm":
-        with np.errstate(over="ignore"):
-            y = np.exp2(x)
-        y[y < np.float32(2.0 ** -126)] = 0
-        return y
-    return np.asarray(hw.mufu_ex2(x, arch=arch, ftz=True), np.float32).reshape(x.shape)
+    """``ex2.approx.ftz.f32`` through the MUFU model of ``arch`` (measured tables, or libm for the statistical
+    mode: fa4num.hw.mufu_model)."""
+    return np.asarray(hw.mufu_model(arch).ex2(x, ftz=True), np.float32).reshape(x.shape)
 
 
 def _ffma(a, b, c):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 
 from fa4num.constants import FP8_MAX
 from fa4num.hw import available_archs
+from fa4num.hw.model import LIBM
 
 GEMM_MODELS = ("wgmma", "tcgen05", "exact", "blas")
 # gemm option -> (fa4num.hw.mma model, accumulator table): "wgmma" is Hopper's fused sum, "tcgen05" Blackwell's
@@ -210,7 +211,7 @@ _CHECKS = {
     "tile_n": (lambda v: _is_int(v) and v >= 16 and v % 16 == 0, "a positive multiple of 16"),
     "gemm": (lambda v: v in GEMM_MODELS, f"one of {', '.join(GEMM_MODELS)}"),
     "ffma_exponent": (lambda v: isinstance(v, bool), "true or false"),
-    "mufu_arch": (lambda v: isinstance(v, str) and (v == "libm" or v in available_archs()),
+    "mufu_arch": (lambda v: isinstance(v, str) and (v == LIBM or v in available_archs()),
                   "'libm' or a MUFU table set of fa4num.hw.available_archs()"),
     "rescale_threshold": (lambda v: _is_real(v) and math.isfinite(v) and v >= 0,
                           "a finite number >= 0 (0 rescales at every new row max)"),

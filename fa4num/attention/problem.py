@@ -378,6 +378,13 @@ class Problem:
     seqs: list = field(default=None, repr=False, compare=False)   # Seq per batch entry / varlen segment
 
     @property
+    def mufu(self):
+        """The MUFU model the problem's steps run (``fa4num.hw.mufu_model(opts.mufu_arch)``): measured tables
+        (bit-exact), or libm within the PTX bounds in the statistical mode."""
+        from fa4num.hw import mufu_model
+        return mufu_model(self.opts.mufu_arch)
+
+    @property
     def fp8(self) -> bool:
         return self.dtype.startswith("float8")
 
