@@ -102,7 +102,14 @@ def main(argv=None) -> int:
     main_thread = threading.current_thread() is threading.main_thread()   # signal handlers: main thread only
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()   # here, not at exit: a closed pipe (`fa4num ... | head`) is then caught below
+        return status
+    except BrokenPipeError:
+        # the reader went away (`| head`): stop quietly, as a shell tool does; output still buffered goes nowhere
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141   # 128 + SIGPIPE, the status a shell reports for a tool killed by the closed pipe
     except KeyboardInterrupt as err:
         if debug:
             raise

@@ -129,6 +129,20 @@ def test_corrupt_registry(tmp_path, capsys):
         polys.read(bad)
 
 
+def test_closed_pipe_is_quiet():
+    """`fa4num polys list | head -1`: the reader is gone before the output is written. No error line, no
+    traceback, the shell's status for SIGPIPE (it printed "fa4num: error: [Errno 32] Broken pipe")."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([sys.executable, "-m", "fa4num.cli", "polys", "list"], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (r.returncode, r.stderr) == (141, "")
+
+
 def test_subprocess_no_traceback_and_debug_shows_it():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "fa4num.cli", "polys", "--registry", "/nonexistent.json", "list"]
