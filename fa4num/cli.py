@@ -93,15 +93,17 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
-    parser = build_parser(_command_of(argv))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     import threading
     main_thread = threading.current_thread() is threading.main_thread()   # signal handlers: main thread only
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
+        # inside the try: building the parser imports the command's module (a second or more for the numerics),
+        # and a Ctrl-C or SIGTERM then must be one line too, not an import traceback
+        parser = build_parser(_command_of(argv))
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         status = int(args.func(args) or 0)
         sys.stdout.flush()   # here, not at exit: a closed pipe (`fa4num ... | head`) is then caught below
         return status

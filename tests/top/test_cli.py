@@ -129,6 +129,21 @@ def test_corrupt_registry(tmp_path, capsys):
         polys.read(bad)
 
 
+@pytest.mark.parametrize("interrupt, status, line", [(KeyboardInterrupt, 130, "fa4num: interrupted\n"),
+                                                     ("terminated", 143, "fa4num: terminated (SIGTERM)\n")])
+def test_interrupt_while_the_command_is_imported_is_one_line(monkeypatch, capsys, interrupt, status, line):
+    """A Ctrl-C in the first second of `fa4num sweep`, while its module (numba, numpy) is imported, printed a
+    30-line import traceback; SIGTERM then printed nothing."""
+    from fa4num import cli
+    exc = cli.Terminated() if interrupt == "terminated" else interrupt()
+
+    def slow_import(command):
+        raise exc
+    monkeypatch.setattr(cli, "build_parser", slow_import)
+    assert main(["sweep", "--range", "-1", "0"]) == status
+    assert capsys.readouterr().err == line
+
+
 def test_closed_pipe_is_quiet():
     """`fa4num polys list | head -1`: the reader is gone before the output is written. No error line, no
     traceback, the shell's status for SIGPIPE (it printed "fa4num: error: [Errno 32] Broken pipe")."""
