@@ -254,6 +254,24 @@ def test_fit_writes_only_when_asked(tmp_path, monkeypatch, capsys):
     assert list(polys.read(user)["entries"]) == ["fa4num-fa4-deg1"]
 
 
+@pytest.mark.parametrize("suffix", ["", ".json"])   # a folder of set files, or one registry file
+def test_fit_never_replaces_another_set_of_that_name(tmp_path, capsys, suffix):
+    """`fit --degree 3 --name mine` into a registry whose `mine` is the user's degree-2 set silently replaced it.
+    The same set again is fine; other coefficients need --replace."""
+    user = tmp_path / f"reg{suffix}"
+    fit = ["fit", "--quick", "--name", "mine", "--registry", str(user)]
+    assert main([*fit, "--degree", "2"]) == 0
+    kept = polys.read(user)["entries"]["mine"]["coeffs_fp32_bits"]
+    assert main([*fit, "--degree", "2"]) == 0
+    capsys.readouterr()
+    assert main([*fit, "--degree", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--name: {user} already holds a different set named mine" in err
+    assert polys.read(user)["entries"]["mine"]["coeffs_fp32_bits"] == kept
+    assert main([*fit, "--degree", "3", "--replace"]) == 0
+    assert len(polys.read(user)["entries"]["mine"]["coeffs_fp32_bits"]) == 4
+
+
 def test_report_interrupted_leaves_previous_report(tmp_path, monkeypatch):
     from fa4num import report
     from fa4num.outputs import MANIFEST, atomic_dir
