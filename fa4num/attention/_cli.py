@@ -130,7 +130,7 @@ def _golden(args) -> int:
     from .golden import check_case, load
     try:
         z, meta = load(args.file)
-    except (OSError, ValueError, KeyError) as err:   # not an npz, or an npz without the golden metadata
+    except (OSError, ValueError, KeyError, EOFError) as err:   # not an npz (an empty file: EOFError), or no metadata
         raise ValueError(f"--file: {args.file} is not a golden file ({' '.join(str(err).split())})") from None
     bad_cases = 0
     for case in meta["cases"]:

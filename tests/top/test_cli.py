@@ -144,6 +144,13 @@ def test_interrupt_while_the_command_is_imported_is_one_line(monkeypatch, capsys
     assert capsys.readouterr().err == line
 
 
+def test_attention_golden_refuses_an_empty_file(tmp_path, capsys):
+    empty = tmp_path / "empty.npz"   # numpy raised EOFError: "error: EOFError: No data left in file", exit 1
+    empty.write_bytes(b"")
+    assert main(["attention", "golden", "--file", str(empty)]) == 2
+    assert capsys.readouterr().err.startswith(f"fa4num: error: --file: {empty} is not a golden file")
+
+
 def test_closed_pipe_is_quiet():
     """`fa4num polys list | head -1`: the reader is gone before the output is written. No error line, no
     traceback, the shell's status for SIGPIPE (it printed "fa4num: error: [Errno 32] Broken pipe")."""
