@@ -79,6 +79,8 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["bounds", "attention", "--shape", "1,16,1,64", "--coeffs", "fa4-deg3"],
      "--coeffs: fa4-sm90 has no software exp2 (kernels that have one: fa4-sm100)"),
     (["sweep", "--range", "inf", "nan"], "--range: expected a number (not NaN)"),
+    (["attention", "run", "--shape", "1,16,1,64", "--kernel", "fa4-sm100", "--opt", "coeffs=1,0.5", "--opt",
+      "coeffs=fa4-deg3"], "--opt: coeffs given more than once"),
     (["sweep", "--range", "1e40", "2e40"], "--range: LO and HI must lie within fp32's range"),
     (["sweep", "--range", "-1e39", "0"], "--range: LO and HI must lie within fp32's range"),
     (["sweep", "--range", "1.00000001", "1.00000002"], "--range: [1.00000001, 1.00000002] holds no fp32 value"),
