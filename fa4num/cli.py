@@ -93,16 +93,25 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
-    parser = build_parser(_command_of(argv))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     import threading
     main_thread = threading.current_thread() is threading.main_thread()   # signal handlers: main thread only
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
-        return int(args.func(args) or 0)
+        # inside the try: building the parser imports the command's module (a second or more for the numerics),
+        # and a Ctrl-C or SIGTERM then must be one line too, not an import traceback
+        parser = build_parser(_command_of(argv))
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()   # here, not at exit: a closed pipe (`fa4num ... | head`) is then caught below
+        return status
+    except BrokenPipeError:
+        # the reader went away (`| head`): stop quietly, as a shell tool does; output still buffered goes nowhere
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141   # 128 + SIGPIPE, the status a shell reports for a tool killed by the closed pipe
     except KeyboardInterrupt as err:
         if debug:
             raise

@@ -404,8 +404,8 @@ def resolve(spec, *, degree=None, registry=None) -> PolySet:
         else:
             values = [_parse_part(p.strip(), spec) for p in text.split(",")]
     else:
-        try:
-            values = list(spec)
+        try:   # an array or tensor through tolist: a torch tensor iterates as 0-d tensors, not numbers
+            values = list(spec.tolist() if hasattr(spec, "tolist") else spec)
         except TypeError:
             raise TypeError(f"coeffs: expected a set name, a text c0,c1,... or a sequence of fp32 numbers, got "
                             f"{type(spec).__name__}") from None

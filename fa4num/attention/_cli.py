@@ -74,6 +74,9 @@ def _run(args) -> int:
                            seed=args.seed)
     q, k, v = inputs.make_inputs(spec)
     opts = dict(args.opt)
+    twice = sorted({key for key, _ in args.opt if [k for k, _ in args.opt].count(key) > 1})
+    if twice:   # dict() would keep the last one silently
+        raise ValueError(f"--opt: {twice[0]} given more than once; give each option once")
     kw = dict(opts)
     if "coeffs" in kw:   # searched in --registry, $FA4NUM_POLYS, the user registry, the shipped sets
         from fa4num import polys
@@ -130,7 +133,7 @@ def _golden(args) -> int:
     from .golden import check_case, load
     try:
         z, meta = load(args.file)
-    except (OSError, ValueError, KeyError) as err:   # not an npz, or an npz without the golden metadata
+    except (OSError, ValueError, KeyError, EOFError) as err:   # not an npz (an empty file: EOFError), or no metadata
         raise ValueError(f"--file: {args.file} is not a golden file ({' '.join(str(err).split())})") from None
     bad_cases = 0
     for case in meta["cases"]:

@@ -55,6 +55,7 @@ Blackwell table is available). head_dim 256 runs a dedicated kernel (``sm100_hd2
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -381,6 +382,15 @@ def _validate(problem: Problem, oa, doa, lse) -> np.ndarray:
     return check_lse(lse, (h, q.shape[0]) if problem.varlen else (q.shape[0], h, q.shape[1]))
 
 
+def _block_order(dq_order) -> tuple:
+    """``dq_order`` as a tuple of ints; TypeError naming it for a string, floats or bools (int() would turn
+    "random" into an error about 'r', and 1.7 or True into block 1)."""
+    items = None if isinstance(dq_order, (str, bytes)) else list(getattr(dq_order, "tolist", lambda: dq_order)())
+    if items is None or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in items):
+        raise TypeError(f"dq_order must be None or a sequence of KV block indices (ints), got {dq_order!r:.80}")
+    return tuple(int(i) for i in items)
+
+
 def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: Problem | None = None,
              deterministic=True, dq_order=None, **fa4_args) -> BackwardResult:
     """Emulate FA4's backward pass; returns ``BackwardResult(dq, dk, dv, stats)``.
@@ -448,7 +458,7 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     oa, _ = to_numpy(out, "out")
     doa, _ = to_numpy(dout, "dout")
     lsea = _validate(problem, oa, doa, lse)
-    dq_order = None if dq_order is None else tuple(int(i) for i in dq_order)
+    dq_order = None if dq_order is None else _block_order(dq_order)
     tile = kern.backward_tile(problem, use_2cta_instrs=problem.overrides.get("use_2cta_instrs"))
     tile_m, tile_n = (problem.overrides.get(n) for n in ("tile_m", "tile_n"))
     if tile_m is not None or tile_n is not None:

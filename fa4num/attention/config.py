@@ -236,7 +236,7 @@ def check_option(name: str, value) -> None:
         raise ValueError(f"{name}: expected {check[1]}, got {value!r}")
 
 
-def apply_overrides(opts, overrides: dict):
+def apply_overrides(opts, overrides: dict, *, kernel: str = "this kernel"):
     """Replace fields of an options dataclass, each checked for type and range.
 
     Unknown names raise ValueError listing the allowed ones; a bad value raises ValueError naming the option and
@@ -254,7 +254,7 @@ def apply_overrides(opts, overrides: dict):
     names = {f.name for f in fields(opts)}
     bad = sorted(set(overrides) - names)
     if bad:
-        raise ValueError(f"unknown option(s) {bad} for this kernel; allowed: {sorted(names)}")
+        raise ValueError(f"unknown option(s) {bad} for {kernel}; allowed: {sorted(names)}")
     for name, value in overrides.items():
         check_option(name, value)
     return replace(opts, **overrides)

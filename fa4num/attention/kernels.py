@@ -137,7 +137,9 @@ class Kernel:
         """(options, num_splits): :meth:`defaults` with the caller's overrides (``problem.overrides``), each
         checked (:func:`fa4num.attention.config.apply_overrides`), then the kernel's own consistency rules."""
         overrides = {n: v for n, v in problem.overrides.items() if n not in self.table_keys}
-        return self.finish(problem, config.apply_overrides(self.defaults(problem), overrides))
+        # the message names the kernel: an SM100 knob (rescale_threshold, coeffs) passed to the default fa4-sm90
+        return self.finish(problem, config.apply_overrides(self.defaults(problem), overrides,
+                                                           kernel=f"kernel={self.name!r}"))
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,10 @@ def _attention(args) -> int:
     from .validate import check
     b, s, h, d = args.shape
     sk = s if args.seqlen_k is None else args.seqlen_k   # 0 is honoured: no keys, out 0 and LSE -inf as in FA4
+    if args.coeffs is not None and not KERNELS[args.kernel].lazy_rescale:
+        # the software exp2 lives in SoftmaxSm100, with the lazy rescale: the kernels that have one have the other
+        sw = ", ".join(n for n, kern in sorted(KERNELS.items()) if kern.lazy_rescale)
+        raise ValueError(f"--coeffs: {args.kernel} has no software exp2 (kernels that have one: {sw})")
     if args.rescale_threshold is not None and not KERNELS[args.kernel].lazy_rescale:
         lazy = ", ".join(n for n, kern in sorted(KERNELS.items()) if kern.lazy_rescale)
         raise ValueError(f"--rescale-threshold: {args.kernel} does not rescale lazily (kernels that do: {lazy})")
@@ -95,13 +99,14 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="bounds_command", metavar="WHAT")
     e = sub.add_parser("exp2", help="bound of FA4's software exp2 (or the MUFU model) vs its exhaustive maximum")
     g = e.add_mutually_exclusive_group()
-    g.add_argument("--degree", type=_fa4_degree, default=3, help="FA4 POLY_EX2 degree 1..5 (default 3)")
+    g.add_argument("--degree", type=_fa4_degree, default=None, help="FA4 POLY_EX2 degree 1..5 (default 3)")
     g.add_argument("--coeffs", type=coeffs, default=None, help=f"{COEFFS_HELP} (its degree is used)")
     g.add_argument("--mufu", action="store_true", help="the MUFU ex2/rcp/lg2 models instead")
-    e.add_argument("--variant", default="packed", choices=("packed", "scalar", "asm"))
-    e.add_argument("--lo", type=not_nan_float, default=-127.0, help="domain of x: LO (default -127; -inf allowed)")
-    e.add_argument("--hi", type=not_nan_float, default=0.0, help="HI (default 0, below 128)")
-    e.add_argument("--arch", default="sm90", help="--mufu: architecture of the measured tables (default sm90)")
+    # defaults None, filled in _run_exp2: an option given with --mufu (or --arch without it) is refused, not ignored
+    e.add_argument("--variant", default=None, choices=("packed", "scalar", "asm"), help="form (default packed)")
+    e.add_argument("--lo", type=not_nan_float, default=None, help="domain of x: LO (default -127; -inf allowed)")
+    e.add_argument("--hi", type=not_nan_float, default=None, help="HI (default 0, below 128)")
+    e.add_argument("--arch", default=None, help="--mufu: architecture of the measured tables (default sm90)")
     add_registry_option(e)
     e.set_defaults(func=_run_exp2)
     a = sub.add_parser("attention", help="per-element bound of FA4's forward on Gaussian inputs vs the emulator")
@@ -138,6 +143,19 @@ def _threshold(text: str) -> float:
 
 
 def _run_exp2(args) -> int:
+    if args.mufu:
+        given = [f"--{n}" for n in ("degree", "variant", "lo", "hi") if getattr(args, n) is not None]
+        if given:
+            raise ValueError(f"{given[0]}: the MUFU models have no polynomial or domain; --degree, --variant, --lo "
+                             "and --hi are for FA4's software exp2 (without --mufu)")
+        args.arch = args.arch or "sm90"
+    else:
+        if args.arch is not None:
+            raise ValueError("--arch: picks the MUFU tables, so it needs --mufu")
+        args.degree = 3 if args.degree is None else args.degree
+        args.variant = args.variant or "packed"
+        args.lo = -127.0 if args.lo is None else args.lo
+        args.hi = 0.0 if args.hi is None else args.hi
     if not args.mufu and not args.lo <= args.hi < 128:
         raise ValueError(f"--lo/--hi: need LO <= HI < 128 (FA4's exp2 wraps the exponent from 128 on), got "
                          f"{args.lo:g} {args.hi:g}")

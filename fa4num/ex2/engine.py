@@ -445,7 +445,7 @@ class Domain:
         if hi32 >= 0:
             bot = np.float32(0.0) if lo32 <= 0 else lo32
             out.append((int(np.array(bot).view(np.uint32)), int(np.array(hi32).view(np.uint32))))
-        if self.nans and math.isinf(self.lo) and math.isinf(self.hi):
+        if self.nans and self.lo == -math.inf and self.hi == math.inf:   # [inf, inf] is one value, not all
             out += [(0x7F800001, 0x7FFFFFFF), (0xFF800001, 0xFFFFFFFF)]
         s = self.stride
         return [(SweepMode.BITS, b0, s, 0.0, (b1 - b0) // s + 1) for b0, b1 in out]
@@ -454,7 +454,7 @@ class Domain:
         if self.kind == "grid":
             return f"x = k*2^-{self.grid_bits} in [{self.lo:g}, {self.hi:g}]"
         what = "all fp32" if self.stride == 1 else f"every {self.stride}th fp32 bit pattern"
-        if math.isinf(self.lo) and math.isinf(self.hi):
+        if self.lo == -math.inf and self.hi == math.inf:
             return what + (" inputs (2^32 bit patterns)" if self.nans and self.stride == 1 else " inputs")
         return f"{what} x in [{self.lo:g}, {self.hi:g}]"
 

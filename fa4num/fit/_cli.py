@@ -39,6 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--name", help="registry entry name (default fa4num-<objective>-deg<n>)")
     p.add_argument("--write", action="store_true",
                    help=f"add the set to the user registry ({polys.user_dir()}; $XDG_DATA_HOME moves it)")
+    p.add_argument("--replace", action="store_true",
+                   help="overwrite a set of the same --name holding other coefficients (default: refuse)")
     p.add_argument("--registry", metavar="PATH",
                    help="add the set to this registry instead (created if absent): a folder of set files, or "
                         "one registry file when PATH ends in .json; checked before the fit")
@@ -199,6 +201,11 @@ def _cmd_fit(args) -> int:
     if target is not None and (same := _same_coeffs(result.coeffs, target, name)):
         where = f"not written: {target} already holds these coefficients as {same}"
     elif target is not None:
+        held = _entry_bits(target, name)
+        if held is not None and held != [f"0x{reg.fp32_bits(c):08X}" for c in result.coeffs] and not args.replace:
+            # a set of the user's under this name would be lost (the fit is cached: a re-run with --replace is quick)
+            raise ValueError(f"--name: {target} already holds a different set named {name}; give another --name, "
+                             "or --replace to overwrite it")
         fit_info = {k: v for k, v in result.to_dict().items()
                     if k in ("method", "path", "objective", "fixed", "error", "timings", "regeneration",
                              "optimum", "max_error", "certified_bound", "monomials", "weight")}
@@ -247,6 +254,14 @@ def _cmd_fit(args) -> int:
         print(f"fit {took}")
     print(where)
     return 0
+
+
+def _entry_bits(registry: Path, name: str):
+    """The fp32 bit patterns stored under ``name`` in ``registry``, or None when it has no such entry."""
+    if not registry.exists():
+        return None
+    entry = reg.read(registry)["entries"].get(name)
+    return None if entry is None else entry.get("coeffs_fp32_bits")
 
 
 def _same_coeffs(coeffs, registry: Path, name: str):

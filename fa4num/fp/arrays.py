@@ -107,8 +107,15 @@ def as_float32(x, name: str) -> np.ndarray:
     if isinstance(x, bool) or not isinstance(x, (numbers.Real, list, tuple)):
         raise ValueError(f"{name} must be a float32 array, a torch float32 tensor, or real Python numbers; "
                          f"got {type(x).__name__}")
+    items = np.asarray(x, dtype=object)   # a ragged list keeps its inner lists as elements, refused below
+    bad = [v for v in items.ravel() if isinstance(v, bool) or not isinstance(v, numbers.Real)][:1]
+    if bad:   # numpy would turn "1.5", True and None into 1.5, 1.0 and nan: nothing is coerced
+        bad = bad[0]
+        raise ValueError(f"{name} must hold real numbers, got {bad!r} ({type(bad).__name__}) in a "
+                         f"{type(x).__name__}")
     wide = np.asarray(x, dtype=np.float64)
-    narrow = wide.astype(np.float32)
+    with np.errstate(over="ignore"):   # a value beyond fp32 becomes inf here and is refused just below
+        narrow = wide.astype(np.float32)
     same = (narrow.astype(np.float64) == wide) | (np.isnan(wide) & np.isnan(narrow))
     if not np.all(same):
         raise ValueError(f"{name} holds values that are not exactly representable in float32; pass a float32 "

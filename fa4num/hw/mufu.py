@@ -35,6 +35,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 from numba import njit
 
+from ..fp.arrays import as_float32
 from ..fp.scalar import f32_to_u32 as _b32, u32_to_f32 as _f32
 from . import tables as _tables
 
@@ -632,9 +633,9 @@ def _threaded(kernel, bits, out, *args):
 def _as_bits(x):
     """(flat uint32 bits, shape, torch device or None) of a float32 array-like or torch tensor."""
     device = x.device if type(x).__module__.startswith("torch") else None
-    a = x.detach().cpu().numpy() if device is not None else np.asarray(x)
-    if a.dtype != np.float32:
-        raise ValueError(f"x must be a float32 array, got dtype {a.dtype}")
+    # fa4num.fp's rule for inputs, so that mufu_ex2 takes what fa4_emulated takes: float32 arrays and tensors,
+    # and real Python numbers (or lists of them) exact in fp32; a string or float64 is refused by name
+    a = as_float32(x, "x")
     return np.ascontiguousarray(a).reshape(-1).view(np.uint32), a.shape, device
 
 

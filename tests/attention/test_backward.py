@@ -111,6 +111,12 @@ def test_dq_order_only_changes_dq(small):
     assert np.array_equal(_bits(a.dv), _bits(b.dv))
     with pytest.raises(ValueError, match="dq_order"):
         backward(q2, k2, v2, fw2.out, do2, fw2.lse, dq_order=(0, 1))
+    # int() would turn "random" into an error about 'r', and (2, 1.5, 0) or (True, 2, 0) into block indices
+    for bad in ("random", (2, 1.5, 0), (True, 2, 0)):
+        with pytest.raises(TypeError, match="dq_order must be None or a sequence of KV block indices"):
+            backward(q2, k2, v2, fw2.out, do2, fw2.lse, dq_order=bad)
+    assert np.array_equal(_bits(backward(q2, k2, v2, fw2.out, do2, fw2.lse, dq_order=np.array([2, 1, 0])).dq),
+                          _bits(b.dq))
 
 
 def test_stats(small):

@@ -120,3 +120,10 @@ def test_the_bound_checks_the_window_like_forward():
     attention_error_bound(qv, kv, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, window_size=(25, 0))
     with pytest.raises(ValueError, match=r"window_size left must be in \[0, 28\]"):
         attention_error_bound(qv, kv, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, window_size=(29, 0))
+
+
+@pytest.mark.parametrize("knob", [dict(rescale_threshold=4.0), dict(coeffs="fa4-deg3"), dict(rescale=4.0)])
+def test_an_option_the_kernel_lacks_names_the_kernel(knob):
+    # an SM100 knob on the default fa4-sm90 said "for this kernel", leaving the user to guess which kernel
+    with pytest.raises(ValueError, match=rf"unknown option\(s\) \['{next(iter(knob))}'\] for kernel='fa4-sm90'"):
+        _call("forward", **knob)

@@ -165,6 +165,15 @@ def test_domain_enumeration():
     assert x.min() == -1.0 and x.max() == -0.5 and np.unique(x).size == x.size == 2 ** 23 + 1
 
 
+@pytest.mark.parametrize("end", [math.inf, -math.inf])
+def test_domain_of_one_infinity_is_that_value(end):
+    # [inf, inf] is +inf alone: not the 2^24 - 2 NaN patterns an all-inputs sweep adds, nor "all fp32 inputs"
+    dom = Domain(lo=end, hi=end)
+    x = domain_inputs(dom)
+    assert x.size == 1 and x[0] == end
+    assert "all fp32 inputs" not in dom.describe()
+
+
 def test_json_and_figures(tmp_path):
     from fa4num.ex2.plots import plot_error_vs_x, plot_ulp_histogram
     res = sweep(fa4_implementation(3), Domain(lo=-2.0, hi=0.0, stride=4099), progress=False)

@@ -10,6 +10,7 @@ What is checked where (see also experiments/fp_oracle_check.py):
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 from pathlib import Path
 
@@ -181,7 +182,21 @@ def test_torch_in_torch_out():
     (lambda: fp.fma(*[np.zeros(2, np.float32)] * 3, ftz="yes"), "ftz must be True or False"),
     (lambda: fp.max(np.zeros(2, np.float32), 1.0, ftz=1), "ftz must be True or False"),
     (lambda: fp.add("1", 1.0), "a must be"),
+    # lists are converted only when they hold real numbers: no string, bool or complex is coerced
+    (lambda: fp.add(["1.5"], 1.0), "a must hold real numbers, got '1.5' (str) in a list"),
+    (lambda: fp.add([2.0, True], 1.0), "a must hold real numbers, got True (bool) in a list"),
+    (lambda: fp.add(1.0, (1j,)), "b must hold real numbers, got 1j (complex) in a tuple"),
+    (lambda: fp.add([[1.0, None]], 1.0), "a must hold real numbers, got None (NoneType) in a list"),
+    (lambda: fp.add([[1.0], [2.0, 3.0]], 1.0), "a must hold real numbers, got [1.0] (list) in a list"),
 ])
 def test_bad_arguments_name_the_argument(call, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=re.escape(match)):
         call()
+
+
+def test_value_beyond_fp32_is_refused_without_a_warning():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # numpy's "overflow encountered in cast" used to precede the refusal
+        with pytest.raises(ValueError, match="x holds values that are not exactly representable"):
+            fp.to_bf16(1e300)

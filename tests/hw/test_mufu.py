@@ -97,6 +97,19 @@ def test_bad_arguments_raise_clear_errors():
         mufu_lg2(np.ones(3, np.float32), ftz="yes")
 
 
+
+def test_inputs_follow_fa4_emulateds_rule():
+    """A list or Python number exact in fp32 is taken, as fa4num.ex2.fa4_emulated takes it (mufu_ex2([-1.0]) said
+    "x must be a float32 array, got dtype float64"); a string, a float64 array or an inexact number is refused."""
+    x = np.float32([-1.0, 0.5])
+    assert np.array_equal(mufu_ex2([-1.0, 0.5]).view(np.uint32), mufu_ex2(x).view(np.uint32))
+    assert mufu_rcp(2.0) == mufu_rcp(np.float32(2.0))
+    for bad, match in (("1.0", "x must be a float32 array"), (np.ones(2), "x must have dtype float32, got float64"),
+                       ([0.1], "not exactly representable in float32")):
+        with pytest.raises(ValueError, match=match):
+            mufu_ex2(bad)
+
+
 def test_tables_are_stored_exactly_with_provenance():
     assert "sm90" in available_archs()
     tabs, meta = tables.load("sm90")

@@ -57,7 +57,7 @@ def test_shipped_table_missing_table_and_dtype():
     assert not tanh.tanh_table_available("sm999")
     with pytest.raises(ValueError, match="no measured tanh"):
         tanh.mufu_tanh(x, arch="sm999")
-    with pytest.raises(ValueError, match="x must be a float32 array, got dtype float64"):
+    with pytest.raises(ValueError, match="x must have dtype float32, got float64"):
         tanh.mufu_tanh(x.astype(np.float64))
 
 def test_tanh_table_stored_like_the_other_mufu_tables(tmp_path):

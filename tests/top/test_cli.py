@@ -71,6 +71,16 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["bounds", "exp2", "--lo", "1", "--hi", "-1e3"], "--lo/--hi: need LO <= HI < 128"),
     (["bounds", "exp2", "--hi", "inf"], "--lo/--hi: need LO <= HI < 128"),
     (["bounds", "exp2", "--mufu", "--arch", "sm12"], "--arch: no measured MUFU tables for 'sm12'"),
+    # --degree 3 was its default, and argparse's exclusive group takes a default value as "not given"
+    (["bounds", "exp2", "--mufu", "--degree", "3"], "--degree: not allowed with argument --mufu"),
+    (["bounds", "exp2", "--mufu", "--variant", "asm"], "--variant: the MUFU models have no polynomial"),
+    (["bounds", "exp2", "--mufu", "--lo", "-1"], "--lo: the MUFU models have no polynomial or domain"),
+    (["bounds", "exp2", "--arch", "sm100"], "--arch: picks the MUFU tables, so it needs --mufu"),
+    (["bounds", "attention", "--shape", "1,16,1,64", "--coeffs", "fa4-deg3"],
+     "--coeffs: fa4-sm90 has no software exp2 (kernels that have one: fa4-sm100)"),
+    (["sweep", "--range", "inf", "nan"], "--range: expected a number (not NaN)"),
+    (["attention", "run", "--shape", "1,16,1,64", "--kernel", "fa4-sm100", "--opt", "coeffs=1,0.5", "--opt",
+      "coeffs=fa4-deg3"], "--opt: coeffs given more than once"),
     (["sweep", "--range", "1e40", "2e40"], "--range: LO and HI must lie within fp32's range"),
     (["sweep", "--range", "-1e39", "0"], "--range: LO and HI must lie within fp32's range"),
     (["sweep", "--range", "1.00000001", "1.00000002"], "--range: [1.00000001, 1.00000002] holds no fp32 value"),
@@ -119,6 +129,42 @@ def test_corrupt_registry(tmp_path, capsys):
     bad.write_text(json.dumps({"schema": "something-else", "entries": {}}))
     with pytest.raises(ValueError, match="is not a fa4num-polys/1 registry"):
         polys.read(bad)
+
+
+@pytest.mark.parametrize("interrupt, status, line", [(KeyboardInterrupt, 130, "fa4num: interrupted\n"),
+                                                     ("terminated", 143, "fa4num: terminated (SIGTERM)\n")])
+def test_interrupt_while_the_command_is_imported_is_one_line(monkeypatch, capsys, interrupt, status, line):
+    """A Ctrl-C in the first second of `fa4num sweep`, while its module (numba, numpy) is imported, printed a
+    30-line import traceback; SIGTERM then printed nothing."""
+    from fa4num import cli
+    exc = cli.Terminated() if interrupt == "terminated" else interrupt()
+
+    def slow_import(command):
+        raise exc
+    monkeypatch.setattr(cli, "build_parser", slow_import)
+    assert main(["sweep", "--range", "-1", "0"]) == status
+    assert capsys.readouterr().err == line
+
+
+def test_attention_golden_refuses_an_empty_file(tmp_path, capsys):
+    empty = tmp_path / "empty.npz"   # numpy raised EOFError: "error: EOFError: No data left in file", exit 1
+    empty.write_bytes(b"")
+    assert main(["attention", "golden", "--file", str(empty)]) == 2
+    assert capsys.readouterr().err.startswith(f"fa4num: error: --file: {empty} is not a golden file")
+
+
+def test_closed_pipe_is_quiet():
+    """`fa4num polys list | head -1`: the reader is gone before the output is written. No error line, no
+    traceback, the shell's status for SIGPIPE (it printed "fa4num: error: [Errno 32] Broken pipe")."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([sys.executable, "-m", "fa4num.cli", "polys", "list"], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (r.returncode, r.stderr) == (141, "")
 
 
 def test_subprocess_no_traceback_and_debug_shows_it():
@@ -215,6 +261,24 @@ def test_fit_writes_only_when_asked(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "not written: " in out and "already holds these coefficients" in out
     assert list(polys.read(user)["entries"]) == ["fa4num-fa4-deg1"]
+
+
+@pytest.mark.parametrize("suffix", ["", ".json"])   # a folder of set files, or one registry file
+def test_fit_never_replaces_another_set_of_that_name(tmp_path, capsys, suffix):
+    """`fit --degree 3 --name mine` into a registry whose `mine` is the user's degree-2 set silently replaced it.
+    The same set again is fine; other coefficients need --replace."""
+    user = tmp_path / f"reg{suffix}"
+    fit = ["fit", "--quick", "--name", "mine", "--registry", str(user)]
+    assert main([*fit, "--degree", "2"]) == 0
+    kept = polys.read(user)["entries"]["mine"]["coeffs_fp32_bits"]
+    assert main([*fit, "--degree", "2"]) == 0
+    capsys.readouterr()
+    assert main([*fit, "--degree", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--name: {user} already holds a different set named mine" in err
+    assert polys.read(user)["entries"]["mine"]["coeffs_fp32_bits"] == kept
+    assert main([*fit, "--degree", "3", "--replace"]) == 0
+    assert len(polys.read(user)["entries"]["mine"]["coeffs_fp32_bits"]) == 4
 
 
 def test_report_interrupted_leaves_previous_report(tmp_path, monkeypatch):

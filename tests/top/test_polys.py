@@ -59,6 +59,16 @@ def test_resolve_every_syntax_gives_the_same_set():
     assert sets[2].label == sets[2].key and sets[0].label == "fa4-4.0.0b36-deg3"
 
 
+def test_resolve_takes_a_torch_tensor_like_an_array():
+    # a tensor iterates as 0-d tensors: it was refused with "c0 must be a real number, got tensor(1.)"
+    torch = pytest.importorskip("torch")
+    assert polys.resolve(torch.tensor(FA4_3, dtype=torch.float32)).bits == polys.resolve("fa4-deg3").bits
+    with pytest.raises(ValueError, match=r"c1 = 0\.1 is not exactly an fp32 number"):
+        polys.resolve(torch.tensor([1.0, 0.1], dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"c0 must be a real number, got \[1\.0, 0\.5\]"):
+        polys.resolve(np.float32([[1.0, 0.5]]))
+
+
 @pytest.mark.parametrize("spec,exc,message", [
     ("1,0.1", ValueError, r"coeffs: c1 = 0\.1 is not exactly an fp32 number"),
     ([1.0, 1e-50], ValueError, "c1 = 1e-50 is not exactly an fp32 number"),
