@@ -124,7 +124,7 @@ def register(subparsers) -> None:
     sw.add_argument("--grid", type=_grid_bits, default=None, metavar="BITS",
                     help="instead of bit patterns: x = k*2^-BITS in [LO, HI] (uniform in x)")
     sw.add_argument("--chunk", type=positive_int, default=1 << 24, help="inputs per fused pass (default 2^24)")
-    sw.add_argument("--xbins", type=nonneg_int, default=512, help="bins in x for the error-vs-x figure (finite ranges)")
+    sw.add_argument("--xbins", type=positive_int, default=512, help="bins in x for the error-vs-x figure (finite ranges; >= 1)")
     sw.add_argument("--out", type=path_arg, default="fa4num-sweep", help="output directory (default: ./fa4num-sweep)")
     sw.add_argument("--name", default=None, help="file stem (default: the implementation's name)")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -82,6 +82,7 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["attention", "run", "--shape", "1,16,1,64", "--kernel", "fa4-sm100", "--opt", "coeffs=1,0.5", "--opt",
       "coeffs=fa4-deg3"], "--opt: coeffs given more than once"),
     (["sweep", "--range", "1e40", "2e40"], "--range: LO and HI must lie within fp32's range"),
+    (["sweep", "--range", "-1", "0", "--xbins", "0"], "--xbins: expected an integer >= 1"),
     (["sweep", "--range", "-1e39", "0"], "--range: LO and HI must lie within fp32's range"),
     (["sweep", "--range", "1.00000001", "1.00000002"], "--range: [1.00000001, 1.00000002] holds no fp32 value"),
     (["sweep", "--range", "0.1", "0.1", "--grid", "2"], "--range: [0.1, 0.1] holds no grid point"),
