@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine_state, write_result
+from _common import machine_state, user_env, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,8 +36,7 @@ def _worktree(rev: str, where: Path) -> Path:
 
 
 def _env(tree: Path, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return {**env, "PYTHONPATH": str(tree), **extra}
+    return user_env(PYTHONPATH=str(tree), **extra)
 
 
 def _attention(tree: Path, shape: str, rounds: int) -> dict:

@@ -29,7 +29,6 @@ it, and the cold CLI with ``--quick`` (no emulation metrics for the new set).
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
 import statistics
@@ -38,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, fresh_process_seconds, interleaved_seconds, machine_state, write_result
+from _common import ROOT, fresh_process_seconds, interleaved_seconds, machine_state, user_env, write_result
 from fa4num.fit import fit_exp2, sollya
 
 DEGREES = range(1, 6)
@@ -70,7 +69,7 @@ def _fresh(args) -> dict:
     caches = Path(tempfile.mkdtemp(prefix="bench_fit_cache_"))
     warm = {"FA4NUM_CACHE_DIR": str(caches / "warm")}
     subprocess.run([sys.executable, "-c", _cli()], cwd=ROOT, capture_output=True, check=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT), **warm})   # fills numba's and the warm cache
+                   env=user_env(PYTHONPATH=str(ROOT), **warm))   # fills numba's and the warm cache
     runs = iter(range(1 << 30))
 
     def cold() -> dict:   # a new empty user cache for each run
