@@ -165,6 +165,10 @@ def search_path(registry=None) -> list:
     True
     """
     env = [Path(p) for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
+    missing = [str(p) for p in env if not p.exists()]
+    if missing:   # a typo in the variable would otherwise hide the user's sets without a word
+        raise ValueError(f"{ENV_VAR}: no such registry: {', '.join(missing)} (each entry is a folder of set files or "
+                         f"a registry file; fix or unset it)")
     user = [user_dir()] if user_dir().exists() else []
     return _paths(registry) + env + user + [shipped_dir()]
 
