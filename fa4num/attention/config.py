@@ -11,7 +11,7 @@ import math
 import numbers
 from dataclasses import dataclass, fields, replace
 
-from fa4num.constants import FP8_MAX
+from fa4num.fp.dtypes import DTYPES
 from fa4num.hw import available_archs
 from fa4num.hw.model import LIBM
 
@@ -92,8 +92,7 @@ SM100_TUNING = {
     (True, False, 256, False): (14, 0), (True, True, 256, False): (14, 0),
 }
 SM100_FP8_TUNING = {(True, False, 128, False): (10, 1), (False, True, 128, False): (8, 1)}
-LOG2_DTYPE_MAX = {**{name: math.log2(v) for name, v in FP8_MAX.items()},
-                  "float16": math.log2(65504.0), "bfloat16": math.log2(3.3895313892515355e38)}
+LOG2_DTYPE_MAX = {n: math.log2(d.max_finite) for n, d in DTYPES.items() if d.width < 32}   # fa4num.fp.dtypes
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,14 @@ from types import MappingProxyType
 import ml_dtypes
 import numpy as np
 
+from fa4num.fp.dtypes import DTYPES
+
 from . import config, kernels
 from . import masking as _masking
 
-NP_DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16),
-             "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2)}
-_TORCH_NAMES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float8_e4m3fn": "float8_e4m3fn",
-                "torch.float8_e5m2": "float8_e5m2"}
+# FA4's input formats, from the one dtype table (fa4num.fp.dtypes): numpy/ml_dtypes dtypes and torch's names
+NP_DTYPES = {n: np.dtype(d.dtype) for n, d in DTYPES.items() if d.width < 32}
+_TORCH_NAMES = {f"torch.{n}": n for n in NP_DTYPES}
 MODES = ("bitexact", "statistical")
 DEFAULT_KERNEL = "fa4-sm90"    # FA4 on the H200, the kernel whose bits the goldens hold
 NONFINITE = ("propagate", "raise")
