@@ -3,7 +3,7 @@
 ``flash_attn/cute/softmax.py`` ``SoftmaxSm100.update_row_max`` (called per KV block from ``flash_fwd_sm100.py``
 ``softmax_step``): the stored row max moves up only when the block's max exceeds it by more than
 ``rescale_threshold`` in log2 units; otherwise the stale max is kept and neither O nor the row sum is rescaled.
-In fp32, as the kernel computes it (one RN per operation):
+In fp32, as the kernel computes it (one RN per operation)::
 
     m_new     = max.f32(m_old, m_blk)          (a NaN operand is ignored; the first block: m_new = m_blk)
     m_safe    = 0 if m_new == -inf else m_new
