@@ -16,6 +16,7 @@ from fa4num.section import Check, Section
 
 from . import reference
 from .forward import forward
+from .inputs import CaseSpec, make_inputs
 
 # (label, kernel, options): FA4's defaults on both architectures, then the SM100 knobs one at a time
 CONFIGS = (
@@ -30,11 +31,9 @@ Q_MULT = 2.0
 
 
 def _inputs(shape, seed=0):
-    rng = np.random.default_rng(seed)
-    q = (rng.standard_normal(shape, dtype=np.float32) * np.float32(Q_MULT)).astype(ml_dtypes.bfloat16)
-    k = rng.standard_normal(shape, dtype=np.float32).astype(ml_dtypes.bfloat16)
-    v = rng.standard_normal(shape, dtype=np.float32).astype(ml_dtypes.bfloat16)
-    return q, k, v
+    """Seeded bf16 q, k, v of ``shape`` (q times Q_MULT): fa4num.attention.inputs' "normal" kind."""
+    b, s, h, d = shape
+    return make_inputs(CaseSpec("report", "normal", b, s, s, h, h, d, False, q_mult=Q_MULT, seed=seed))
 
 
 def _plot(rows, path, *, shape):
