@@ -233,7 +233,8 @@ rounding {terms['cody_waite']:.3g}, Horner rounding {terms['horner_running_max']
 
 **Attention, against the emulator** (`attention_error_bound` vs `forward` on one problem per kernel: shape
 (batch, seqlen, heads, head_dim) = {shape}, bf16, causal, q, k, v ~ N(0, 1) with q scaled by {Q_MULT:g};
-errors against real-arithmetic attention):
+errors against real-arithmetic attention; the fa4-sm100 row is FA4's Blackwell path emulated from its source,
+never run on a Blackwell GPU):
 
 | kernel | elements | violations (out / LSE) | max observed | max bound | bound / observed | median per element \
 | LSE max observed | LSE max bound |
