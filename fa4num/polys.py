@@ -95,25 +95,6 @@ def shipped_dir() -> Path:
     return data if data.is_dir() else Path(__file__).resolve().parent.parent / "polys"
 
 
-def default_registry() -> Path:
-    """The shipped sets' folder (:func:`shipped_dir`); kept as the name older callers use.
-
-    Parameters
-    ----------
-    None
-
-    Returns
-    -------
-    pathlib.Path
-
-    Examples
-    --------
-    >>> default_registry() == shipped_dir()
-    True
-    """
-    return shipped_dir()
-
-
 def user_dir() -> Path:
     """The user registry (a folder of set files): ``$XDG_DATA_HOME/fa4num/polys``, default
     ``~/.local/share/fa4num/polys``. ``fa4num fit --write`` writes here; it is searched when it exists.

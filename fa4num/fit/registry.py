@@ -7,13 +7,13 @@ from __future__ import annotations
 import struct
 import time
 
-from fa4num.polys import (EXPORT_FORMATS, SCHEMA, PolySet, check_writable, default_registry, export, fp32_bits,
+from fa4num.polys import (EXPORT_FORMATS, SCHEMA, PolySet, check_writable, export, fp32_bits,
                           load_poly, poly_entry, read, resolve, shipped_dir, user_dir, write_entry)
 
 from . import _memo
 
 __all__ = ["EXPORT_FORMATS", "FA4_RELEASE", "SCHEMA", "PolySet", "add_fa4_sets", "check_writable",
-           "default_registry", "describe", "export", "fa4_sets", "fp32_bits", "load_poly", "poly_entry", "read",
+           "describe", "export", "fa4_sets", "fp32_bits", "load_poly", "poly_entry", "read",
            "resolve", "shipped_dir", "user_dir", "write_entry"]
 FA4_RELEASE = "4.0.0b36"   # the flash-attn-4 release whose POLY_EX2 fa4num.constants holds
 FA4_SOURCE = (f"FA4 POLY_EX2, flash-attn-4 {FA4_RELEASE} flash_attn/cute/utils.py (Sollya "
