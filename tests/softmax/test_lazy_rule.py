@@ -232,3 +232,17 @@ def test_ptx_twin_rule_on_gpu():
                 got = o[:, 2].view(np.float32)
                 assert np.array_equal(got, ref[2], equal_nan=True) and same_bits(got[~np.isnan(got)],
                                                                                ref[2][~np.isnan(got)]), t
+
+
+def test_rule_max_is_max_f32():
+    """The rule's max is PTX max.f32 as fa4num.fp.scalar.f32_max models it (that model is checked against the H200's
+    bits by tests/top/test_golden.py): a NaN operand ignored, and max(+0, -0) = +0 in either order, the case a
+    plain ``a if a > b else b`` gets wrong and the H200's PTX twin of the rule caught. Two NaNs are left out: the
+    GPU gives the canonical NaN, the rule one of its operands (NaN either way)."""
+    from fa4num.fp.scalar import f32_max
+    from fa4num.softmax._ops import _fmax
+    vals = np.float32([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 2.0 ** -149, -(2.0 ** -149), 3.4e38])
+    pairs = [(a, b) for a in vals for b in vals if not (np.isnan(a) and np.isnan(b))]
+    got = np.float32([_fmax(a, b) for a, b in pairs])
+    want = np.float32([f32_max(a, b, False) for a, b in pairs])
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
