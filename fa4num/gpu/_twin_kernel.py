@@ -1,0 +1,304 @@
+"""The GPU twin's Triton kernel: FA4's forward, one program per FA4 M block, every fp32 step one PTX instruction.
+
+Imported only when the twin runs (it imports Triton). A module of its own so that ``triton.language`` is among
+the jit functions' globals, where Triton's CPU interpreter looks for it.
+
+Why inline PTX for every floating-point step: Triton contracts ``a * b + c`` into FFMA and may reassociate; FA4's
+bits depend on where each rounding happens, so each step is the instruction the CPU emulator models
+(``fa4num.fp`` / ``fa4num.hw``): ``fma.rn.f32``, ``add/sub/mul.rn.f32`` (the explicit .rn forbids
+contraction), ``add.rm.f32``, ``max.f32`` and the MUFU forms ``ex2/rcp/lg2.approx.ftz.f32``, ``tanh.approx.f32``.
+On the CPU (Triton's interpreter) :mod:`fa4num.gpu._twin_interp` evaluates the same instructions with fa4num's
+instruction models, and ``tl.dot`` with the tensor-core model, so the CPU tests run this very kernel source.
+
+The tensor-core steps are ``tl.dot`` on 16-bit operands: on the H200 Triton emits chained
+``wgmma.mma_async ... k16`` in ascending K order, whose accumulation is MMA-Sim's model (measured equal on the
+H200, reference/h200-measurements.md section 4); fa4num's model gives tcgen05 the same accumulator for 16-bit
+inputs, so the same GEMM serves both kernels.
+
+The non-associative reductions keep FA4's order: the row max is exact (a total order: NaN ignored, +0 above
+-0), so a tree reduction gives the sequential result; the row sums are added column by column in FA4's order
+(SM90: four quad lanes, each its columns 8j + 2q, 8j + 2q + 1 left to right, ``softmax.py`` ``Softmax`` with
+arch 80; SM100: ``utils.fadd_reduce``'s eight accumulators), reading P back through a per-program scratch tile
+(columns contiguous), since registers cannot be indexed.
+"""
+import triton
+import triton.language as tl
+
+# PTX of each step (the interpreter maps these strings to fa4num's instruction models: keep them in sync with
+# fa4num.gpu._twin_interp.INSTRUCTIONS, which tests/gpu/test_twin.py checks)
+FMA = "fma.rn.f32 $0, $1, $2, $3;"
+ADD = "add.rn.f32 $0, $1, $2;"
+SUB = "sub.rn.f32 $0, $1, $2;"
+MUL = "mul.rn.f32 $0, $1, $2;"
+DIV = "div.rn.f32 $0, $1, $2;"
+ADD_RM = "add.rm.f32 $0, $1, $2;"
+MAX = "max.f32 $0, $1, $2;"
+EX2_FTZ = "ex2.approx.ftz.f32 $0, $1;"
+EX2 = "ex2.approx.f32 $0, $1;"
+RCP_FTZ = "rcp.approx.ftz.f32 $0, $1;"
+LG2_FTZ = "lg2.approx.ftz.f32 $0, $1;"
+TANH = "tanh.approx.f32 $0, $1;"
+CVT_BF16 = "{ .reg .b16 h; cvt.rn.bf16.f32 h, $1; cvt.f32.bf16 $0, h; }"
+CVT_F16 = "{ .reg .b16 h; cvt.rn.f16.f32 h, $1; cvt.f32.f16 $0, h; }"
+
+
+@triton.jit
+def _op1(asm: tl.constexpr, a):
+    return tl.inline_asm_elementwise(asm, "=f,f", [a], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _op2(asm: tl.constexpr, a, b):
+    return tl.inline_asm_elementwise(asm, "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _op3(asm: tl.constexpr, a, b, c):
+    return tl.inline_asm_elementwise(asm, "=f,f,f,f", [a, b, c], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _fmax_pair(a, b):
+    """max.f32's total order as a reduction combine: a NaN operand is ignored, +0 wins over -0 in either order
+    (``fa4num.softmax._ops._fmax``), so any reduction tree gives the sequential bits."""
+    take_a = (a > b) | (b != b) | ((a == b) & (a.to(tl.int32, bitcast=True) > b.to(tl.int32, bitcast=True)))
+    return tl.where(take_a, a, b)
+
+
+@triton.jit
+def _ex2_emulation_2(x, Coef, POLY_DEG: tl.constexpr):
+    """``utils.py`` ``ex2_emulation_2`` (fa4num.ex2 variant "packed", no .ftz): max.f32 with -127, add.rm with
+    the shifter 0f4B400000, two sub.rn, Horner fma.rn from c_deg down, then (r << 23) + bits(p) on the bits."""
+    shifter = tl.full(x.shape, 12582912.0, tl.float32)
+    a = _op2(MAX, x, tl.full(x.shape, -127.0, tl.float32))
+    r = _op2(ADD_RM, a, shifter)
+    t = _op2(SUB, r, shifter)
+    f = _op2(SUB, a, t)
+    p = tl.zeros_like(f) + tl.load(Coef + POLY_DEG)
+    for j in tl.static_range(POLY_DEG):
+        p = _op3(FMA, p, f, tl.zeros_like(f) + tl.load(Coef + POLY_DEG - 1 - j))
+    bits = (r.to(tl.uint32, bitcast=True) << 23) + p.to(tl.uint32, bitcast=True)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _col(Scr, c, BLOCK_M: tl.constexpr):
+    """Column c of the program's P tile (stored transposed: a column is contiguous)."""
+    return tl.load(Scr + c * BLOCK_M + tl.arange(0, BLOCK_M))
+
+
+@triton.jit
+def _lane_sum_sm90(Scr, prev, rs, first, LANE: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """One quad lane's row sum over a block (``Softmax.online_softmax`` with ``fadd_reduce`` arch < 100): the
+    first block 0 + P[2q] + P[2q+1] + P[8+2q] + ...; later fma.rn(sum, row_scale, P[2q]) + P[2q+1] + ..."""
+    c0 = _col(Scr, 2 * LANE, BLOCK_M)
+    acc = tl.where(first, _op2(ADD, c0, tl.zeros_like(c0)), _op3(FMA, prev, rs, c0))
+    acc = _op2(ADD, acc, _col(Scr, 2 * LANE + 1, BLOCK_M))
+    for j in tl.static_range(1, TILE_N // 8):
+        acc = _op2(ADD, acc, _col(Scr, 8 * j + 2 * LANE, BLOCK_M))
+        acc = _op2(ADD, acc, _col(Scr, 8 * j + 2 * LANE + 1, BLOCK_M))
+    return acc
+
+
+@triton.jit
+def _acc_sm100(Scr, m: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, init):
+    """``utils.fadd_reduce`` (arch >= 100) accumulator A_m: init (its seed) + P[8 + m] + P[16 + m] + ..."""
+    acc = init
+    for i in tl.static_range(1, TILE_N // 8):
+        acc = _op2(ADD, acc, _col(Scr, 8 * i + m, BLOCK_M))
+    return acc
+
+
+@triton.jit
+def _row_sum_sm100(Scr, row_sum, acc_scale, first, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """``SoftmaxSm100.update_row_sum``: the eight accumulators (A0 seeded with RN(row_sum * acc_scale) + P0 and
+    A1 with 0 + P1 after the first block), then (A0+A2, A1+A3, A4+A6, A5+A7), (A0+A4) + (A1+A5)."""
+    p0 = _col(Scr, 0, BLOCK_M)
+    p1 = _col(Scr, 1, BLOCK_M)
+    p0 = tl.where(first, p0, _op2(ADD, _op2(MUL, row_sum, acc_scale), p0))
+    p1 = tl.where(first, p1, _op2(ADD, tl.zeros_like(p1), p1))
+    a0 = _acc_sm100(Scr, 0, TILE_N, BLOCK_M, p0)
+    a1 = _acc_sm100(Scr, 1, TILE_N, BLOCK_M, p1)
+    a2 = _acc_sm100(Scr, 2, TILE_N, BLOCK_M, _col(Scr, 2, BLOCK_M))
+    a3 = _acc_sm100(Scr, 3, TILE_N, BLOCK_M, _col(Scr, 3, BLOCK_M))
+    a4 = _acc_sm100(Scr, 4, TILE_N, BLOCK_M, _col(Scr, 4, BLOCK_M))
+    a5 = _acc_sm100(Scr, 5, TILE_N, BLOCK_M, _col(Scr, 5, BLOCK_M))
+    a6 = _acc_sm100(Scr, 6, TILE_N, BLOCK_M, _col(Scr, 6, BLOCK_M))
+    a7 = _acc_sm100(Scr, 7, TILE_N, BLOCK_M, _col(Scr, 7, BLOCK_M))
+    a0 = _op2(ADD, a0, a2)
+    a1 = _op2(ADD, a1, a3)
+    a4 = _op2(ADD, a4, a6)
+    a5 = _op2(ADD, a5, a7)
+    return _op2(ADD, _op2(ADD, a0, a4), _op2(ADD, a1, a5))
+
+
+@triton.jit
+def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, Sink, Scr,
+             seqlen_q, seqlen_k, heads, rep, group, nrows, left, right, scale_ex2_ftz, fused_bias, has_sink,
+             sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
+             sl2, scale, softcap, threshold, offset, sink_m_factor, sink_empty_sum, p_limit, d_real, dv_real,
+             TILE_M: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, SM100: tl.constexpr, HAS_EMU: tl.constexpr,
+             POLY_DEG: tl.constexpr, P_DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """One FA4 M block (``TILE_M`` packed rows; packed row = query * group + head offset under pack-GQA) of one
+    (batch, KV head or q head): the KV blocks ``Ranges`` gives it (host-made by
+    ``fa4num.attention.masking.n_block_range``), right to left; per block the steps of
+    ``fa4num.attention.forward`` ``_run_mblock`` with the kernel's softmax step; then its ``finalize``.
+    Options that change no loop structure are runtime arguments (one compiled kernel serves them all): the
+    window as key offsets ``left``/``right`` from the diagonal (the host passes a width no sequence reaches for
+    an open side, 0 on the right for causal), softcap (0: off), the sink and the SM100 flags."""
+    pid_m = tl.program_id(0)
+    pid_g = tl.program_id(1)
+    bb = pid_g // (heads // group)
+    gidx = pid_g % (heads // group)
+    prow = pid_m * TILE_M + tl.arange(0, BLOCK_M)
+    row_ok = (tl.arange(0, BLOCK_M) < TILE_M) & (prow < nrows)
+    qpos = prow // group
+    head = gidx * group + prow % group
+    kvh0 = (gidx * group) // rep
+    dq = tl.arange(0, HEAD_D)
+    dv = tl.arange(0, HEAD_DV)
+    c_in = tl.arange(0, BLOCK_N)
+    q = tl.load(Q + bb * sqb + qpos[:, None] * sqs + head[:, None] * sqh + dq[None, :],
+                mask=row_ok[:, None] & (dq < d_real)[None, :], other=0.0)
+    first_blk = tl.load(Ranges + pid_m * 2)
+    count = tl.load(Ranges + pid_m * 2 + 1)
+    if HAS_EMU:
+        emu = tl.load(EmuMask + c_in) != 0
+    scr = Scr + (pid_g * tl.num_programs(0) + pid_m) * (BLOCK_N * BLOCK_M)
+    ninf = float("-inf")
+    m = tl.full([BLOCK_M], ninf, tl.float32)
+    true_m = tl.full([BLOCK_M], ninf, tl.float32)
+    row_sum = tl.zeros([BLOCK_M], tl.float32)
+    l1 = tl.zeros([BLOCK_M], tl.float32)
+    l2 = tl.zeros([BLOCK_M], tl.float32)
+    l3 = tl.zeros([BLOCK_M], tl.float32)
+    lag = tl.zeros([BLOCK_M], tl.float32)
+    events = tl.zeros([BLOCK_M], tl.int32)
+    done = tl.zeros([BLOCK_M], tl.int32)
+    sat = tl.zeros([BLOCK_M], tl.int32)
+    o = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
+    kbase = K + bb * skb + kvh0 * skh
+    vbase = V + bb * svb + kvh0 * svh
+    sl2_t = tl.zeros([BLOCK_M], tl.float32) + sl2
+    for it in range(0, count):
+        n = first_blk - it
+        first = it == 0
+        cols = n * TILE_N + c_in
+        kmask = (c_in < TILE_N) & (cols >= 0) & (cols < seqlen_k)
+        k = tl.load(kbase + cols[:, None] * sks + dq[None, :], mask=kmask[:, None] & (dq < d_real)[None, :], other=0.0)
+        s = tl.dot(q, tl.trans(k))
+        if softcap > 0:
+            # utils.create_softcap_scoremod: softcap * tanh.approx(RN(RN(S * softmax_scale) / softcap))
+            cap = tl.zeros_like(s) + softcap
+            s = _op2(MUL, cap, _op1(TANH, _op2(DIV, _op2(MUL, s, tl.zeros_like(s) + scale), cap)))
+        # fa4num.attention.masking.visible: bottom-right aligned causal / local window, keys < seqlen_k
+        diag = qpos + (seqlen_k - seqlen_q)
+        vis = kmask[None, :] & row_ok[:, None] & (cols[None, :] <= diag[:, None] + right) \
+            & (cols[None, :] >= diag[:, None] - left)
+        s = tl.where(vis, s, ninf)
+        m_blk = tl.reduce(s, 1, _fmax_pair)
+        started = (true_m > ninf) & (true_m < float("inf")) & (it > 0)
+        events += (started & (m_blk > true_m)).to(tl.int32)
+        true_m = _fmax_pair(true_m, m_blk)
+        prev = m
+        if SM100:
+            # softmax.py SoftmaxSm100.update_row_max (the rule of fa4num.softmax.lazy.lazy_rescale)
+            m_new = tl.where(first, m_blk, _fmax_pair(m, m_blk))
+            m_safe = tl.where(m_new == ninf, 0.0, m_new)
+            scale_ = _op2(MUL, _op2(SUB, m, m_safe), sl2_t)
+            keep = (threshold > 0) & (scale_ >= -threshold) & (it > 0)
+            m_new = tl.where(keep, m, m_new)
+            m_safe = tl.where(keep, m, m_safe)
+            acc_scale = tl.where(scale_ex2_ftz != 0, _op1(EX2_FTZ, scale_), _op1(EX2, scale_))
+            acc_scale = tl.where(keep | first, 1.0, acc_scale)
+            m = m_new
+            bias = tl.where(fused_bias != 0, _op3(FMA, -m_safe, sl2_t, tl.zeros_like(m_safe) + offset),
+                            _op2(SUB, tl.zeros_like(m_safe) + offset, _op2(MUL, m_safe, sl2_t)))
+            x = _op3(FMA, s, tl.zeros_like(s) + sl2, bias[:, None] + tl.zeros_like(s))
+            p = _op1(EX2_FTZ, x)
+            if HAS_EMU:
+                p = tl.where(emu[None, :], _ex2_emulation_2(x, Coef, POLY_DEG), p)
+            d = (true_m.to(tl.float64) - m.to(tl.float64)) * sl2_t.to(tl.float64)
+            lag = tl.maximum(lag, tl.where(tl.abs(d) < float("inf"), d.to(tl.float32), 0.0))
+        else:
+            # softmax.py Softmax.online_softmax (fa4num.softmax.sm90)
+            m = tl.where(first, m_blk, _fmax_pair(m_blk, m))
+            m_safe = tl.where(m == ninf, 0.0, m)
+            neg_t = -_op2(MUL, m_safe, sl2_t)
+            x = _op3(FMA, s, tl.zeros_like(s) + sl2, neg_t[:, None] + tl.zeros_like(s))
+            p = _op1(EX2_FTZ, x)
+            acc_scale = tl.where(first, 1.0, _op1(EX2_FTZ, _op2(MUL, _op2(SUB, prev, m_safe), sl2_t)))
+        done += ((prev > ninf) & (prev < float("inf")) & (m > prev) & (it > 0)).to(tl.int32)
+        p = tl.where((c_in < TILE_N)[None, :], p, 0.0)
+        sat += tl.sum((p > p_limit).to(tl.int32), 1)
+        # the row sums in FA4's order, through the program's scratch tile (P transposed)
+        tl.debug_barrier()
+        tl.store(scr + c_in[None, :] * BLOCK_M + tl.arange(0, BLOCK_M)[:, None], p)
+        tl.debug_barrier()
+        if SM100:
+            row_sum = _row_sum_sm100(scr, row_sum, acc_scale, first, TILE_N, BLOCK_M)
+        else:
+            row_sum = _lane_sum_sm90(scr, row_sum, acc_scale, first, 0, TILE_N, BLOCK_M)
+            l1 = _lane_sum_sm90(scr, l1, acc_scale, first, 1, TILE_N, BLOCK_M)
+            l2 = _lane_sum_sm90(scr, l2, acc_scale, first, 2, TILE_N, BLOCK_M)
+            l3 = _lane_sum_sm90(scr, l3, acc_scale, first, 3, TILE_N, BLOCK_M)
+        vv = tl.load(vbase + cols[:, None] * svs + dv[None, :], mask=kmask[:, None] & (dv < dv_real)[None, :],
+                     other=0.0)
+        if it > 0:
+            if SM100:
+                # correction_loop: a warp of 32 rows rescales O when one of its rows has acc_scale < 1
+                want = ((acc_scale < 1.0) & row_ok).to(tl.int32)
+                warp = tl.max(tl.reshape(want, [BLOCK_M // 32, 32]), 1)
+                wrow = tl.reshape(tl.broadcast_to(warp[:, None], [BLOCK_M // 32, 32]), [BLOCK_M]) != 0
+                o = tl.where(wrow[:, None], _op2(MUL, o, acc_scale[:, None] + tl.zeros_like(o)), o)
+            else:
+                o = _op2(MUL, o, acc_scale[:, None] + tl.zeros_like(o))
+        if UPCAST:
+            if P_DTYPE == tl.bfloat16:
+                pq = _op1(CVT_BF16, p)
+            else:
+                pq = _op1(CVT_F16, p)
+        else:
+            pq = p.to(P_DTYPE)
+        o = tl.dot(pq, vv, o)
+    # the epilogue: Softmax.finalize (SM90) / correction_loop (SM100), with the learnable sink
+    sk = tl.load(Sink + head, mask=row_ok, other=0.0)
+    with_sink = has_sink != 0
+    if SM100:
+        # softmax.py apply_learnable_sink
+        empty = m == ninf
+        xs = _op2(ADD, _op3(FMA, sk, tl.zeros_like(sk) + 1.4426950216293335, -_op2(MUL, m, sl2_t)),
+                  tl.zeros_like(sk) + offset)
+        added = _op2(ADD, row_sum, _op1(EX2_FTZ, xs))
+        m = tl.where(with_sink & empty, _op2(MUL, sk, tl.zeros_like(sk) + sink_m_factor), m)
+        rs = tl.where(with_sink, tl.where(empty, tl.zeros_like(row_sum) + sink_empty_sum, added), row_sum)
+        bad = (rs == 0.0) | (rs != rs)
+        safe = tl.where(bad, 1.0, rs)
+        fin = _op1(RCP_FTZ, safe)
+        lg = _op2(SUB, _op1(LG2_FTZ, safe), tl.zeros_like(safe) + offset)
+        lse = _op2(MUL, _op3(FMA, m, sl2_t, lg), tl.zeros_like(lg) + 0.6931471805599453)
+    else:
+        total = _op2(ADD, _op2(ADD, row_sum, l1), _op2(ADD, l2, l3))
+        sk2 = _op2(MUL, sk, tl.zeros_like(sk) + 1.4426950216293335)
+        m_scaled = tl.where(m == ninf, sk2, _op2(MUL, m, sl2_t))
+        total = tl.where(with_sink, _op2(ADD, total, _op1(EX2_FTZ, _op2(SUB, sk2, m_scaled))), total)
+        bad = (total == 0.0) | (total != total)
+        safe = tl.where(bad, 1.0, total)
+        fin = _op1(RCP_FTZ, safe)
+        lg = _op1(LG2_FTZ, safe)
+        lse = _op2(MUL, tl.where(with_sink, _op2(ADD, m_scaled, lg), _op3(FMA, m, sl2_t, lg)),
+                   tl.zeros_like(lg) + 0.6931471805599453)
+    lse = tl.where(bad, ninf, lse)
+    out = _op2(MUL, o, fin[:, None] + tl.zeros_like(o))
+    optr = Out + bb * sob + qpos[:, None] * sos + head[:, None] * soh + dv[None, :]
+    if UPCAST:
+        tl.store(optr, out, mask=row_ok[:, None] & (dv < dv_real)[None, :])
+    else:
+        tl.store(optr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & (dv < dv_real)[None, :])
+    stat = (bb * heads + head) * seqlen_q + qpos
+    tl.store(Lse + stat, lse, mask=row_ok)
+    tl.store(Events + stat, events, mask=row_ok)
+    tl.store(Done + stat, done, mask=row_ok)
+    tl.store(Lag + stat, lag, mask=row_ok)
+    tl.store(Sat + stat, sat, mask=row_ok)

@@ -1,0 +1,259 @@
+"""The GPU twin: :func:`fa4num.attention.forward`'s exact bits (out, LSE, counters), computed on a GPU.
+
+``twin.forward(q, k, v, **fa4_args)`` (or ``problem=plan(...)``) takes the same :class:`~fa4num.attention.Problem`
+as the CPU emulator, which stays the specification: one Triton program per FA4 M block runs the emulator's
+steps in FA4's order (:mod:`fa4num.gpu._twin_kernel` says how each step is kept exact), both kernels
+(``fa4-sm90``, and ``fa4-sm100`` -- the Blackwell arithmetic, run on Hopper's instructions: never run on a
+Blackwell GPU). The M blocks' KV ranges come from the rule the emulator uses
+(:func:`fa4num.attention.masking.n_block_range`), the software-exp2 columns from the kernel object, the
+polynomial from the resolved options. Memory: the inputs, the outputs and one P tile per program.
+
+What the twin covers: bf16/fp16, every SM100 knob (``rescale_threshold``, ``max_offset``, ``ex2_emu_freq/res/
+start_frg``, degree/coeffs, ``fused_bias``, ``is_sm103``, tiles), causal, sliding windows, softcap, learnable
+sinks, GQA/MQA with and without pack_gqa, head dims up to 256. What it refuses, with a ValueError naming the
+argument: fp8 (FA4's SM100 fp8 path accumulates with F = 25 fraction bits, Hopper's fp8 wgmma with 13: the twin
+would not give the emulator's bits), varlen, paged KV and split-KV (not yet in the twin: use the CPU emulator),
+the statistical mode (use ``fa4num.attention.forward_torch``), and GEMM or MUFU models other than the H200's
+(``gemm="wgmma"``, ``mufu_arch="sm90"``).
+
+On a machine without a GPU the same kernel runs in Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton
+is imported), each instruction evaluated by fa4num's models (:mod:`fa4num.gpu._twin_interp`): slow, for tests on
+tiny shapes.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+
+from fa4num.attention import masking as _masking
+from fa4num.attention.config import GEMM_IMPL
+from fa4num.attention.forward import AttentionResult, AttentionStats
+from fa4num.attention.problem import NP_DTYPES, given_or_plan
+from fa4num.constants import LOG2_E_F32
+from fa4num.ex2 import poly_coeffs
+from fa4num.hw.mma import ACCUMULATORS
+from fa4num.softmax import scale_log2_of
+from fa4num.softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
+
+
+def interpreted() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET`` set, not "0").
+
+    Examples
+    --------
+    >>> isinstance(interpreted(), bool)
+    True
+    """
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def refusal(problem) -> str | None:
+    """Why the twin cannot give this problem's bits (a sentence naming the argument), or None when it can.
+
+    Parameters
+    ----------
+    problem : fa4num.attention.Problem
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> from fa4num.attention import plan
+    >>> q = np.ones((1, 64, 2, 64), ml_dtypes.bfloat16)
+    >>> refusal(plan(q, q, q, kernel="fa4-sm100")) is None
+    True
+    >>> refusal(plan(q, q, q, kernel="fa4-sm100", num_splits=2))
+    'num_splits=2: split-KV is not in the GPU twin yet (use fa4num.attention.forward)'
+    """
+    p = problem
+    if p.fp8:
+        return (f"dtype {p.dtype}: FA4's SM100 fp8 path accumulates with F = 25 fraction bits and Hopper's fp8 "
+                f"wgmma with 13, so the twin refuses fp8 (use fa4num.attention.forward)")
+    if p.mode != "bitexact":
+        return "mode='statistical': the twin is bit-exact; use fa4num.attention.forward_torch for the statistical path"
+    if p.varlen:
+        return "cu_seqlens_q/cu_seqlens_k: varlen is not in the GPU twin yet (use fa4num.attention.forward)"
+    if p.page_table is not None:
+        return "page_table: paged KV is not in the GPU twin yet (use fa4num.attention.forward)"
+    if p.num_splits != 1:
+        return f"num_splits={p.num_splits}: split-KV is not in the GPU twin yet (use fa4num.attention.forward)"
+    model, acc = GEMM_IMPL[p.opts.gemm]
+    if model != "wgmma" or ACCUMULATORS[acc] != ACCUMULATORS["sm90"]:
+        return (f"gemm={p.opts.gemm!r}: the twin's GEMMs run on the H200's tensor cores, so it takes the GEMM "
+                f"models whose accumulator is Hopper's ('wgmma', and 'tcgen05' for 16-bit inputs)")
+    if p.opts.mufu_arch != "sm90":
+        return f"mufu_arch={p.opts.mufu_arch!r}: the twin's MUFU instructions are the H200's (mufu_arch='sm90')"
+    if p.head_dim % 16 or p.head_dim_v % 16:
+        return (f"head_dim={p.head_dim}, head_dim_v={p.head_dim_v}: the twin takes multiples of 16 (tl.dot's K "
+                f"step)")
+    return None
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(4, (int(n) - 1).bit_length())
+
+
+def _window_args(w, sq, sk) -> tuple[int, int]:
+    """(left, right): the visible keys of query i are diag - left .. diag + right (diag = i + sk - sq), as
+    :func:`fa4num.attention.masking.visible` says; an open side gets a width no key reaches."""
+    big = sq + sk + 1
+    if w.causal:
+        return big, 0
+    if w.local:
+        return (big if w.left is None else int(w.left)), (big if w.right is None else int(w.right))
+    return big, big
+
+
+def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = None, **fa4_args) -> AttentionResult:
+    """FA4's forward on the GPU, with :func:`fa4num.attention.forward`'s exact bits.
+
+    Parameters
+    ----------
+    q, k, v : torch.Tensor
+        FA4's layouts (batch, seqlen, heads, head_dim), bf16 or fp16, on a CUDA device (or on the CPU under
+        Triton's interpreter).
+    problem : fa4num.attention.Problem, optional
+        ``plan(q, k, v, **fa4_args)`` instead of q, k, v and the arguments.
+    num_warps : int, optional
+        Triton launch width (default: 4 per 64 rows of the M block); changes the speed, never the bits.
+    **fa4_args
+        FA4's arguments and the kernel knobs, as :func:`fa4num.attention.forward` takes them.
+
+    Returns
+    -------
+    AttentionResult
+        ``out`` (torch, q's dtype and device), ``lse`` (torch float32 (batch, heads, seqlen_q)) and ``stats``
+        (:class:`fa4num.attention.AttentionStats`, numpy): the emulator's bits.
+
+    Raises
+    ------
+    ValueError
+        For what the twin does not cover (:func:`refusal` says why, naming the argument).
+
+    Examples
+    --------
+    >>> import torch
+    >>> q = torch.randn(1, 256, 2, 64).to(torch.bfloat16)
+    >>> res = forward(q.cuda(), q.cuda(), q.cuda(), causal=True, kernel="fa4-sm100")  # doctest: +SKIP
+    >>> res.out.shape, res.stats.rescales_done.shape  # doctest: +SKIP
+    (torch.Size([1, 256, 2, 64]), (1, 2, 256))
+    """
+    import torch
+    import triton
+    import triton.language as tl
+    setup = given_or_plan(problem, q, k, v, fa4_args, who="fa4num.gpu.twin.forward")
+    why = refusal(setup)
+    if why is not None:
+        raise ValueError(why)
+    q, k, v = setup.q, setup.k, setup.v
+    if not all(isinstance(x, torch.Tensor) for x in (q, k, v)):
+        raise TypeError("q, k, v must be torch tensors for the GPU twin")
+    interp = interpreted()
+    if not interp and q.device.type != "cuda":
+        raise ValueError(f"q, k, v must be on a CUDA device for the GPU twin (got {q.device}); on a machine "
+                         f"without a GPU set TRITON_INTERPRET=1 before importing Triton")
+    from . import _twin_kernel
+    kern, opts, dt = setup.kernel, setup.opts, setup.dtype
+    b, sq, h, d = q.shape
+    sk, hk, dvh = k.shape[1], k.shape[2], v.shape[3]
+    rep = h // hk
+    group = rep if (opts.pack_gqa and rep > 1) else 1
+    nrows = sq * group
+    tm, tn = opts.tile_m, opts.tile_n
+    nmb = -(-nrows // tm) if nrows else 0
+    w = setup.window
+    dev = q.device
+    out_dt = NP_DTYPES[dt]
+    shape_lse = (b, h, sq)
+    kv_blocks = np.zeros(shape_lse, np.int32)
+    ranges = np.zeros((max(nmb, 1), 2), np.int32)
+    for mb in range(nmb if sk else 0):
+        lo, hi = _masking.n_block_range(mb, tile_m=tm, tile_n=tn, seqlen_q=sq, seqlen_k=sk, window=w,
+                                        qhead_per_kvhead_packgqa=group)
+        cnt = max(hi - lo, 1)        # the emulator visits block n_hi - 1 even when the range is empty
+        ranges[mb] = hi - 1, cnt
+        rows = np.arange(mb * tm, min((mb + 1) * tm, nrows))
+        qi, hoff = rows // group, rows % group
+        for gidx in range(h // group):
+            kv_blocks[:, gidx * group + hoff, qi] = cnt
+    emu = kern.emulated_columns(opts)
+    n_emu = 0 if emu is None else int(emu.sum())
+    bn, bm = _pow2(tn), _pow2(tm)
+    emu_mask = np.zeros(bn, np.int32)
+    coef = np.zeros(8, np.float32)
+    deg = 1
+    if kern.lazy_rescale:
+        emu_mask[:tn] = emu
+        cs = poly_coeffs(opts.poly_degree, coeffs=opts.coeffs)
+        deg = len(cs) - 1
+        coef[:len(cs)] = cs
+    softcap = float(setup.softcap)
+    sl2 = SCALE_LOG2_WITH_SCOREMOD if softcap else scale_log2_of(setup.softmax_scale)
+    sl2 = np.float32(sl2)
+    sink = setup.sink
+    sink_t = torch.zeros(h, dtype=torch.float32, device=dev)
+    if sink is not None:
+        sink_t = torch.from_numpy(np.asarray(sink, np.float32)).to(dev)
+    max_offset = float(opts.max_offset) if kern.lazy_rescale else 0.0
+    left, right = _window_args(w, sq, sk)
+    qq, kk, vv = (x.float() if interp else x.contiguous() for x in (q, k, v))
+    out = torch.zeros((b, sq, h, dvh), dtype=torch.float32 if interp else q.dtype, device=dev)
+    lse = torch.full(shape_lse, -math.inf, dtype=torch.float32, device=dev)
+    events = torch.zeros(shape_lse, dtype=torch.int32, device=dev)
+    done = torch.zeros_like(events)
+    sat = torch.zeros_like(events)
+    lag = torch.zeros(shape_lse, dtype=torch.float32, device=dev)
+    if sq and sk:
+        grid = (nmb, b * (h // group))
+        scr = torch.empty(grid[0] * grid[1] * bn * bm, dtype=torch.float32, device=dev)
+        args = (qq, kk, vv, out, lse, events, done, lag, sat, torch.from_numpy(ranges.reshape(-1)).to(dev),
+                torch.from_numpy(emu_mask).to(dev), torch.from_numpy(coef).to(dev), sink_t, scr,
+                sq, sk, h, rep, group, nrows, left, right, int(not getattr(opts, "is_sm103", False)),
+                int(bool(getattr(opts, "fused_bias", True))), int(sink is not None),
+                qq.stride(0), qq.stride(1), qq.stride(2), kk.stride(0), kk.stride(1), kk.stride(2),
+                vv.stride(0), vv.stride(1), vv.stride(2), out.stride(0), out.stride(1), out.stride(2),
+                float(sl2), float(np.float32(setup.softmax_scale)), softcap,
+                float(opts.rescale_threshold) if kern.lazy_rescale else 0.0, max_offset,
+                float(np.float32(LOG2_E_F32 / sl2)), float(np.float32(2.0 ** max_offset)),
+                float(ml_dtypes.finfo(out_dt).max), d, dvh)
+        meta = dict(TILE_M=tm, TILE_N=tn, BLOCK_M=bm, BLOCK_N=bn, HEAD_D=_pow2(d), HEAD_DV=_pow2(dvh),
+                    SM100=kern.lazy_rescale, HAS_EMU=n_emu > 0, POLY_DEG=deg, P_DTYPE=tl.bfloat16 if dt == "bfloat16" else tl.float16, UPCAST=interp,
+                    num_warps=num_warps or max(4, bm // 16), num_stages=1)
+        if interp:
+            from ._twin_interp import cpu_instructions
+            with cpu_instructions(dtype=dt, accumulator=GEMM_IMPL[opts.gemm][1]):
+                _twin_kernel.twin_fwd[grid](*args, **meta)
+        else:
+            _twin_kernel.twin_fwd[grid](*args, **meta)
+            del triton     # imported for its side effect of a clear ImportError when missing
+    elif sq and sink is not None:
+        # seqlen_k == 0 (interface.py): out = 0, LSE = the sink
+        lse.copy_(sink_t.view(1, h, 1).expand(b, h, sq))
+    if interp:
+        o32 = out.numpy()
+        oc = o32.astype(out_dt)
+        oc.view(np.uint16)[np.isnan(o32)] = 0x7FFF      # cvt.rn: every NaN becomes the canonical 0x7FFF
+        out = torch.from_numpy(oc.view(np.int16)).view(torch.bfloat16 if dt == "bfloat16" else torch.float16)
+    lse_np = lse.cpu().numpy()
+    nvis = _masking.visible_count(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
+    share = np.zeros(shape_lse, np.float32)
+    if sink is not None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            sh = np.exp(np.asarray(sink, np.float64)[None, :, None] - lse_np.astype(np.float64))
+        share = np.where(np.isfinite(sh), sh, 0).astype(np.float32)
+    stats = AttentionStats(
+        kv_blocks=kv_blocks, rescale_events=events.cpu().numpy(), rescales_done=done.cpu().numpy(),
+        max_lag=lag.cpu().numpy(), exp2_emulated=kv_blocks * n_emu, exp2_mufu=kv_blocks * (tn - n_emu),
+        p_saturated=sat.cpu().numpy(), masked_by_window=np.broadcast_to((sk - nvis).astype(np.int32),
+                                                                          shape_lse).copy(),
+        sink_share=share, gemm=opts.gemm, tanh_exact=True)
+    return AttentionResult(out, lse, stats, kern.name, opts, setup.softmax_scale, 1)
+
+
+__all__ = ["forward", "refusal", "interpreted"]
