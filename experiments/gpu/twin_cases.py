@@ -71,8 +71,8 @@ def cases() -> list[dict]:
                          opts=dict(causal=True, **kn)))
     out += [
         _case("sm100-hd192-128", s1, d=192, dv=128, sq=300, sk=500, h=2, hk=2, opts=dict(causal=True)),
-        _case("sm100-fp16-offset8", s1, dtype="float16", d=128, dv=128, mult=3.0, sq=512, sk=1024,
-              opts=dict(max_offset=8, causal=True)),
+        _case("sm100-fp16-offset4", s1, dtype="float16", d=128, dv=128, mult=3.0, sq=512, sk=1024,
+              opts=dict(max_offset=4, causal=True)),
         _case("sm90-hd96", "fa4-sm90", d=96, dv=96, sq=333, sk=333),
         _case("sm90-hd192", "fa4-sm90", d=192, dv=192, sq=300, sk=400, opts=dict(causal=True)),
     ]

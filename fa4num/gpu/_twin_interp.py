@@ -30,7 +30,7 @@ def _cvt(dtype):
     return cvt
 
 
-INSTRUCTIONS = {
+INSTRUCTIONS = {k.value: f for k, f in {
     K.FMA: lambda a, b, c: fp.fma(a, b, c),
     K.ADD: lambda a, b: fp.add(a, b),
     K.SUB: lambda a, b: fp.sub(a, b),
@@ -45,7 +45,7 @@ INSTRUCTIONS = {
     K.TANH: lambda x: hw.mufu_model("sm90").fn("tanh")(x),
     K.CVT_BF16: _cvt(ml_dtypes.bfloat16),
     K.CVT_F16: _cvt(np.float16),
-}
+}.items()}
 
 
 class _Call:

@@ -18,28 +18,29 @@ inputs, so the same GEMM serves both kernels.
 The non-associative reductions keep FA4's order: the row max is exact (a total order: NaN ignored, +0 above
 -0), so a tree reduction gives the sequential result; the row sums are added column by column in FA4's order
 (SM90: four quad lanes, each its columns 8j + 2q, 8j + 2q + 1 left to right, ``softmax.py`` ``Softmax`` with
-arch 80; SM100: ``utils.fadd_reduce``'s eight accumulators), reading P back through a per-program scratch tile
-(columns contiguous), since registers cannot be indexed.
+arch 80; SM100: ``utils.fadd_reduce``'s eight accumulators), reading P back from a per-program scratch tile 8
+columns at a time (registers cannot be indexed): each slab adds one term to every lane or accumulator, and
+the final combines are pairs (one commutative RN add each).
 """
 import triton
 import triton.language as tl
 
 # PTX of each step (the interpreter maps these strings to fa4num's instruction models: keep them in sync with
 # fa4num.gpu._twin_interp.INSTRUCTIONS, which tests/gpu/test_twin.py checks)
-FMA = "fma.rn.f32 $0, $1, $2, $3;"
-ADD = "add.rn.f32 $0, $1, $2;"
-SUB = "sub.rn.f32 $0, $1, $2;"
-MUL = "mul.rn.f32 $0, $1, $2;"
-DIV = "div.rn.f32 $0, $1, $2;"
-ADD_RM = "add.rm.f32 $0, $1, $2;"
-MAX = "max.f32 $0, $1, $2;"
-EX2_FTZ = "ex2.approx.ftz.f32 $0, $1;"
-EX2 = "ex2.approx.f32 $0, $1;"
-RCP_FTZ = "rcp.approx.ftz.f32 $0, $1;"
-LG2_FTZ = "lg2.approx.ftz.f32 $0, $1;"
-TANH = "tanh.approx.f32 $0, $1;"
-CVT_BF16 = "{ .reg .b16 h; cvt.rn.bf16.f32 h, $1; cvt.f32.bf16 $0, h; }"
-CVT_F16 = "{ .reg .b16 h; cvt.rn.f16.f32 h, $1; cvt.f32.f16 $0, h; }"
+FMA = tl.constexpr("fma.rn.f32 $0, $1, $2, $3;")
+ADD = tl.constexpr("add.rn.f32 $0, $1, $2;")
+SUB = tl.constexpr("sub.rn.f32 $0, $1, $2;")
+MUL = tl.constexpr("mul.rn.f32 $0, $1, $2;")
+DIV = tl.constexpr("div.rn.f32 $0, $1, $2;")
+ADD_RM = tl.constexpr("add.rm.f32 $0, $1, $2;")
+MAX = tl.constexpr("max.f32 $0, $1, $2;")
+EX2_FTZ = tl.constexpr("ex2.approx.ftz.f32 $0, $1;")
+EX2 = tl.constexpr("ex2.approx.f32 $0, $1;")
+RCP_FTZ = tl.constexpr("rcp.approx.ftz.f32 $0, $1;")
+LG2_FTZ = tl.constexpr("lg2.approx.ftz.f32 $0, $1;")
+TANH = tl.constexpr("tanh.approx.f32 $0, $1;")
+CVT_BF16 = tl.constexpr("{ .reg .b16 h; cvt.rn.bf16.f32 h, $1; cvt.f32.bf16 $0, h; }")
+CVT_F16 = tl.constexpr("{ .reg .b16 h; cvt.rn.f16.f32 h, $1; cvt.f32.f16 $0, h; }")
 
 
 @triton.jit
@@ -82,54 +83,59 @@ def _ex2_emulation_2(x, Coef, POLY_DEG: tl.constexpr):
 
 
 @triton.jit
-def _col(Scr, c, BLOCK_M: tl.constexpr):
-    """Column c of the program's P tile (stored transposed: a column is contiguous)."""
-    return tl.load(Scr + c * BLOCK_M + tl.arange(0, BLOCK_M))
+def _slab(Scr, j, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Columns 8j .. 8j + 7 of the program's P tile (row-major scratch): (BLOCK_M, 8)."""
+    return tl.load(Scr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + 8 * j + tl.arange(0, 8)[None, :])
 
 
 @triton.jit
-def _lane_sum_sm90(Scr, prev, rs, first, LANE: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr):
-    """One quad lane's row sum over a block (``Softmax.online_softmax`` with ``fadd_reduce`` arch < 100): the
-    first block 0 + P[2q] + P[2q+1] + P[8+2q] + ...; later fma.rn(sum, row_scale, P[2q]) + P[2q+1] + ..."""
-    c0 = _col(Scr, 2 * LANE, BLOCK_M)
-    acc = tl.where(first, _op2(ADD, c0, tl.zeros_like(c0)), _op3(FMA, prev, rs, c0))
-    acc = _op2(ADD, acc, _col(Scr, 2 * LANE + 1, BLOCK_M))
+def _pair(x, BLOCK_M: tl.constexpr, N: tl.constexpr):
+    """(even, odd) columns of a (BLOCK_M, 2N) tensor."""
+    return tl.split(tl.reshape(x, [BLOCK_M, N, 2]))
+
+
+@triton.jit
+def _lane_sums_sm90(Scr, prev, rs, first, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The four quad lanes' row sums over a block, (BLOCK_M, 4) (``Softmax.online_softmax`` with ``fadd_reduce``
+    arch < 100): lane q's first block 0 + P[2q] + P[2q+1] + P[8+2q] + P[8+2q+1] + ...; later fma.rn(sum,
+    row_scale, P[2q]) + P[2q+1] + ... A slab of 8 columns holds each lane's pair (2q, 2q+1)."""
+    even, odd = _pair(_slab(Scr, 0, BLOCK_M, BLOCK_N), BLOCK_M, 4)
+    acc = tl.where(first, _op2(ADD, even, tl.zeros_like(even)),
+                   _op3(FMA, prev, rs[:, None] + tl.zeros_like(prev), even))
+    acc = _op2(ADD, acc, odd)
     for j in tl.static_range(1, TILE_N // 8):
-        acc = _op2(ADD, acc, _col(Scr, 8 * j + 2 * LANE, BLOCK_M))
-        acc = _op2(ADD, acc, _col(Scr, 8 * j + 2 * LANE + 1, BLOCK_M))
+        even, odd = _pair(_slab(Scr, j, BLOCK_M, BLOCK_N), BLOCK_M, 4)
+        acc = _op2(ADD, _op2(ADD, acc, even), odd)
     return acc
 
 
 @triton.jit
-def _acc_sm100(Scr, m: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, init):
-    """``utils.fadd_reduce`` (arch >= 100) accumulator A_m: init (its seed) + P[8 + m] + P[16 + m] + ..."""
-    acc = init
-    for i in tl.static_range(1, TILE_N // 8):
-        acc = _op2(ADD, acc, _col(Scr, 8 * i + m, BLOCK_M))
-    return acc
+def _sum_pairs(x, BLOCK_M: tl.constexpr, N: tl.constexpr):
+    """x[:, 2i] + x[:, 2i + 1] for a (BLOCK_M, 2N) tensor: one RN add each (commutative, so exact in any
+    order)."""
+    even, odd = _pair(x, BLOCK_M, N)
+    return _op2(ADD, even, odd)
 
 
 @triton.jit
-def _row_sum_sm100(Scr, row_sum, acc_scale, first, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr):
-    """``SoftmaxSm100.update_row_sum``: the eight accumulators (A0 seeded with RN(row_sum * acc_scale) + P0 and
-    A1 with 0 + P1 after the first block), then (A0+A2, A1+A3, A4+A6, A5+A7), (A0+A4) + (A1+A5)."""
-    p0 = _col(Scr, 0, BLOCK_M)
-    p1 = _col(Scr, 1, BLOCK_M)
-    p0 = tl.where(first, p0, _op2(ADD, _op2(MUL, row_sum, acc_scale), p0))
-    p1 = tl.where(first, p1, _op2(ADD, tl.zeros_like(p1), p1))
-    a0 = _acc_sm100(Scr, 0, TILE_N, BLOCK_M, p0)
-    a1 = _acc_sm100(Scr, 1, TILE_N, BLOCK_M, p1)
-    a2 = _acc_sm100(Scr, 2, TILE_N, BLOCK_M, _col(Scr, 2, BLOCK_M))
-    a3 = _acc_sm100(Scr, 3, TILE_N, BLOCK_M, _col(Scr, 3, BLOCK_M))
-    a4 = _acc_sm100(Scr, 4, TILE_N, BLOCK_M, _col(Scr, 4, BLOCK_M))
-    a5 = _acc_sm100(Scr, 5, TILE_N, BLOCK_M, _col(Scr, 5, BLOCK_M))
-    a6 = _acc_sm100(Scr, 6, TILE_N, BLOCK_M, _col(Scr, 6, BLOCK_M))
-    a7 = _acc_sm100(Scr, 7, TILE_N, BLOCK_M, _col(Scr, 7, BLOCK_M))
-    a0 = _op2(ADD, a0, a2)
-    a1 = _op2(ADD, a1, a3)
-    a4 = _op2(ADD, a4, a6)
-    a5 = _op2(ADD, a5, a7)
-    return _op2(ADD, _op2(ADD, a0, a4), _op2(ADD, a1, a5))
+def _row_sum_sm100(Scr, row_sum, acc_scale, first, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    """``SoftmaxSm100.update_row_sum``: ``utils.fadd_reduce``'s eight accumulators A_m (column m of a slab),
+    A0 seeded with RN(row_sum * acc_scale) + P0 and A1 with 0 + P1 after the first block, each adding its
+    columns 8 + m, 16 + m, ... in order; then (A0+A2, A1+A3, A4+A6, A5+A7) and (A0+A4) + (A1+A5)."""
+    s0 = _slab(Scr, 0, BLOCK_M, BLOCK_N)
+    m = tl.arange(0, 8)[None, :] + tl.zeros([BLOCK_M, 8], tl.int32)
+    init = _op2(MUL, row_sum, acc_scale)[:, None] + tl.zeros_like(s0)
+    seeded = tl.where(m == 0, _op2(ADD, init, s0), tl.where(m == 1, _op2(ADD, tl.zeros_like(s0), s0), s0))
+    acc = tl.where(first, s0, seeded)
+    for j in tl.static_range(1, TILE_N // 8):
+        acc = _op2(ADD, acc, _slab(Scr, j, BLOCK_M, BLOCK_N))
+    # m = 4a + 2b + c: A[a,0,c] + A[a,1,c] (A0+A2, A1+A3, A4+A6, A5+A7), then over a, then over c
+    t = tl.permute(tl.reshape(acc, [BLOCK_M, 2, 2, 2]), (0, 1, 3, 2))      # [.., a, c, b]
+    x = _sum_pairs(tl.reshape(t, [BLOCK_M, 8]), BLOCK_M, 4)                 # [.., (a, c)]
+    y = _sum_pairs(tl.reshape(tl.permute(tl.reshape(x, [BLOCK_M, 2, 2]), (0, 2, 1)), [BLOCK_M, 4]), BLOCK_M, 2)
+    even, odd = _pair(y, BLOCK_M, 1)
+    return _op2(ADD, tl.reshape(even, [BLOCK_M]), tl.reshape(odd, [BLOCK_M]))
 
 
 @triton.jit
@@ -140,19 +146,23 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
              TILE_M: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, SM100: tl.constexpr, HAS_EMU: tl.constexpr,
              POLY_DEG: tl.constexpr, P_DTYPE: tl.constexpr, UPCAST: tl.constexpr):
-    """One FA4 M block (``TILE_M`` packed rows; packed row = query * group + head offset under pack-GQA) of one
+    """``BLOCK_M`` rows of one FA4 M block (``TILE_M`` packed rows, in ceil(TILE_M / BLOCK_M) programs: a row's
+    bits depend only on its M block's KV range, and SM100's 32-row warps stay whole; packed row = query * group + head offset under pack-GQA) of one
     (batch, KV head or q head): the KV blocks ``Ranges`` gives it (host-made by
     ``fa4num.attention.masking.n_block_range``), right to left; per block the steps of
     ``fa4num.attention.forward`` ``_run_mblock`` with the kernel's softmax step; then its ``finalize``.
     Options that change no loop structure are runtime arguments (one compiled kernel serves them all): the
     window as key offsets ``left``/``right`` from the diagonal (the host passes a width no sequence reaches for
     an open side, 0 on the right for causal), softcap (0: off), the sink and the SM100 flags."""
-    pid_m = tl.program_id(0)
+    pid = tl.program_id(0)
     pid_g = tl.program_id(1)
+    subs = (TILE_M + BLOCK_M - 1) // BLOCK_M
+    pid_m = pid // subs
+    sub_rows = (pid % subs) * BLOCK_M + tl.arange(0, BLOCK_M)
     bb = pid_g // (heads // group)
     gidx = pid_g % (heads // group)
-    prow = pid_m * TILE_M + tl.arange(0, BLOCK_M)
-    row_ok = (tl.arange(0, BLOCK_M) < TILE_M) & (prow < nrows)
+    prow = pid_m * TILE_M + sub_rows
+    row_ok = (sub_rows < TILE_M) & (prow < nrows)
     qpos = prow // group
     head = gidx * group + prow % group
     kvh0 = (gidx * group) // rep
@@ -165,14 +175,12 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
     count = tl.load(Ranges + pid_m * 2 + 1)
     if HAS_EMU:
         emu = tl.load(EmuMask + c_in) != 0
-    scr = Scr + (pid_g * tl.num_programs(0) + pid_m) * (BLOCK_N * BLOCK_M)
+    scr = Scr + (pid_g * tl.num_programs(0) + pid) * (BLOCK_N * BLOCK_M)
     ninf = float("-inf")
     m = tl.full([BLOCK_M], ninf, tl.float32)
     true_m = tl.full([BLOCK_M], ninf, tl.float32)
     row_sum = tl.zeros([BLOCK_M], tl.float32)
-    l1 = tl.zeros([BLOCK_M], tl.float32)
-    l2 = tl.zeros([BLOCK_M], tl.float32)
-    l3 = tl.zeros([BLOCK_M], tl.float32)
+    lanes = tl.zeros([BLOCK_M, 4], tl.float32)
     lag = tl.zeros([BLOCK_M], tl.float32)
     events = tl.zeros([BLOCK_M], tl.int32)
     done = tl.zeros([BLOCK_M], tl.int32)
@@ -234,15 +242,12 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
         sat += tl.sum((p > p_limit).to(tl.int32), 1)
         # the row sums in FA4's order, through the program's scratch tile (P transposed)
         tl.debug_barrier()
-        tl.store(scr + c_in[None, :] * BLOCK_M + tl.arange(0, BLOCK_M)[:, None], p)
+        tl.store(scr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + c_in[None, :], p)
         tl.debug_barrier()
         if SM100:
-            row_sum = _row_sum_sm100(scr, row_sum, acc_scale, first, TILE_N, BLOCK_M)
+            row_sum = _row_sum_sm100(scr, row_sum, acc_scale, first, TILE_N, BLOCK_M, BLOCK_N)
         else:
-            row_sum = _lane_sum_sm90(scr, row_sum, acc_scale, first, 0, TILE_N, BLOCK_M)
-            l1 = _lane_sum_sm90(scr, l1, acc_scale, first, 1, TILE_N, BLOCK_M)
-            l2 = _lane_sum_sm90(scr, l2, acc_scale, first, 2, TILE_N, BLOCK_M)
-            l3 = _lane_sum_sm90(scr, l3, acc_scale, first, 3, TILE_N, BLOCK_M)
+            lanes = _lane_sums_sm90(scr, lanes, acc_scale, first, TILE_N, BLOCK_M, BLOCK_N)
         vv = tl.load(vbase + cols[:, None] * svs + dv[None, :], mask=kmask[:, None] & (dv < dv_real)[None, :],
                      other=0.0)
         if it > 0:
@@ -279,7 +284,10 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
         lg = _op2(SUB, _op1(LG2_FTZ, safe), tl.zeros_like(safe) + offset)
         lse = _op2(MUL, _op3(FMA, m, sl2_t, lg), tl.zeros_like(lg) + 0.6931471805599453)
     else:
-        total = _op2(ADD, _op2(ADD, row_sum, l1), _op2(ADD, l2, l3))
+        # the butterfly over the quad: (l0 + l1) + (l2 + l3)
+        halves = _sum_pairs(lanes, BLOCK_M, 2)
+        even, odd = _pair(halves, BLOCK_M, 1)
+        total = _op2(ADD, tl.reshape(even, [BLOCK_M]), tl.reshape(odd, [BLOCK_M]))
         sk2 = _op2(MUL, sk, tl.zeros_like(sk) + 1.4426950216293335)
         m_scaled = tl.where(m == ninf, sk2, _op2(MUL, m, sl2_t))
         total = tl.where(with_sink, _op2(ADD, total, _op1(EX2_FTZ, _op2(SUB, sk2, m_scaled))), total)

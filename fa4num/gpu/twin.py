@@ -110,7 +110,8 @@ def _window_args(w, sq, sk) -> tuple[int, int]:
     return big, big
 
 
-def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = None, **fa4_args) -> AttentionResult:
+def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = None, num_stages: int = 2,
+            **fa4_args) -> AttentionResult:
     """FA4's forward on the GPU, with :func:`fa4num.attention.forward`'s exact bits.
 
     Parameters
@@ -120,8 +121,9 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
         Triton's interpreter).
     problem : fa4num.attention.Problem, optional
         ``plan(q, k, v, **fa4_args)`` instead of q, k, v and the arguments.
-    num_warps : int, optional
-        Triton launch width (default: 4 per 64 rows of the M block); changes the speed, never the bits.
+    num_warps, num_stages : int, optional
+        Triton launch width (default: 4 per 64 rows of a program) and software pipelining depth; they change
+        the speed, never the bits.
     **fa4_args
         FA4's arguments and the kernel knobs, as :func:`fa4num.attention.forward` takes them.
 
@@ -176,15 +178,14 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     for mb in range(nmb if sk else 0):
         lo, hi = _masking.n_block_range(mb, tile_m=tm, tile_n=tn, seqlen_q=sq, seqlen_k=sk, window=w,
                                         qhead_per_kvhead_packgqa=group)
-        cnt = max(hi - lo, 1)        # the emulator visits block n_hi - 1 even when the range is empty
-        ranges[mb] = hi - 1, cnt
-        rows = np.arange(mb * tm, min((mb + 1) * tm, nrows))
-        qi, hoff = rows // group, rows % group
-        for gidx in range(h // group):
-            kv_blocks[:, gidx * group + hoff, qi] = cnt
+        ranges[mb] = hi - 1, max(hi - lo, 1)   # the emulator visits block n_hi - 1 even when the range is empty
+    if sk and nrows:
+        per_row = ranges[np.arange(nrows) // tm, 1].reshape(sq, group)   # packed row = query * group + offset
+        kv_blocks[:] = np.tile(per_row.T, (h // group, 1))[None]
     emu = kern.emulated_columns(opts)
     n_emu = 0 if emu is None else int(emu.sum())
-    bn, bm = _pow2(tn), _pow2(tm)
+    # rows per program: 128, or 64 with head dims above 128 (register file); a multiple of SM100's 32-row warps
+    bn, bm = _pow2(tn), min(_pow2(tm), 64 if max(d, dvh) > 128 else 128)
     emu_mask = np.zeros(bn, np.int32)
     coef = np.zeros(8, np.float32)
     deg = 1
@@ -210,7 +211,7 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     sat = torch.zeros_like(events)
     lag = torch.zeros(shape_lse, dtype=torch.float32, device=dev)
     if sq and sk:
-        grid = (nmb, b * (h // group))
+        grid = (nmb * -(-tm // bm), b * (h // group))
         scr = torch.empty(grid[0] * grid[1] * bn * bm, dtype=torch.float32, device=dev)
         args = (qq, kk, vv, out, lse, events, done, lag, sat, torch.from_numpy(ranges.reshape(-1)).to(dev),
                 torch.from_numpy(emu_mask).to(dev), torch.from_numpy(coef).to(dev), sink_t, scr,
@@ -224,7 +225,7 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
                 float(ml_dtypes.finfo(out_dt).max), d, dvh)
         meta = dict(TILE_M=tm, TILE_N=tn, BLOCK_M=bm, BLOCK_N=bn, HEAD_D=_pow2(d), HEAD_DV=_pow2(dvh),
                     SM100=kern.lazy_rescale, HAS_EMU=n_emu > 0, POLY_DEG=deg, P_DTYPE=tl.bfloat16 if dt == "bfloat16" else tl.float16, UPCAST=interp,
-                    num_warps=num_warps or max(4, bm // 16), num_stages=1)
+                    num_warps=num_warps or bm // 16, num_stages=num_stages)
         if interp:
             from ._twin_interp import cpu_instructions
             with cpu_instructions(dtype=dt, accumulator=GEMM_IMPL[opts.gemm][1]):
