@@ -130,10 +130,15 @@ def task_groups(study: str, todo: list) -> list:
 
 
 def _single_threaded(nthreads: int):
-    # one CPU-bound task per worker thread: torch's intra-op pool would otherwise oversubscribe the cores
-    import torch
-    if torch.get_num_threads() != max(1, nthreads):
-        torch.set_num_threads(max(1, nthreads))
+    # one CPU-bound task per worker thread: torch's intra-op pool would otherwise oversubscribe the cores. A
+    # worker that has not imported torch yet gets the limit through the variable torch reads at import (importing
+    # torch here would cost seconds to every study that does not use it)
+    n = max(1, nthreads)
+    torch = sys.modules.get("torch")
+    if torch is None:
+        os.environ["OMP_NUM_THREADS"] = str(n)
+    elif torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 class Terminated(KeyboardInterrupt):
@@ -214,7 +219,8 @@ def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, comp
         if key not in have:
             todo.append((key, cfg))
     cached = len(g.tasks) - len(todo)
-    params = {k for cfg in g.tasks for k in cfg}
+    from .grid import _signature
+    params = {k for cfg in g.tasks for k in cfg} | set(_signature(g.study)[0])   # what may become a column
     from fa4num.provenance import code_revision
     base = {"study": g.study, "study_version": version, "grid": g.name, "code_revision": code_revision()}
     t0 = time.perf_counter()
@@ -229,11 +235,12 @@ def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, comp
 
     def finish(key, cfg, status, row):
         if status == "ok":
-            # a metric named like another block's parameter would overwrite that column in the store
+            # a metric named like a parameter that this task leaves at its default, or that another block sets,
+            # would fill that configuration column in the store
             clash = sorted((set(row) & params) - set(cfg))
             if clash:
                 status, row = "error", (f"ValueError: study {g.study!r} returned metric(s) {clash}, which are "
-                                        "configuration parameters of the grid; rename the metric(s)")
+                                        "parameters of the study or the grid; rename the metric(s)")
         if status != "ok":
             failed.append((cfg, row))
             return
