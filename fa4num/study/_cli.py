@@ -64,9 +64,9 @@ def _summary(args) -> int:
 
 
 def _verify(args) -> int:
-    from .store import verify
-    rep = verify(args.out, repair=args.repair)
-    print(f"store {rep.out}: {rep.parts} part files, {rep.rows} tasks"
+    from .store import verify_store
+    rep = verify_store(args.out, repair=args.repair)
+    print(f"store {rep.out}: {rep.parts} part file{'s' * (rep.parts != 1)}, {rep.rows} tasks in sound parts"
           + (f" ({rep.duplicates} stored twice, counted once)" if rep.duplicates else ""))
     for name, why, keys in rep.corrupt:
         held = f"{len(keys)} tasks" if keys is not None else "its tasks cannot be read"

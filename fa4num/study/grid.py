@@ -16,7 +16,8 @@ Format (the shipped grids are ``fa4num/study/grids/*.toml``, package data; read 
 
 The tasks are the union of the blocks' products (duplicates once), each merged with ``fixed``. A task's key is a
 hash of the study (name and version) and its configuration, so results stored under it stay valid until the
-configuration or the study's version changes.
+configuration or the study's version changes. :func:`parse_grid` validates a grid against the study
+function's signature before any task is built (the rules: ``docs/study.md``).
 """
 from __future__ import annotations
 
@@ -150,7 +151,7 @@ def _check_value(name: str, study: str, k: str, v, where: str, param):
 def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None, max_tasks: int | None = MAX_TASKS) -> Grid:
     """Build a :class:`Grid` from a parsed TOML document, validated before any task is built or run.
 
-    The schema is documented in ``docs/study-grids.md`` (and the module docstring).
+    The schema is documented in ``docs/study.md`` (and the module docstring).
 
     Parameters
     ----------

@@ -320,7 +320,7 @@ def compact(out) -> Path | None:
 
 @dataclass
 class VerifyReport:
-    """What :func:`verify` found: ``parts`` (number of part files), ``rows`` (distinct task keys in the live
+    """What :func:`verify_store` found: ``parts`` (number of part files), ``rows`` (distinct task keys in the live
     parts), ``corrupt`` ((part name, reason, keys it held or None when unreadable) per corrupt part),
     ``lost_keys`` (keys of corrupt parts that no other part holds: those tasks re-run), ``duplicates`` (extra
     copies of keys, counted once by reads), ``replaced`` (parts left by an interrupted compaction),
@@ -356,7 +356,7 @@ def _keys_of(path: Path):
         return None
 
 
-def verify(out, *, repair: bool = False) -> VerifyReport:
+def verify_store(out, *, repair: bool = False) -> VerifyReport:
     """Check every part of a store against its checksum; with ``repair``, delete corrupt parts, parts left by an
     interrupted compaction and temporary files of dead writers (under the store's exclusive lock).
 
@@ -377,10 +377,10 @@ def verify(out, *, repair: bool = False) -> VerifyReport:
     >>> from pathlib import Path
     >>> d = Path(tempfile.mkdtemp())
     >>> p = write_rows(d, [{"key": "a", "x": 1}])
-    >>> verify(d).corrupt
+    >>> verify_store(d).corrupt
     []
     >>> b = bytearray(p.read_bytes()); b[40] ^= 1; _ = p.write_bytes(bytes(b))   # flip one bit
-    >>> r = verify(d, repair=True)
+    >>> r = verify_store(d, repair=True)
     >>> r.corrupt[0][1], r.lost_keys, list(d.glob("part-*"))
     ('checksum mismatch', ['a'], [])
     """

@@ -80,7 +80,7 @@ def _complete(grid, out, n):
     assert not res.failed and res.line == f"{n} tasks: {n - len(before)} computed, {len(before)} cached"
     df = store.read_store(out)
     assert sorted(df["x"]) == list(range(n)) and df["key"].is_unique and (df.y == 2 * df.x).all()
-    assert not store.verify(out).corrupt
+    assert not store.verify_store(out).corrupt
 
 
 def test_worker_sigkill_reschedules_and_loses_nothing(tmp_path, study):
@@ -120,7 +120,7 @@ def test_client_sigkill_keeps_flushed_rows(tmp_path, study):
     _wait(lambda: bool(store.part_files(out)))         # the first periodic flush has happened
     proc.kill()
     proc.communicate(timeout=30)
-    rep = store.verify(out)
+    rep = store.verify_store(out)
     assert not rep.corrupt                               # a killed writer leaves at most a hidden temporary file
     kept = store.read_store(out)
     assert len(kept) > 0 and kept["key"].is_unique and set(kept.x) <= _marked(study)
@@ -140,7 +140,7 @@ def test_two_clients_on_one_store(tmp_path, study):
     assert [p.returncode for p in procs] == [0, 0], results
     df = store.read_store(out)
     assert sorted(df.x) == list(range(60)) and df["key"].is_unique
-    rep = store.verify(out)
+    rep = store.verify_store(out)
     assert not rep.corrupt and rep.rows == 60 and rep.duplicates == 0   # each client compacted at its end
     # each task was computed at least once, and only the 20 shared ones can have been computed twice
     computed = [int(r[0].strip().split(": ")[1].split()[0]) for r in results]
@@ -170,7 +170,7 @@ def test_crash_in_compaction(tmp_path, where):
     proc = subprocess.run([sys.executable, "-c", CRASH, str(out), where], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 9, proc.stderr
-    rep = store.verify(out)
+    rep = store.verify_store(out)
     assert not rep.corrupt and rep.rows == 18
     # a writer's temporary file, or the three parts the new one replaces: reported, and skipped by reads
     assert (len(rep.temps), len(rep.replaced)) == ((1, 0) if where == "before-rename" else (0, 3))
@@ -199,7 +199,7 @@ def test_flipped_bit_is_found_and_repair_reruns_its_tasks(tmp_path, study, capsy
         b = bytearray(orig)
         b[bit // 8] ^= 1 << (bit % 8)
         victim.write_bytes(bytes(b))
-        assert [c[:2] for c in store.verify(out).corrupt] == [(victim.name, "checksum mismatch")], bit
+        assert [c[:2] for c in store.verify_store(out).corrupt] == [(victim.name, "checksum mismatch")], bit
     with pytest.raises(store.CorruptStoreError, match=victim.name):
         store.read_store(out)
     with pytest.raises(store.CorruptStoreError, match="verify"):
