@@ -57,13 +57,19 @@ def _client() -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def _lock(out: Path, *, exclusive: bool):
+def _lock(out: Path, *, exclusive: bool, create: bool = True):
+    """flock on DIR/.lock. Readers pass ``create=False``: a store that no writer of this format has touched
+    (a read-only or packaged one) has no lock file and gets none."""
     try:
         import fcntl
     except ImportError:          # no flock (Windows): reads still deduplicate and retry
         yield
         return
-    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o644)
+    except FileNotFoundError:
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
@@ -139,7 +145,7 @@ def _read_live(out: Path, columns=None):
     import pyarrow.parquet as pq
     for attempt in range(3):
         try:
-            with _lock(out, exclusive=False):
+            with _lock(out, exclusive=False, create=False):
                 s = _scan(out)
                 if s.corrupt:
                     raise _corrupt_error(out, s.corrupt)
@@ -299,6 +305,9 @@ def compact(out) -> Path | None:
     out = Path(out)
     if not out.is_dir():
         return None
+    parts = part_files(out)
+    if len(parts) <= 1 and not any(out.glob(_TMP_GLOB)):
+        return parts[0] if parts else None     # nothing to do: no lock file is created (packaged stores)
     with _lock(out, exclusive=True):
         s = _scan(out)
         if s.corrupt:
@@ -387,7 +396,7 @@ def verify_store(out, *, repair: bool = False) -> VerifyReport:
     out = Path(out)
     if not out.is_dir():
         raise ValueError(f"out: {out} is not a folder; give the --out folder of a `fa4num study run`")
-    with _lock(out, exclusive=repair):
+    with _lock(out, exclusive=repair, create=repair):
         n_parts = len(part_files(out))
         s = _scan(out)
         corrupt = [(p.name, why, _keys_of(p)) for p, why in s.corrupt]
