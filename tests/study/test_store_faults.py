@@ -213,3 +213,48 @@ def test_flipped_bit_is_found_and_repair_reruns_its_tasks(tmp_path, study, capsy
     assert all(f"x={x}" in text for x in range(6, 12))
     assert _xs(out) == list(range(6))
     _complete(g, out, 12)
+
+
+def _writer(out, w, n):
+    for i in range(n):
+        store.write_rows(out, [{"key": f"w{w}-{i}", "x": i}, {"key": f"shared-{i}", "x": i}])
+        if i % 3 == 0:
+            store.compact(out)
+
+
+def _reader(out, stop, res):
+    seen, bad = 0, []
+    while not stop.is_set():
+        try:
+            df = store.read_store(out)
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            bad.append(f"{type(exc).__name__}: {exc}")
+            continue
+        if len(df) < seen or (len(df) and not df["key"].is_unique):   # a row vanished, or one counted twice
+            bad.append(f"{len(df)} rows after {seen}")
+        seen = len(df)
+    res.put(bad)
+
+
+def test_concurrent_writers_compactions_and_reads(tmp_path):
+    # three processes append and compact one store while a fourth reads it in a loop
+    import multiprocessing as mp
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("needs fork (the helpers are not importable by name under importlib mode)")
+    ctx = mp.get_context("fork")
+    out = tmp_path / "res"
+    stop, res = ctx.Event(), ctx.Queue()
+    reader = ctx.Process(target=_reader, args=(out, stop, res))
+    reader.start()
+    writers = [ctx.Process(target=_writer, args=(out, w, 10)) for w in range(3)]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(60)
+    stop.set()
+    bad = res.get(timeout=60)
+    reader.join(10)
+    assert [p.exitcode for p in writers] == [0, 0, 0] and bad == []
+    df = store.read_store(out)
+    assert len(df) == 3 * 10 + 10 and df["key"].is_unique
+    assert not store.verify_store(out).corrupt
