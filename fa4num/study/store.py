@@ -66,7 +66,7 @@ def _lock(out: Path, *, exclusive: bool, create: bool = True):
         yield
         return
     try:
-        fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT if create else os.O_RDONLY, 0o644)
+        fd = os.open(out / LOCK_NAME, (os.O_RDWR | os.O_CREAT) if create else os.O_RDONLY, 0o644)
     except FileNotFoundError:
         yield
         return
