@@ -60,7 +60,8 @@ def parse_scheduler(scheduler: str) -> tuple[str, int | None]:
 
 
 def execute_task(study: str, config: dict) -> dict:
-    """Run one task where it is scheduled: the study's metrics plus where and how long it ran.
+    """Run one task where it is scheduled: the study's metrics plus where (``host``, ``worker``) and how long
+    (``seconds``: the study call; a worker's first task includes importing what the study imports) it ran.
 
     A metric named like a configuration parameter or a store column (:data:`~fa4num.study.grid.RESERVED_COLUMNS`)
     is refused (ValueError): it would overwrite that column, and a row whose key or configuration is overwritten
