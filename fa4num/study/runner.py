@@ -227,6 +227,7 @@ def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, comp
     t0 = time.perf_counter()
     failed: list = []
     pending: list = []
+    finished: set = set()
     last_flush = [time.perf_counter()]
 
     def flush():
@@ -235,6 +236,9 @@ def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, comp
         last_flush[0] = time.perf_counter()
 
     def finish(key, cfg, status, row):
+        if key in finished:      # a group collected again after an interrupt cut its collection short
+            return
+        finished.add(key)
         if status == "ok":
             # a metric named like a parameter that this task leaves at its default, or that another block sets,
             # would fill that configuration column in the store
