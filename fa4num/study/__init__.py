@@ -4,7 +4,7 @@
   (:func:`load_grid`, :func:`list_grids`);
 - :func:`run_grid`: computes the tasks a result directory does not hold yet, on a Dask LocalCluster
   (default), any Dask scheduler, or in-process (``scheduler="none"``), one Parquet row per task
-  (:func:`read_store`);
+  (:func:`read_store`; checksummed parts, safe for concurrent clients and crashes, :func:`verify_store`);
 - studies (:data:`STUDIES`): ``skip_rate`` (FA4 SM100's lazy rescale from per-(row, KV block) maxima of S, any
   length, GPU through torch when present) and ``error_budget`` (output/LSE error of each FA4 knob vs fp64);
 - :mod:`fa4num.study.summary`: confidence intervals over seeds, tables and figures; :mod:`.baselines`: the
@@ -15,9 +15,9 @@ Only numpy is imported with the package; torch, pandas, pyarrow and dask when a 
 from .grid import Grid, config_key, list_grids, load_grid, parse_grid
 from .runner import RunSummary, run_grid
 from .skip import LazyRescaleScan, block_maxima, lazy_rescale_scan, scale_log2
-from .store import read_store
+from .store import CorruptStoreError, read_store, verify_store
 from .studies import STUDIES, error_budget, skip_rate
 
 __all__ = ["Grid", "load_grid", "list_grids", "parse_grid", "config_key", "run_grid", "RunSummary",
-           "read_store", "STUDIES", "skip_rate", "error_budget", "block_maxima", "lazy_rescale_scan",
+           "read_store", "verify_store", "CorruptStoreError", "STUDIES", "skip_rate", "error_budget", "block_maxima", "lazy_rescale_scan",
            "LazyRescaleScan", "scale_log2"]

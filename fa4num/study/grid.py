@@ -16,7 +16,8 @@ Format (the shipped grids are ``fa4num/study/grids/*.toml``, package data; read 
 
 The tasks are the union of the blocks' products (duplicates once), each merged with ``fixed``. A task's key is a
 hash of the study (name and version) and its configuration, so results stored under it stay valid until the
-configuration or the study's version changes.
+configuration or the study's version changes. :func:`parse_grid` validates a grid against the study
+function's signature before any task is built (the rules: ``docs/study.md``).
 """
 from __future__ import annotations
 
@@ -103,13 +104,54 @@ def list_grids() -> list[Grid]:
     return [load_grid(p) for p in shipped_grids().values()]
 
 
-def _check_scalar(where: str, name: str, value):
-    if not isinstance(value, _SCALARS):
-        raise ValueError(f"{where}: parameter {name!r} must be a bool, int, float or string, got {value!r}")
+# columns every stored row has besides its configuration and metrics: no parameter or metric may take these names
+RESERVED_COLUMNS = ("key", "study", "study_version", "grid", "code_revision", "host", "worker", "seconds",
+                    "finished")
+MAX_TASKS = 20_000   # a larger grid needs max_tasks=None (``study run --yes``): a typo must not hang the client
 
 
-def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None) -> Grid:
-    """Build a :class:`Grid` from a parsed TOML document (see the module docstring for the format).
+def _where(i) -> str:
+    return "[fixed]" if i is None else f"axes block {i}"
+
+
+def _signature(study: str):
+    """(parameters by name, takes **kwargs) of the study function; annotations resolved where they can be."""
+    import inspect
+
+    from .studies import resolve_study
+    fn = resolve_study(study)
+    try:
+        sig = inspect.signature(fn, eval_str=True)
+    except (NameError, TypeError, SyntaxError):   # an annotation that does not evaluate: no type checks
+        sig = inspect.signature(fn)
+    params = {n: p for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return params, any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+
+
+_TYPES = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+
+
+def _check_value(name: str, study: str, k: str, v, where: str, param):
+    if isinstance(v, list):
+        raise ValueError(f"grid {name}: parameter {k!r} ({where}) must be a bool, int, float or string, got a list "
+                         f"{v!r}" + ("; an axis is a list under [[axes]], not under [fixed]" if where == "[fixed]"
+                                     else ""))
+    if not isinstance(v, _SCALARS):
+        raise ValueError(f"grid {name}: parameter {k!r} ({where}) must be a bool, int, float or string, got {v!r}")
+    want = param.annotation if param is not None else None
+    if k == "seed" or k.endswith("_seed"):
+        want = int          # float seeds would merge into int(seed) inside the study
+    ok = _TYPES.get(want)
+    if ok is not None and not (type(v) in ok):
+        raise ValueError(f"grid {name}: parameter {k!r} ({where}) of study {study} must be "
+                         f"{'an' if want is int else 'a'} {want.__name__}"
+                         + (" (int or float)" if want is float else "") + f", got {v!r} ({type(v).__name__})")
+
+
+def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None, max_tasks: int | None = MAX_TASKS) -> Grid:
+    """Build a :class:`Grid` from a parsed TOML document, validated before any task is built or run.
+
+    The schema is documented in ``docs/study.md`` (and the module docstring).
 
     Parameters
     ----------
@@ -121,6 +163,9 @@ def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None) -> Gr
         The grid's name, for error messages.
     path : Path, optional
         The file it came from.
+    max_tasks : int or None
+        Refuse a grid of more tasks (counted before duplicates are dropped, without building them); None: no
+        limit.
 
     Returns
     -------
@@ -129,19 +174,33 @@ def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None) -> Gr
     Raises
     ------
     ValueError
-        Naming the grid: unknown keys, a missing study, a parameter both fixed and an axis, an empty axis, or a
-        value that is not a bool, int, float or string.
+        Naming the grid and the key: an unknown top-level key; a missing or unknown study; a parameter the study
+        does not take (with the closest name it does take), or a required one no task sets; a parameter both
+        fixed and an axis, or named like a store column (:data:`RESERVED_COLUMNS`); an empty axis or one that
+        is not a list; a value that is not a bool, int, float or string, or not of the type the study's
+        signature gives (a seed must be an int); one parameter with values of different types (1 and "1", or
+        8 and 8.0: different task keys for one configuration); more than ``max_tasks`` tasks.
 
     Examples
     --------
-    >>> doc = {"study": "skip_rate", "fixed": {"heads": 1}, "axes": {"seqlen": [256, 512], "threshold": [0, 8]}}
+    >>> doc = {"study": "skip_rate", "fixed": {"heads": 1}, "axes": {"dist": ["sink"], "seqlen": [256, 512],
+    ...        "threshold": [0, 8]}}
     >>> g = parse_grid(doc)
     >>> len(g), g.tasks[0]
-    (4, {'heads': 1, 'seqlen': 256, 'threshold': 0})
-    >>> parse_grid({"study": "skip_rate", "axes": {"seqlen": []}})
+    (4, {'heads': 1, 'dist': 'sink', 'seqlen': 256, 'threshold': 0})
+    >>> parse_grid({"study": "skip_rate", "axes": {"dist": ["sink"], "seqlen": [], "threshold": [0]}})
     Traceback (most recent call last):
         ...
     ValueError: grid grid: axis 'seqlen' (axes block 0) must be a non-empty list
+    >>> parse_grid({"study": "skip_rate", "axes": {"dist": ["sink"], "seqlen": [256], "thresold": [0]}})
+    Traceback (most recent call last):
+        ...
+    ValueError: grid grid: study skip_rate takes no parameter 'thresold' (axes block 0); did you mean 'threshold'?
+    >>> parse_grid({"study": "skip_rate", "fixed": {"dist": "sink", "seqlen": 256, "threshold": 8},
+    ...             "axes": {"seed": [0, 1.5]}})
+    Traceback (most recent call last):
+        ...
+    ValueError: grid grid: parameter 'seed' (axes block 0) of study skip_rate must be an int, got 1.5 (float)
     """
     unknown = sorted(set(doc) - {"name", "study", "description", "fixed", "axes"})
     if unknown:
@@ -150,39 +209,85 @@ def parse_grid(doc: dict, *, name: str = "grid", path: Path | None = None) -> Gr
     study = doc.get("study")
     if not isinstance(study, str) or not study:
         raise ValueError(f"grid {name}: 'study' must name a study function (fa4num.study.STUDIES or module:func)")
-    fixed = dict(doc.get("fixed", {}))
-    for k, v in fixed.items():
-        _check_scalar(f"grid {name} [fixed]", k, v)
+    for k in ("name", "description"):
+        if k in doc and not isinstance(doc[k], str):
+            raise ValueError(f"grid {name}: {k!r} must be a string, got {doc[k]!r}")
+    fixed = doc.get("fixed", {})
+    if not isinstance(fixed, dict):
+        raise ValueError(f"grid {name}: 'fixed' must be a table of parameters ([fixed]), got {fixed!r}")
+    fixed = dict(fixed)
     blocks = doc.get("axes", [{}])
     if isinstance(blocks, dict):
         blocks = [blocks]
-    tasks, seen = [], set()
-    for i, block in enumerate(blocks):
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise ValueError(f"grid {name}: 'axes' must be a table ([axes]) or an array of tables ([[axes]])")
+    try:
+        params, var_kw = _signature(study)
+    except ValueError as exc:
+        raise ValueError(f"grid {name}: {exc}") from None
+    types: dict = {}                          # parameter -> {type name: (where, value)}
+    size = 0
+    for i, block in [(None, fixed)] + list(enumerate(blocks)):
         for k, vals in block.items():
-            if k in fixed:
-                raise ValueError(f"grid {name}: parameter {k!r} is both fixed and an axis (axes block {i})")
-            if not isinstance(vals, list) or not vals:
-                raise ValueError(f"grid {name}: axis {k!r} (axes block {i}) must be a non-empty list")
+            where = _where(i)
+            if k in RESERVED_COLUMNS:
+                raise ValueError(f"grid {name}: parameter {k!r} ({where}) is a column every stored row has; "
+                                 f"rename it (reserved: {', '.join(RESERVED_COLUMNS)})")
+            if k not in params and not var_kw:
+                import difflib
+                close = difflib.get_close_matches(k, params, n=1)
+                raise ValueError(f"grid {name}: study {study} takes no parameter {k!r} ({where}); "
+                                 + (f"did you mean {close[0]!r}?" if close else f"it takes {', '.join(params)}"))
+            if i is None:
+                vals = [vals]
+            else:
+                if k in fixed:
+                    raise ValueError(f"grid {name}: parameter {k!r} is both fixed and an axis ({where})")
+                if not isinstance(vals, list) or not vals:
+                    raise ValueError(f"grid {name}: axis {k!r} ({where}) must be a non-empty list")
             for v in vals:
-                _check_scalar(f"grid {name} axes block {i}", k, v)
+                _check_value(name, study, k, v, where, params.get(k))
+                types.setdefault(k, {}).setdefault(type(v).__name__, (where, v))
+        if i is not None:
+            n = 1
+            for vals in block.values():
+                n *= len(vals)
+            size += n
+    for k, seen in types.items():
+        if len(seen) > 1:
+            what = ", ".join(f"{v!r} ({t}, {w})" for t, (w, v) in seen.items())
+            raise ValueError(f"grid {name}: parameter {k!r} mixes value types: {what}; write every value of one "
+                             "parameter with one type (8.0 and 0.0, not 8 and 0.0: they would be different tasks)")
+    if max_tasks is not None and size > max_tasks:
+        raise ValueError(f"grid {name}: {size} tasks, over the limit of {max_tasks}; pass --yes "
+                         "(`fa4num study run`) or max_tasks=None to run it")
+    required = [n for n, p in params.items() if p.default is p.empty]
+    tasks, seen_keys = [], set()
+    for i, block in enumerate(blocks):
+        missing = [n for n in required if n not in block and n not in fixed]
+        if missing:
+            raise ValueError(f"grid {name}: study {study} needs parameter(s) {missing}, set by neither [fixed] nor "
+                             f"{_where(i)}")
         names = list(block)
         for combo in itertools.product(*(block[k] for k in names)):
             cfg = {**fixed, **dict(zip(names, combo))}
-            key = config_key(study, cfg)
-            if key not in seen:
-                seen.add(key)
+            key = config_key(study, cfg, 0)   # duplicates within the grid: any fixed version will do
+            if key not in seen_keys:
+                seen_keys.add(key)
                 tasks.append(cfg)
     return Grid(doc.get("name", name), study, doc.get("description", ""), fixed, tuple(blocks), path,
                 tuple(tasks))
 
 
-def load_grid(name_or_path) -> Grid:
+def load_grid(name_or_path, *, max_tasks: int | None = MAX_TASKS) -> Grid:
     """Read a grid file (a path, or the name of a shipped grid, :func:`shipped_grids`).
 
     Parameters
     ----------
     name_or_path : str or Path
         A .toml path, or the name of a shipped grid.
+    max_tasks : int or None
+        As for :func:`parse_grid`.
 
     Returns
     -------
@@ -205,7 +310,7 @@ def load_grid(name_or_path) -> Grid:
         doc = tomllib.loads(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise ValueError(f"grid: cannot read {path} as TOML ({' '.join(str(err).split())})") from None
-    return parse_grid(doc, name=stem, path=Path(str(path)))
+    return parse_grid(doc, name=stem, path=Path(str(path)), max_tasks=max_tasks)
 
 
 def config_key(study: str, config: dict, version: int | None = None) -> str:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import store
-from .grid import Grid, config_key, load_grid
+from .grid import RESERVED_COLUMNS, Grid, config_key, load_grid
 
-FLUSH_SECONDS = 20.0    # finished rows are written at least this often (an interrupted run keeps them)
+FLUSH_SECONDS = 5.0     # finished rows are written at least this often (a killed client loses at most these)
 
 
 @dataclass
@@ -60,7 +60,13 @@ def parse_scheduler(scheduler: str) -> tuple[str, int | None]:
 
 
 def execute_task(study: str, config: dict) -> dict:
-    """Run one task where it is scheduled: the study's metrics plus where and how long it ran."""
+    """Run one task where it is scheduled: the study's metrics plus where (``host``, ``worker``) and how long
+    (``seconds``: the study call; a worker's first task includes importing what the study imports) it ran.
+
+    A metric named like a configuration parameter or a store column (:data:`~fa4num.study.grid.RESERVED_COLUMNS`)
+    is refused (ValueError): it would overwrite that column, and a row whose key or configuration is overwritten
+    is never found again by a rerun.
+    """
     from .studies import resolve_study
     fn = resolve_study(study)
     worker = "local"
@@ -73,22 +79,84 @@ def execute_task(study: str, config: dict) -> dict:
         pass
     t0 = time.perf_counter()
     metrics = fn(**config)
+    clash = sorted(set(metrics) & (set(config) | set(RESERVED_COLUMNS)))
+    if clash:
+        raise ValueError(f"study {study!r} returned metric(s) {clash}, which are also configuration parameters or "
+                         f"store columns ({', '.join(RESERVED_COLUMNS)}); rename the metric(s)")
     row = dict(metrics)
     row.update(host=socket.gethostname(), worker=worker, seconds=round(time.perf_counter() - t0, 4),
                finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     return row
 
 
+def execute_group(study: str, configs: list) -> list:
+    """Run tasks that share one input, one after the other in one process (see :func:`task_groups`): per task
+    ``("ok", row)`` or ``("error", "Type: message")``, so that one failing configuration does not lose the
+    others."""
+    out = []
+    for cfg in configs:
+        try:
+            out.append(("ok", execute_task(study, cfg)))
+        except Exception as exc:  # noqa: BLE001 - reported per task by the client
+            out.append(("error", f"{type(exc).__name__}: {exc}"))
+    return out
+
+
+def task_groups(study: str, todo: list) -> list:
+    """``todo`` ((key, config) pairs) split into groups that one worker runs together, in order.
+
+    A study whose function has a ``scan_together`` attribute (axis names) computes all values of those axes
+    from one pass over an input (``skip_rate``: the nine thresholds from one input's block maxima): tasks that
+    differ only there form one group, so that Dask does not spread one input over several workers, each
+    recomputing it. Other studies: one task per group.
+
+    Examples
+    --------
+    >>> todo = [("a", {"seed": 0, "threshold": 0}), ("b", {"seed": 1, "threshold": 0}),
+    ...         ("c", {"seed": 0, "threshold": 8})]
+    >>> [[k for k, _ in g] for g in task_groups("skip_rate", todo)]
+    [['a', 'c'], ['b']]
+    >>> len(task_groups("echo", todo))
+    3
+    """
+    from .studies import resolve_study
+    together = tuple(getattr(resolve_study(study), "scan_together", ()))
+    if not together:
+        return [[t] for t in todo]
+    groups: dict = {}
+    for key, cfg in todo:
+        shared = tuple(sorted((k, repr(v)) for k, v in cfg.items() if k not in together))
+        groups.setdefault(shared, []).append((key, cfg))
+    return list(groups.values())
+
+
 def _single_threaded(nthreads: int):
-    # one CPU-bound task per worker thread: torch's intra-op pool would otherwise oversubscribe the cores
-    import torch
-    if torch.get_num_threads() != max(1, nthreads):
-        torch.set_num_threads(max(1, nthreads))
+    # one CPU-bound task per worker thread: torch's intra-op pool would otherwise oversubscribe the cores. A
+    # worker that has not imported torch yet gets the limit through the variable torch reads at import (importing
+    # torch here would cost seconds to every study that does not use it)
+    n = max(1, nthreads)
+    torch = sys.modules.get("torch")
+    if torch is None:
+        os.environ["OMP_NUM_THREADS"] = str(n)
+    elif torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during :func:`run_grid` called from Python (the ``fa4num`` command has its own handler): raised
+    like Ctrl-C's KeyboardInterrupt, so that the finished rows are stored before the process ends."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 
 
 def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, compact: bool = True,
-             client=None) -> RunSummary:
+             client=None, worker_timeout: float = 60.0) -> RunSummary:
     """Compute the tasks of ``grid`` that ``out`` does not hold yet and store their rows.
+
+    Finished rows are written at least every :data:`FLUSH_SECONDS` and on Ctrl-C or SIGTERM (rows that had
+    finished on a Dask worker included), so an interrupted run keeps them and its rerun computes only the rest.
 
     Parameters
     ----------
@@ -99,16 +167,26 @@ def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, comp
     scheduler : str
         "local" (default), "local:N", "none", or a Dask scheduler address; ignored when ``client`` is given.
     progress : bool
-        Show a progress bar (tqdm, or dask's when tqdm is missing) on stderr.
+        Show a progress bar (tqdm, or dask's when tqdm is missing) and the Dask dashboard's address on stderr.
     compact : bool
         Rewrite the dataset as one file at the end.
     client : dask.distributed.Client, optional
         Use this client (the caller owns it).
+    worker_timeout : float
+        Seconds to wait for the first Dask worker (to connect to a scheduler, then for a worker to join it)
+        before a TimeoutError.
 
     Returns
     -------
     RunSummary
         Its ``line`` is ``"N tasks: C computed, K cached"``.
+
+    Raises
+    ------
+    TimeoutError
+        When no worker joins the Dask scheduler within ``worker_timeout``.
+    fa4num.study.store.CorruptStoreError
+        When a part of ``out`` fails its checksum (``fa4num study verify DIR --repair``).
 
     Examples
     --------
@@ -121,56 +199,90 @@ def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, comp
     >>> run_grid(g, d, scheduler="none", progress=False).line
     '2 tasks: 0 computed, 2 cached'
     """
+    import signal
+    import threading
     g = grid if isinstance(grid, Grid) else load_grid(grid)
     out = Path(out)
     kind, n_workers = parse_scheduler(scheduler) if client is None else ("client", None)
+    if not worker_timeout > 0:
+        raise ValueError(f"worker_timeout must be > 0 seconds, got {worker_timeout!r}")
     from .studies import resolve_study, study_version
     resolve_study(g.study)                      # a bad study name fails before any work is scheduled
     version = study_version(g.study)
-    have = store.stored_keys(out) if out.exists() else set()
+    # the store's modules now, not at the first flush: a Ctrl-C during that import would leave pandas half
+    # imported, and the flush that follows the interrupt could not store the finished rows
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    have = store.stored_keys(out)
     todo = []
     for cfg in g.tasks:
         key = config_key(g.study, cfg, version)
         if key not in have:
             todo.append((key, cfg))
     cached = len(g.tasks) - len(todo)
+    from .grid import _signature
+    params = {k for cfg in g.tasks for k in cfg} | set(_signature(g.study)[0])   # what may become a column
     from fa4num.provenance import code_revision
     base = {"study": g.study, "study_version": version, "grid": g.name, "code_revision": code_revision()}
     t0 = time.perf_counter()
     failed: list = []
     pending: list = []
-    last_flush = time.perf_counter()
+    finished: set = set()
+    last_flush = [time.perf_counter()]
 
-    def finish(key, cfg, row):
-        nonlocal last_flush
+    def flush():
+        store.write_rows(out, pending)
+        pending.clear()
+        last_flush[0] = time.perf_counter()
+
+    def finish(key, cfg, status, row):
+        if key in finished:      # a group collected again after an interrupt cut its collection short
+            return
+        finished.add(key)
+        if status == "ok":
+            # a metric named like a parameter that this task leaves at its default, or that another block sets,
+            # would fill that configuration column in the store
+            clash = sorted((set(row) & params) - set(cfg))
+            if clash:
+                status, row = "error", (f"ValueError: study {g.study!r} returned metric(s) {clash}, which are "
+                                        "parameters of the study or the grid; rename the metric(s)")
+        if status != "ok":
+            failed.append((cfg, row))
+            return
         pending.append({"key": key, **base, **cfg, **row})
-        if time.perf_counter() - last_flush > FLUSH_SECONDS:
-            store.write_rows(out, pending)
-            pending.clear()
-            last_flush = time.perf_counter()
+        if time.perf_counter() - last_flush[0] > FLUSH_SECONDS:
+            flush()
 
+    groups = task_groups(g.study, todo)
     bar = _bar(len(todo), g.name, progress)
+    term = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+    if term:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if todo and kind == "none":
-            for key, cfg in todo:
-                try:
-                    finish(key, cfg, execute_task(g.study, cfg))
-                except Exception as exc:  # noqa: BLE001 - one failing configuration must not lose the others
-                    failed.append((cfg, f"{type(exc).__name__}: {exc}"))
-                bar.update()
+            for group in groups:
+                for key, cfg in group:     # one by one: Ctrl-C keeps every task finished before it
+                    try:
+                        finish(key, cfg, "ok", execute_task(g.study, cfg))
+                    except Exception as exc:  # noqa: BLE001 - one failing configuration must not lose the others
+                        finish(key, cfg, "error", f"{type(exc).__name__}: {exc}")
+                    bar.update()
         elif todo:
-            _run_dask(g, todo, scheduler, n_workers, client, finish, failed, bar)
+            _run_dask(g, groups, scheduler, n_workers, client, finish, flush, bar, progress, worker_timeout)
     finally:
         # also on Ctrl-C or SIGTERM: the finished rows are stored, so that a rerun computes only the rest
         bar.close()
-        store.write_rows(out, pending)
+        flush()
+        if term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if compact and out.exists():
         store.compact(out)
     return RunSummary(g.name, out, len(g.tasks), len(todo) - len(failed), cached, failed,
                       time.perf_counter() - t0)
 
 
-def _run_dask(g, todo, scheduler, n_workers, client, finish, failed, bar):
+def _run_dask(g, groups, scheduler, n_workers, client, finish, flush, bar, progress, worker_timeout):
     from dask.distributed import Client, LocalCluster, as_completed
     cluster = own = None
     if client is None:
@@ -179,27 +291,61 @@ def _run_dask(g, todo, scheduler, n_workers, client, finish, failed, bar):
             root = str(Path(__file__).resolve().parents[2])
             os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in
                                                                  os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+            import importlib.util
+            # the dashboard needs bokeh (the `study` extra); without it Dask would only warn
+            dash = ":0" if importlib.util.find_spec("bokeh") is not None else None
             cluster = _quiet_cluster(LocalCluster, n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=1,
-                                     processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+                                     processes=True, dashboard_address=dash, silence_logs=logging.ERROR)
             own = Client(cluster)
         else:
-            own = Client(scheduler)
-        client = own
-    try:
-        futures = {client.submit(execute_task, g.study, cfg, key=f"{g.name}-{key}", pure=False): (key, cfg)
-                   for key, cfg in todo}
-        for fut in as_completed(futures):
-            key, cfg = futures[fut]
             try:
-                finish(key, cfg, fut.result())
-            except Exception as exc:  # noqa: BLE001
-                failed.append((cfg, f"{type(exc).__name__}: {exc}"))
-            bar.update()
+                own = Client(scheduler, timeout=worker_timeout)
+            except OSError as exc:
+                raise TimeoutError(f"scheduler: cannot reach the Dask scheduler at {scheduler} within "
+                                   f"{worker_timeout:g} s ({exc}); start one with `dask scheduler`") from None
+        client = own
+    futures: dict = {}
+    done: set = set()
+    try:
+        try:
+            client.wait_for_workers(1, timeout=worker_timeout)
+        except (TimeoutError, OSError):
+            raise TimeoutError(f"scheduler: no Dask worker joined {client.scheduler.address} within "
+                               f"{worker_timeout:g} s; start one per GPU on each host with `dask worker "
+                               f"{client.scheduler.address} --nthreads 1 --resources GPU=1`") from None
+        if progress and client.dashboard_link:
+            print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
+        # workers that declare a GPU resource (`dask worker --resources GPU=1`) run one task group each at a time
+        gpu = any("GPU" in w.get("resources", {}) for w in client.scheduler_info()["workers"].values())
+        extra = {"resources": {"GPU": 1}} if gpu else {}
+        futures = {client.submit(execute_group, g.study, [c for _, c in grp], key=f"{g.name}-{grp[0][0]}",
+                                 pure=False, **extra): grp for grp in groups}
+        try:
+            for fut in as_completed(futures):
+                _collect(fut, futures[fut], finish, bar)
+                done.add(fut)
+        except KeyboardInterrupt:
+            # rows that finished on a worker but had not been collected yet are kept too
+            for fut, grp in futures.items():
+                if fut not in done and fut.status == "finished":
+                    _collect(fut, grp, finish, bar)
+            raise
     finally:
+        flush()              # before the cluster goes down, which may take long or be interrupted again
         if own is not None:
             own.close()
         if cluster is not None:
             cluster.close()
+
+
+def _collect(fut, group, finish, bar):
+    try:
+        results = fut.result()
+    except Exception as exc:  # noqa: BLE001 - a lost worker or an unpicklable result fails the group's tasks
+        results = [("error", f"{type(exc).__name__}: {exc}")] * len(group)
+    for (key, cfg), (status, row) in zip(group, results):
+        finish(key, cfg, status, row)
+        bar.update()
 
 
 def _quiet_cluster(make, **kwargs):

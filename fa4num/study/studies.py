@@ -106,7 +106,8 @@ def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads:
         ``rescales_avoided_share`` (avoided / events; NaN without events), ``events_per_row``,
         ``done_per_row``, ``lag_mean``, ``lag_q50``, ``lag_q90``, ``lag_q99`` (per (row, block) step after the
         row's first block, upper edges of 1/64 bins), ``lag_max`` (exact), ``stale_share`` (steps with a lag > 0),
-        ``row_max_lag_q50``, ``causal``, ``heads_q``, ``heads_kv``, ``head_dim_eff`` and ``device``.
+        ``row_max_lag_q50``, ``causal``, ``heads_q``, ``heads_kv``, ``head_dim_eff``, ``device_used`` (the torch
+        device it ran on; ``device`` is the configuration's request) and ``device_name``.
 
     Raises
     ------
@@ -138,7 +139,7 @@ def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads:
         "stale_share": float(scan.lag_hist[1:].sum() / steps) if steps else float("nan"),
         "row_max_lag_q50": float(np.quantile(scan.max_lag, 0.5)),
         "causal": bool(causal), "heads_q": int(hq), "heads_kv": int(hk), "head_dim_eff": int(d),
-        "device": str(dev), "device_name": _device_name(dev),
+        "device_used": str(dev), "device_name": _device_name(dev),
     }
 
 
@@ -151,6 +152,7 @@ def _device_name(dev) -> str:
 
 
 skip_rate.version = 1
+skip_rate.scan_together = ("threshold",)   # one input's scans serve every threshold: one worker runs them all
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -55,6 +55,49 @@ def ci_table(df, by: list, metrics: list, *, level: float = 0.95):
     return pd.DataFrame(rows)
 
 
+def check_seed_pooling(df, by: list, *, seed: str = "seed") -> None:
+    """Refuse to pool as seeds rows that are different configurations.
+
+    Within each group of ``by``, every configuration parameter of the study (its function's parameters, less
+    ``by`` and ``seed``) and the study version must take one value, and each seed must occur once; else the
+    interval would be over a mixture, and narrower than the seeds support.
+
+    Raises
+    ------
+    ValueError
+        Naming the group and the parameter whose values differ (or the repeated seed).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"study": "skip_rate", "dist": "sink", "seqlen": 512, "threshold": 8, "seed": [0, 1],
+    ...                    "heads": [2, 4]})
+    >>> check_seed_pooling(df, ["dist", "seqlen", "threshold"])
+    Traceback (most recent call last):
+    ...
+    ValueError: summary: rows of dist=sink, seqlen=512, threshold=8 differ in 'heads' (2, 4): different configurations, not seeds; summarise one configuration per group (filter the rows or use one store per configuration)
+    """
+    from .grid import _signature
+    studies = sorted(set(df["study"].astype(str)))
+    if len(studies) != 1:
+        raise ValueError(f"summary: the store holds rows of several studies {studies}; summarise one at a time")
+    params, _ = _signature(studies[0])
+    cols = [c for c in list(params) + ["study_version"] if c in df.columns and c not in by and c != seed]
+    for key, g in df.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(f"{b}={k}" for b, k in zip(by, key))
+        for c in cols:
+            vals = g[c].drop_duplicates()
+            if len(vals) > 1:
+                shown = ", ".join(str(v) for v in sorted(vals, key=str)[:4])
+                raise ValueError(f"summary: rows of {label} differ in {c!r} ({shown}): different configurations, "
+                                 "not seeds; summarise one configuration per group (filter the rows or use one "
+                                 "store per configuration)")
+        if seed in g and g[seed].duplicated().any():
+            raise ValueError(f"summary: rows of {label} repeat seed {g[seed][g[seed].duplicated()].iloc[0]} "
+                             "under different task keys; summarise one configuration per group")
+
+
 SKIP_METRICS = ["rescales_avoided_share", "events_per_row", "done_per_row", "lag_q50", "lag_q99", "lag_max"]
 
 
@@ -66,7 +109,9 @@ def skip_table(df):
         lambda g: g.rescales_avoided.sum() / g.rescale_events.sum() if g.rescale_events.sum() else float("nan"),
         include_groups=False)
     t["pooled_avoided_share"] = pooled.to_numpy()
-    dev = df.groupby(["dist", "seqlen", "threshold"])["device"].agg(lambda s: ",".join(sorted(set(s))))
+    from .store import device_used
+    dev = df.assign(_dev=device_used(df)).groupby(["dist", "seqlen", "threshold"])["_dev"].agg(
+        lambda s: ",".join(sorted(set(s))))
     t["device"] = dev.to_numpy()
     return t
 
@@ -224,6 +269,9 @@ class Summary:
 def summarize(out, *, fig_dir=None, prefix: str = "study") -> Summary:
     """Summarise a result store (skip_rate or error_budget rows); figures into ``fig_dir`` when given.
 
+    Each task counts once (the store's reads deduplicate by key), and rows of one group that are different
+    configurations are refused, not pooled as seeds (:func:`check_seed_pooling`).
+
     Examples
     --------
     >>> import tempfile
@@ -242,6 +290,7 @@ def summarize(out, *, fig_dir=None, prefix: str = "study") -> Summary:
     study = df.study.iloc[0]
     figs = []
     if study == "skip_rate":
+        check_seed_pooling(df, ["dist", "seqlen", "threshold"])
         t = skip_table(df)
         md = skip_markdown(t, thresholds=sorted(set(t.threshold) & {0, 4, 8, 16}) or sorted(set(t.threshold)))
         if fig_dir is not None:
@@ -251,6 +300,7 @@ def summarize(out, *, fig_dir=None, prefix: str = "study") -> Summary:
             figs.append(plot_lag(t, Path(fig_dir) / f"{prefix}_lag.png"))
         return Summary(md, figs, t)
     if study == "error_budget":
+        check_seed_pooling(df, ["knob", "dist", "seqlen", "mode"])
         t = ci_table(df, ["knob", "dist", "seqlen", "mode"], ["rel_l2", "rel_l2_over_floor", "lse_max_abs"])
         lines = ["| knob | dist | seqlen | mode | seeds | rel. L2 [95 % CI] | / floor | LSE max abs |",
                  "|---|---|---|---|---|---|---|---|"]

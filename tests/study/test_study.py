@@ -149,6 +149,8 @@ def test_smoke_grid_on_local_cluster(tmp_path):
     assert second.line == f"{len(g)} tasks: 0 computed, {len(g)} cached"
     df = pd.read_parquet(out)   # a Parquet dataset any reader opens
     assert len(df) == len(g) and df["key"].is_unique
+    # one input's thresholds ran as one Dask task: its block maxima were computed once, on one worker
+    assert (df.groupby(["dist", "seqlen", "seed"]).worker.nunique() == 1).all() and df.worker.nunique() == 2
     need = {"threshold", "seqlen", "dist", "seed", "rescale_events", "rescales_done", "rescales_avoided_share",
             "lag_q50", "lag_q90", "lag_q99", "lag_max", "code_revision", "host", "worker", "seconds"}
     assert need <= set(df.columns)
