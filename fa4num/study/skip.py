@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fa4num.constants import LOG2_E_F32
-from fa4num.softmax import ballot
 
 LAG_BINS_PER_UNIT = 64      # histogram resolution of the stale-max lag, log2 units
 LAG_RANGE = 32              # lags above this (never for thresholds <= 16) go into the last bin
@@ -328,6 +327,8 @@ def _scan(bmax, scale_log2, thresholds, order, n_lo, n_hi):
     """The replay over rows in the kernel's order: ``order`` (sequences, rows) flat row indices of ``bmax``,
     ``n_lo``/``n_hi`` (rows,) each row's tile's KV block range. Returns counts in ``bmax``'s flat row order."""
     import torch
+
+    from fa4num.softmax import ballot     # numba comes with fa4num.softmax: not on import of fa4num.study
     dev = bmax.device
     nseq, nrows = order.shape
     flat = bmax.reshape(-1, bmax.shape[-1]).to(torch.float32)
