@@ -26,8 +26,9 @@ import ml_dtypes
 import numpy as np
 
 from fa4num.hw.mma import mma_chain, mma_operand
+from fa4num.softmax import ballot as _ballot
 from fa4num.softmax import scoremod as _scoremod
-from fa4num.softmax import LOG2_E_F32, f32, ffma, mufu, scale_log2_of
+from fa4num.softmax import LOG2_E_F32, f32, ffma, lazy_rescale_rows, mufu, scale_log2_of
 
 from . import config
 from . import masking as _masking
@@ -42,6 +43,12 @@ class AttentionStats:
     seen a key) whose max exceeds the row's true running max (threshold 0); a *rescale done* is a block where
     the kernel replaced its stored max by a larger one and multiplied O and the row sum by the factor.
     SM90 rescales at every event; SM100's lazy rescale avoids ``rescale_events - rescales_done`` of them.
+
+    The skip counters at every granularity FA4 acts at (``rescale_steps``, ``rescales_{row,warp,tile}``,
+    ``events_{row,warp,tile}``; definitions in :mod:`fa4num.softmax.ballot`, version
+    ``fa4num.softmax.ballot.SKIP_DEFINITION_VERSION``) are counted per row by the bit-exact path; the
+    statistical torch and Triton backends leave them None. On SM100 ``rescales_warp`` is what the kernel
+    multiplies: a row's O is rescaled on the steps where its warp's ballot passed.
     """
     kv_blocks: np.ndarray         # KV blocks the kernel visits for the row (summed over splits)
     rescale_events: np.ndarray    # blocks where the true row max grew (threshold-0 rescales)
@@ -54,13 +61,28 @@ class AttentionStats:
     sink_share: np.ndarray        # float32: exp(sink - LSE), the softmax mass on the learnable sink (0 without)
     gemm: str = "wgmma"           # the tensor-core accumulation model that ran (config.GEMM_IMPL)
     tanh_exact: bool = True       # False: softcap ran with libm's tanh (no bit-exact MUFU.TANH model)
+    rescale_steps: np.ndarray | None = None   # blocks after the first of the row's tile (always-rescale work)
+    rescales_row: np.ndarray | None = None    # steps where the row's factor was below 1 (its ballot vote)
+    rescales_warp: np.ndarray | None = None   # steps where some row of its 32-row warp voted (O multiplied)
+    rescales_tile: np.ndarray | None = None   # steps where some row of its 128-row tile voted
+    events_row: np.ndarray | None = None      # rescales_row of the same kernel with rescale_threshold = 0
+    events_warp: np.ndarray | None = None
+    events_tile: np.ndarray | None = None
 
     @property
     def rescales_avoided(self) -> np.ndarray:
         return self.rescale_events - self.rescales_done
 
+    def skip_totals(self) -> dict | None:
+        """{counter: total} of the skip counters (:data:`fa4num.softmax.ballot.COUNTERS`), None if not counted;
+        ``fa4num.softmax.ballot.shares`` turns them into shares and multiplies."""
+        if self.rescale_steps is None:
+            return None
+        return {n: int(getattr(self, n).sum()) for n in _ballot.COUNTERS}
+
     def summary(self) -> dict:
-        return {"kv_blocks": int(self.kv_blocks.sum()), "rescale_events": int(self.rescale_events.sum()),
+        skip = self.skip_totals() or {}
+        return {**skip, "kv_blocks": int(self.kv_blocks.sum()), "rescale_events": int(self.rescale_events.sum()),
                 "rescales_done": int(self.rescales_done.sum()),
                 "rescales_avoided": int(self.rescales_avoided.sum()),
                 "max_lag": float(self.max_lag.max(initial=0)),
@@ -170,16 +192,18 @@ def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
     return tp.to(torch.bfloat16 if dt == "bfloat16" else torch.float16).float().numpy(), p > limit
 
 
-def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0):
+def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0, row0=0):
     """One M block of rows (a tile, or one split of it): returns (O normalised fp32 (R, dv), LSE (R,), row
     counters dict). qr: (R, d) q rows; kv: the head's :class:`_KVBlocks`; qpos: (R,) their query index in the
-    sequence."""
+    sequence; row0: the first row's index in the (packed) row sequence, for the warp and tile groups."""
     r, dv = qr.shape[0], kv.vh.shape[1]
     qop = _operand(qr, ctx, "a")
     opts = ctx.opts
     tn = opts.tile_n
     cnt = {n: np.zeros(r, np.int32) for n in ("rescale_events", "rescales_done", "p_saturated", "kv_blocks")}
     cnt["max_lag"] = np.zeros(r, np.float32)
+    cnt.update(_ballot.new_counters(r))
+    ex2 = mufu("ex2", opts.mufu_arch)
     kern = ctx.kernel
     state = kern.softmax_state(r)
     o = np.zeros((r, dv), np.float32)
@@ -206,11 +230,17 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
         with np.errstate(invalid="ignore"):
             m_blk = np.fmax.reduce(s, axis=1)
             cnt["rescale_events"] += (~is_first) & np.isfinite(true_max) & (m_blk > true_max)
+            # the eager kernel's vote: the rule at threshold 0 on the true running max (its stored max)
+            _, _, eager_arg, _ = lazy_rescale_rows(true_max, m_blk, scale_log2=ctx.sl2, rescale_threshold=0.0,
+                                                   is_first=is_first)
             true_max = np.fmax(true_max, m_blk)
         p, scale, lag, rescale = kern.softmax_step(s, state, scale_log2=ctx.sl2, is_first=is_first, opts=opts,
                                                    emulate=ctx.emu)
         if lag is not None:
             cnt["max_lag"] = np.maximum(cnt["max_lag"], lag)
+        if not is_first:
+            with np.errstate(invalid="ignore", over="ignore"):
+                _ballot.count_block(cnt, step=True, votes=f32(scale) < 1, events=ex2(eager_arg) < 1, row0=row0)
         with np.errstate(invalid="ignore"):
             cnt["rescales_done"] += (~is_first) & np.isfinite(prev_stored) & (state.row_max > prev_stored)
         p_q, sat = _cast_p_blas(p, ctx.dt) if ctx.model == "blas" else _cast_p(p, ctx.dt)
@@ -451,7 +481,7 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
     lse_shape = (h, qa.shape[0]) if varlen_q else (qa.shape[0], h, qa.shape[1])
     lse = np.full(lse_shape, -np.inf, np.float32)
     names = ("kv_blocks", "rescale_events", "rescales_done", "exp2_emulated", "exp2_mufu", "p_saturated",
-             "masked_by_window")
+             "masked_by_window", *_ballot.COUNTERS)
     st = {n: np.zeros(lse_shape, np.int32) for n in names}
     st["max_lag"] = np.zeros(lse_shape, np.float32)
     st["sink_share"] = np.zeros(lse_shape, np.float32)
@@ -494,7 +524,8 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                 o_all = np.zeros((nrows, dv), np.float32)
                 l_all = np.full(nrows, -np.inf, np.float32)
                 cnt_all = {n: np.zeros(nrows, np.int32) for n in ("rescale_events", "rescales_done",
-                                                                   "p_saturated", "kv_blocks")}
+                                                                   "p_saturated", "kv_blocks",
+                                                                   *_ballot.COUNTERS)}
                 cnt_all["max_lag"] = np.zeros(nrows, np.float32)
                 def run_mb(item):
                     # run to completion (below) before the loop variables it reads move on
@@ -509,7 +540,7 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                                                         split_idx=split, num_splits=num_splits)
                         parts.append(_run_mblock(qr, kv, rows_q[rs], sq=sq, sk=sk, n_lo=lo, n_hi=hi, ctx=ctx,
                                                  sink_rows=sink_rows if split == 0 else None,
-                                                 v_descale=vd[seq.batch, kvh]))
+                                                 v_descale=vd[seq.batch, kvh], row0=rs.start))
                     if num_splits == 1:
                         return (rs, *parts[0])
                     o_mb, l_mb = combine_splits(np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fa4num.softmax import ballot as _ballot
 from fa4num.softmax import sm90 as _sm90
 from fa4num.softmax import sm100 as _sm100
 
@@ -263,12 +264,9 @@ class Sm100(Kernel):
                                    emulate=emulate, poly_degree=opts.poly_degree, coeffs=opts.coeffs,
                                    arch=opts.mufu_arch, fused_bias=opts.fused_bias,
                                    scale_ex2_ftz=not opts.is_sm103)
-        # correction_loop: a warp (32 rows) rescales O only when one of its rows has scale < 1
-        # (vote_ballot_sync); a lane whose scale is 1.0 is then multiplied by 1.0 (unchanged)
-        r = s.shape[0]
-        want = np.zeros(-(-r // 32) * 32, bool)
-        want[:r] = step.acc_scale < 1
-        return step.p, step.acc_scale, step.lag, np.repeat(want.reshape(-1, 32).any(axis=1), 32)[:r]
+        # correction_loop: a warp (32 rows from the tile's first) rescales O only when one of its rows has
+        # scale < 1 (vote_ballot_sync); a lane whose scale is 1.0 is then multiplied by 1.0 (unchanged)
+        return step.p, step.acc_scale, step.lag, _ballot.group_any(step.acc_scale < 1, _ballot.WARP_ROWS)
 
     def finalize(self, state, *, scale_log2, opts, sink, v_descale):
         return _sm100.finalize(state, scale_log2=scale_log2, max_offset=opts.max_offset, arch=opts.mufu_arch,

@@ -10,11 +10,11 @@ libm for the statistical mode), ``scale_log2_of`` (FA4's softmax_scale * LOG2_E 
 and ``LOG2_E_F32``."""
 from fa4num.constants import LN2_F32, LOG2_E_F32
 
-from . import lazy, sm90, sm100
+from . import ballot, lazy, sm90, sm100
 from ._ops import f32, ffma, mufu, scale_log2_of
 from .lazy import lazy_rescale, lazy_rescale_rows
 from .sm90 import Sm90State
 from .sm100 import Sm100State, Sm100Step, emulated_columns
 
-__all__ = ["sm90", "sm100", "lazy", "Sm90State", "Sm100State", "Sm100Step", "emulated_columns", "lazy_rescale",
+__all__ = ["ballot", "sm90", "sm100", "lazy", "Sm90State", "Sm100State", "Sm100Step", "emulated_columns", "lazy_rescale",
            "lazy_rescale_rows", "LN2_F32", "LOG2_E_F32", "f32", "ffma", "mufu", "scale_log2_of"]

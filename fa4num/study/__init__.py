@@ -14,10 +14,12 @@ Only numpy is imported with the package; torch, pandas, pyarrow and dask when a 
 """
 from .grid import Grid, config_key, list_grids, load_grid, parse_grid
 from .runner import RunSummary, run_grid
-from .skip import LazyRescaleScan, block_maxima, lazy_rescale_scan, scale_log2
+from .skip import (KernelRows, LazyRescaleScan, block_maxima, lazy_rescale_scan, lazy_rescale_scans, scale_log2,
+                   sm100_rows)
 from .store import CorruptStoreError, read_store, verify_store
 from .studies import STUDIES, error_budget, skip_rate
 
 __all__ = ["Grid", "load_grid", "list_grids", "parse_grid", "config_key", "run_grid", "RunSummary",
-           "read_store", "verify_store", "CorruptStoreError", "STUDIES", "skip_rate", "error_budget", "block_maxima", "lazy_rescale_scan",
-           "LazyRescaleScan", "scale_log2"]
+           "read_store", "verify_store", "CorruptStoreError", "STUDIES", "skip_rate", "error_budget",
+           "block_maxima", "lazy_rescale_scan", "lazy_rescale_scans", "LazyRescaleScan", "KernelRows", "sm100_rows",
+           "scale_log2"]

@@ -24,11 +24,18 @@ block (FA4's ``is_first``) only sets the max. Counted per row:
   acc_scale != 1). Always a subset of the events; equal to them at threshold 0;
 - the stale-max lag after each block, (true max - stored max) * scale_log2 in log2 units (at most about the
   threshold), as a histogram with bins of 1/64 (exact zeros counted apart), its maximum and mean.
+
+At every granularity FA4 acts at (row, 32-row warp ballot, 128-row tile) the counters of
+:mod:`fa4num.softmax.ballot` (definition version 2), counted by its ``count_block`` as the CPU emulator counts
+them: with a :class:`KernelRows` layout (:func:`sm100_rows`) the rows are put in the kernel's order (pack_gqa
+packs the q heads of a KV head) and each row's steps start after its tile's first KV block, as
+``correction_loop`` iterates them; the vote ``acc_scale < 1`` is tested as ``acc_scale_ <
+fa4num.softmax.ballot.vote_limit()`` (the same test for a monotone ex2).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -155,6 +162,59 @@ class _ieee_fp32_matmul:
         torch.set_float32_matmul_precision(self._old[1])
 
 
+@dataclass(frozen=True)
+class KernelRows:
+    """How FA4 SM100 lays out the rows of block maxima (heads, seqlen_q, nblk): which q heads share a KV head
+    and whether pack_gqa packs them into one row sequence (packed row = query * qhead_per_kvhead + head), the
+    M tile (rows that visit the same KV blocks: q_stage x 128, x 2 for a 2-CTA pair) and the mask."""
+    heads_kv: int
+    pack_gqa: bool
+    tile_m: int
+    causal: bool
+    seqlen_k: int
+    tile_n: int = 128
+
+
+def sm100_rows(q, k, *, causal: bool = False) -> KernelRows:
+    """:class:`KernelRows` of FA4 SM100 for q (seqlen_q, heads, d) and k (seqlen_k, heads_kv, d): the tile and
+    pack_gqa that ``fa4num.attention.plan`` resolves for ``kernel="fa4-sm100"`` (only shapes are read).
+
+    Examples
+    --------
+    >>> import torch
+    >>> r = sm100_rows(torch.zeros(512, 8, 128, dtype=torch.bfloat16), torch.zeros(512, 2, 128, dtype=torch.bfloat16),
+    ...                causal=True)
+    >>> r.pack_gqa, r.tile_m
+    (True, 256)
+    """
+    from fa4num.attention import plan
+    problem = plan(q[None], k[None], k[None], causal=causal, kernel="fa4-sm100")
+    return KernelRows(heads_kv=k.shape[1], pack_gqa=bool(problem.opts.pack_gqa), tile_m=int(problem.opts.tile_m),
+                      causal=bool(causal), seqlen_k=int(k.shape[0]), tile_n=int(problem.opts.tile_n))
+
+
+def _kernel_order(heads: int, seqlen_q: int, layout: KernelRows):
+    """(order, sequences, rows): flat indices into (heads, seqlen_q) rows in the kernel's order, (sequences,
+    rows) of it, and (rows,) n_block_min, n_block_max of each row's tile."""
+    from fa4num.attention.masking import n_block_range, resolve_window
+    if heads % layout.heads_kv:
+        raise ValueError(f"heads ({heads}) must be a multiple of the layout's heads_kv ({layout.heads_kv})")
+    rep = heads // layout.heads_kv
+    idx = np.arange(heads * seqlen_q).reshape(heads, seqlen_q)
+    if layout.pack_gqa and rep > 1:
+        order = idx.reshape(layout.heads_kv, rep, seqlen_q).transpose(0, 2, 1).reshape(layout.heads_kv, -1)
+    else:
+        order = idx
+    g = rep if layout.pack_gqa else 1
+    nrows = order.shape[1]
+    window = resolve_window(layout.causal)
+    ranges = np.array([n_block_range(mb, tile_m=layout.tile_m, tile_n=layout.tile_n, seqlen_q=seqlen_q,
+                                     seqlen_k=layout.seqlen_k, window=window, qhead_per_kvhead_packgqa=g)
+                       for mb in range(-(-nrows // layout.tile_m))])
+    per_row = np.repeat(ranges, layout.tile_m, axis=0)[:nrows]
+    return order, per_row[:, 0], per_row[:, 1]
+
+
 @dataclass
 class LazyRescaleScan:
     """Per-row counts of :func:`lazy_rescale_scan` (numpy arrays, (rows,)) and the lag histogram.
@@ -167,6 +227,12 @@ class LazyRescaleScan:
     max_lag: np.ndarray         # float32, log2 units
     lag_sum: float
     lag_hist: np.ndarray        # int64, (LAG_RANGE * LAG_BINS_PER_UNIT + 2,)
+    # fa4num.softmax.ballot.COUNTERS -> int32 (rows,): row / warp / tile counts (definition version 2)
+    skip: dict = field(default_factory=dict)
+
+    def skip_totals(self) -> dict:
+        """{counter: total} of :attr:`skip` (``fa4num.softmax.ballot.shares`` takes it)."""
+        return {n: int(v.sum()) for n, v in self.skip.items()}
 
     @property
     def steps(self) -> int:
@@ -183,7 +249,8 @@ class LazyRescaleScan:
         return i / LAG_BINS_PER_UNIT
 
 
-def lazy_rescale_scan(bmax, *, scale_log2, rescale_threshold: float) -> LazyRescaleScan:
+def lazy_rescale_scan(bmax, *, scale_log2, rescale_threshold: float, layout: KernelRows | None = None
+                      ) -> LazyRescaleScan:
     """Replay FA4 SM100's lazy rescale (see the module docstring) over block maxima.
 
     Parameters
@@ -195,10 +262,14 @@ def lazy_rescale_scan(bmax, *, scale_log2, rescale_threshold: float) -> LazyResc
         softmax_scale * log2(e) in float32 (:func:`scale_log2`).
     rescale_threshold : float
         FA4's ``rescale_threshold`` (log2 units; 0 rescales on every growth, SM100's bf16/fp16 default is 8).
+    layout : KernelRows, optional
+        The kernel's rows and tiles (:func:`sm100_rows`); ``bmax`` is then (heads, seqlen_q, nblk). Without
+        it the last leading axis of ``bmax`` is one row sequence whose tiles all visit every block.
 
     Returns
     -------
     LazyRescaleScan
+        Counts per row, flattened in ``bmax``'s row order.
 
     Examples
     --------
@@ -208,10 +279,11 @@ def lazy_rescale_scan(bmax, *, scale_log2, rescale_threshold: float) -> LazyResc
     >>> int(r.rescale_events[0]), int(r.rescales_done[0]), float(r.max_lag[0])
     (2, 1, 4.0)
     """
-    return lazy_rescale_scans(bmax, scale_log2=scale_log2, thresholds=(rescale_threshold,))[rescale_threshold]
+    return lazy_rescale_scans(bmax, scale_log2=scale_log2, thresholds=(rescale_threshold,),
+                              layout=layout)[rescale_threshold]
 
 
-def lazy_rescale_scans(bmax, *, scale_log2, thresholds) -> dict:
+def lazy_rescale_scans(bmax, *, scale_log2, thresholds, layout: KernelRows | None = None) -> dict:
     """:func:`lazy_rescale_scan` for several thresholds in one pass over the blocks: {threshold: scan}.
 
     Examples
@@ -230,21 +302,37 @@ def lazy_rescale_scans(bmax, *, scale_log2, thresholds) -> dict:
         raise ValueError(f"scale_log2 must be a positive finite number, got {scale_log2!r}")
     if not thresholds:
         return {}
+    nblk = bmax.shape[-1]
+    if layout is None:
+        lead = tuple(bmax.shape[:-1]) or (1,)
+        nrows = lead[-1]
+        order = np.arange(math.prod(lead)).reshape(-1, nrows)
+        n_lo, n_hi = np.zeros(nrows, np.int64), np.full(nrows, nblk)
+    else:
+        if bmax.ndim != 3:
+            raise ValueError(f"bmax must be (heads, seqlen_q, nblk) with a layout, got {tuple(bmax.shape)}")
+        order, n_lo, n_hi = _kernel_order(bmax.shape[0], bmax.shape[1], layout)
     if bmax.device.type == "cpu":
         # one small vector op per KV block: a thread pool only adds synchronisation (10x slower on a busy host)
         old = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return _scan(bmax, scale_log2, thresholds)
+            return _scan(bmax, scale_log2, thresholds, order, n_lo, n_hi)
         finally:
             torch.set_num_threads(old)
-    return _scan(bmax, scale_log2, thresholds)
+    return _scan(bmax, scale_log2, thresholds, order, n_lo, n_hi)
 
 
-def _scan(bmax, scale_log2, thresholds):
+def _scan(bmax, scale_log2, thresholds, order, n_lo, n_hi):
+    """The replay over rows in the kernel's order: ``order`` (sequences, rows) flat row indices of ``bmax``,
+    ``n_lo``/``n_hi`` (rows,) each row's tile's KV block range. Returns counts in ``bmax``'s flat row order."""
     import torch
+
+    from fa4num.softmax import ballot     # numba comes with fa4num.softmax: not on import of fa4num.study
     dev = bmax.device
-    m = bmax.reshape(-1, bmax.shape[-1]).to(torch.float32)
+    nseq, nrows = order.shape
+    flat = bmax.reshape(-1, bmax.shape[-1]).to(torch.float32)
+    m = flat[torch.as_tensor(order.reshape(-1), device=dev)]
     rows, nblk = m.shape
     nt = len(thresholds)
     f32 = dict(dtype=torch.float32, device=dev)
@@ -267,6 +355,11 @@ def _scan(bmax, scale_log2, thresholds):
     hist = torch.zeros(nt * (nbins + 1), dtype=torch.int64, device=dev)
     lag_sum = torch.zeros(nt, dtype=torch.float64, device=dev)
     sl2_64 = sl2.double()
+    limit = torch.tensor(ballot.vote_limit(), **f32)
+    n_lo_t = torch.as_tensor(np.tile(n_lo, nseq), device=dev)
+    n_hi_t = torch.as_tensor(np.tile(n_hi, nseq), device=dev)
+    counters = ballot.new_counters((nt, nseq, nrows), like=m)
+    zero32 = torch.zeros((), **f32)
     for n in range(nblk - 1, -1, -1):
         mb = m[:, n]
         seen = mb > ninf
@@ -278,9 +371,17 @@ def _scan(bmax, scale_log2, thresholds):
         # the rule of fa4num.softmax.lazy.lazy_rescale (the specification; tests/softmax/test_lazy_rule.py checks
         # this torch copy against it bit for bit), each op one fp32 RN: FMNMX (NaN ignored), FADD, FMUL, FSETP.GE
         m_new = torch.fmax(stored, mb)
-        a = (stored - m_new) * sl2
+        a = (stored - torch.where(m_new == ninf, zero32, m_new)) * sl2
         keep = lazy & (a >= neg_thr)
         done += step & ~keep & (m_new > stored)
+        # the ballot's counters: steps after the tile's first block; the eager vote from the true max (the
+        # stored max of a threshold-0 kernel)
+        tile_step = (n_lo_t <= n) & (n < n_hi_t - 1)
+        m0 = torch.fmax(true, mb)
+        a0 = (true - torch.where(m0 == ninf, zero32, m0)) * sl2
+        ballot.count_block(counters, step=tile_step.reshape(nseq, nrows),
+                           votes=(~keep & (a < limit)).reshape(nt, nseq, nrows),
+                           events=(a0 < limit).reshape(nseq, nrows).expand(nt, nseq, nrows))
         stored = torch.where(first, mb, torch.where(step & ~keep, m_new, stored))
         true = torch.where(first | step, torch.maximum(true, mb), true)
         started = started | seen
@@ -291,7 +392,17 @@ def _scan(bmax, scale_log2, thresholds):
         idx = torch.where(step, idx, nbins) + offs
         hist += torch.bincount(idx.reshape(-1), minlength=nt * (nbins + 1))
     hist = hist.reshape(nt, nbins + 1)[:, :nbins].cpu().numpy()
-    vis, ev = visited.cpu().numpy(), events.cpu().numpy()
-    done, max_lag, lag_sum = done.cpu().numpy(), max_lag.float().cpu().numpy(), lag_sum.cpu().numpy()
-    return {t: LazyRescaleScan(vis, ev, done[i], max_lag[i], float(lag_sum[i]), hist[i])
+    flat_order = order.reshape(-1)
+
+    def back(x):
+        # (..., rows) in the kernel's order -> bmax's row order
+        x = x.cpu().numpy()
+        out = np.empty_like(x)
+        out[..., flat_order] = x
+        return out
+    vis, ev = back(visited), back(events)
+    done, max_lag, lag_sum = back(done), back(max_lag.float()), lag_sum.cpu().numpy()
+    skip = {n: back(c.reshape(nt, rows)) for n, c in counters.items()}
+    return {t: LazyRescaleScan(vis, ev, done[i], max_lag[i], float(lag_sum[i]), hist[i],
+                               {n: c[i] for n, c in skip.items()})
             for i, t in enumerate(thresholds)}

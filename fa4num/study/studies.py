@@ -59,7 +59,7 @@ _SCAN_CACHE: dict = {}
 def _cached_scans(dist, seqlen, seed, heads, head_dim, tile_n, device, threshold):
     """Scans of one input at SKIP_THRESHOLDS (and ``threshold``), kept for the next tasks of this process."""
     from .inputs import make_study_inputs
-    from .skip import block_maxima, lazy_rescale_scans, pick_device, scale_log2
+    from .skip import block_maxima, lazy_rescale_scans, pick_device, scale_log2, sm100_rows
     dev = pick_device(device)
     key = (dist, seqlen, seed, heads, head_dim, tile_n, str(dev))
     hit = _SCAN_CACHE.get(key)
@@ -69,21 +69,27 @@ def _cached_scans(dist, seqlen, seed, heads, head_dim, tile_n, device, threshold
         bm = block_maxima(inp.q, inp.k, causal=inp.causal, tile_n=tile_n, device=dev)
         d = inp.q.shape[-1]
         thr = tuple(sorted(set(SKIP_THRESHOLDS) | {float(threshold)}))
-        scans = lazy_rescale_scans(bm, scale_log2=scale_log2(1.0 / math.sqrt(d)), thresholds=thr)
+        layout = sm100_rows(inp.q, inp.k, causal=inp.causal)
+        if layout.tile_n != tile_n:
+            layout = type(layout)(**{**layout.__dict__, "tile_n": tile_n})
+        scans = lazy_rescale_scans(bm, scale_log2=scale_log2(1.0 / math.sqrt(d)), thresholds=thr, layout=layout)
         del bm
-        hit = (scans, d, inp.causal, inp.q.shape[1], inp.k.shape[1], dev)
+        hit = (scans, d, inp.causal, inp.q.shape[1], inp.k.shape[1], dev, layout)
         _SCAN_CACHE[key] = hit
     return hit
 
 
 def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads: int = 4, head_dim: int = 128,
               tile_n: int = 128, device: str = "auto") -> dict:
-    """FA4 SM100's lazy rescale on one input: rescale events, rescales done and avoided, stale-max lag.
+    """FA4 SM100's lazy rescale on one input: rescale events, rescales done and avoided, stale-max lag, and the
+    skips at every granularity the kernel acts at (row, 32-row warp ballot, 128-row tile) with the O-rescale
+    work in multiplies against always-rescale.
 
     The input is ``fa4num.study.inputs.make_study_inputs(dist, seqlen, heads=, head_dim=, seed=)`` (q and k
     of length ``seqlen``); the counts come from :func:`fa4num.study.skip.lazy_rescale_scan` over
     :func:`fa4num.study.skip.block_maxima` with softmax_scale = 1/sqrt(head_dim) (FA4's default) and
-    ``rescale_threshold = threshold``.
+    ``rescale_threshold = threshold``, the rows in FA4 SM100's order and tiles
+    (:func:`fa4num.study.skip.sm100_rows`: pack_gqa and the M tile ``fa4num.attention.plan`` resolves).
 
     Parameters
     ----------
@@ -106,8 +112,13 @@ def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads:
         ``rescales_avoided_share`` (avoided / events; NaN without events), ``events_per_row``,
         ``done_per_row``, ``lag_mean``, ``lag_q50``, ``lag_q90``, ``lag_q99`` (per (row, block) step after the
         row's first block, upper edges of 1/64 bins), ``lag_max`` (exact), ``stale_share`` (steps with a lag > 0),
-        ``row_max_lag_q50``, ``causal``, ``heads_q``, ``heads_kv``, ``head_dim_eff``, ``device_used`` (the torch
-        device it ran on; ``device`` is the configuration's request) and ``device_name``.
+        ``row_max_lag_q50``, ``causal``, ``heads_q``, ``heads_kv``, ``head_dim_eff``, ``device_used`` (the torch device it ran on; ``device``
+        is the configuration's request) and ``device_name``; the
+        counters of :mod:`fa4num.softmax.ballot` (``rescale_steps``, ``rescales_{row,warp,tile}``,
+        ``events_{row,warp,tile}``) and what ``fa4num.softmax.ballot.shares`` makes of them
+        (``avoided_share_{g}`` against threshold 0 and ``skipped_share_{g}`` against always-rescale at each
+        granularity, ``rescale_mults_{ballot,row,eager,always}``, ``skip_definition_version``), with the
+        layout (``pack_gqa``, ``tile_m``).
 
     Raises
     ------
@@ -122,8 +133,9 @@ def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads:
     """
     if not (threshold >= 0 and math.isfinite(threshold)):
         raise ValueError(f"threshold must be a finite number >= 0, got {threshold!r}")
-    scans, d, causal, hq, hk, dev = _cached_scans(dist, int(seqlen), int(seed), int(heads), int(head_dim),
-                                                  int(tile_n), device, threshold)
+    from fa4num.softmax import ballot
+    scans, d, causal, hq, hk, dev, layout = _cached_scans(dist, int(seqlen), int(seed), int(heads),
+                                                          int(head_dim), int(tile_n), device, threshold)
     scan = scans[float(threshold)]
     ev, dn = int(scan.rescale_events.sum()), int(scan.rescales_done.sum())
     rows = scan.rescale_events.size
@@ -140,6 +152,8 @@ def skip_rate(*, dist: str, seqlen: int, threshold: float, seed: int = 0, heads:
         "row_max_lag_q50": float(np.quantile(scan.max_lag, 0.5)),
         "causal": bool(causal), "heads_q": int(hq), "heads_kv": int(hk), "head_dim_eff": int(d),
         "device_used": str(dev), "device_name": _device_name(dev),
+        **scan.skip_totals(), **ballot.shares(scan.skip_totals(), head_dim_v=int(d)),
+        "pack_gqa": bool(layout.pack_gqa), "tile_m": int(layout.tile_m),
     }
 
 
@@ -151,7 +165,7 @@ def _device_name(dev) -> str:
     return platform.processor() or platform.machine()
 
 
-skip_rate.version = 1
+skip_rate.version = 2    # 2: the row / warp / tile counters of fa4num.softmax.ballot, rows in the kernel's order
 skip_rate.scan_together = ("threshold",)   # one input's scans serve every threshold: one worker runs them all
 
 
