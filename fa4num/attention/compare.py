@@ -242,7 +242,7 @@ def _row_key(plan, problem, seq, query, head) -> dict:
     return key
 
 
-def same_bits(call_a: Problem, call_b: Problem, *, rows=None) -> SameBits:
+def same_bits(call_a: Problem, call_b: Problem, *, rows=None, outputs=None) -> SameBits:
     """Compare the bits of the logical rows two calls share, and explain the rows that differ.
 
     Parameters
@@ -255,6 +255,9 @@ def same_bits(call_a: Problem, call_b: Problem, *, rows=None) -> SameBits:
         segment); default: sequence i with sequence i for every i both have. Within a pair, the rows at the
         same key-aligned position and head are compared where both see the same keys with the same q, k, v
         values (others are counted in ``skipped``).
+    outputs : ((out_a, lse_a), (out_b, lse_b)), optional
+        The two calls' outputs computed elsewhere (FA4 on a GPU, as numpy arrays in FA4's layouts), compared
+        instead of the bit-exact forward's; the decisions still come from the plans.
 
     Returns
     -------
@@ -289,7 +292,15 @@ def same_bits(call_a: Problem, call_b: Problem, *, rows=None) -> SameBits:
             raise ValueError(f"rows: pair ({sa}, {sb}) names a sequence outside call_a's {call_a.batch} or "
                              f"call_b's {call_b.batch}")
     plan_a, plan_b = plan_of(call_a), plan_of(call_b)
-    res_a, res_b = forward(problem=call_a), forward(problem=call_b)
+    if outputs is None:
+        outputs = [(r.out, r.lse) for r in (forward(problem=call_a), forward(problem=call_b))]
+    (out_a, lse_a), (out_b, lse_b) = ((np.asarray(o), np.asarray(lse)) for o, lse in outputs)
+    for name, c, o, lse in (("call_a", call_a, out_a, lse_a), ("call_b", call_b, out_b, lse_b)):
+        want_o = (*c.q.shape[:-1], c.head_dim_v)
+        want_l = (c.heads, c.q.shape[0]) if c.varlen_q else (c.q.shape[0], c.heads, c.q.shape[1])
+        if o.shape != want_o or lse.shape != want_l:
+            raise ValueError(f"outputs of {name} must be out {want_o} and lse {want_l}, got {o.shape} and "
+                             f"{lse.shape}")
     h = call_a.heads
     results, od, ld, skipped = [], [], [], 0
     for sa, sb in rows:
@@ -306,9 +317,6 @@ def same_bits(call_a: Problem, call_b: Problem, *, rows=None) -> SameBits:
         kv_same = np.zeros(max(ska, skb), bool)
         kv_same[:m] = [bool((_u(qa_seq.k[j]) == _u(qb_seq.k[j])).all() and (_u(qa_seq.v[j]) == _u(qb_seq.v[j])).all())
                        for j in range(m)]
-        out_a = np.asarray(res_a.out)
-        out_b = np.asarray(res_b.out)
-        lse_a, lse_b = np.asarray(res_a.lse), np.asarray(res_b.lse)
         for hh in range(h):
             q_same = (_u(qa_seq.q[ia, hh]) == _u(qb_seq.q[ib, hh])).all(axis=1)
             shared = q_same & (vis_a == vis_b).all(axis=1) & ~(vis_a & ~kv_same[None, :]).any(axis=1)
