@@ -383,7 +383,13 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
     pack_gqa : bool, optional
         None: FA4's default (the kernel's ``default_pack_gqa``, :mod:`fa4num.attention.kernels`).
     cu_seqlens_q, cu_seqlens_k : int arrays (batch + 1,), optional
-        Varlen prefix sums; ``max_seqlen_q``/``max_seqlen_k`` (optional) must cover the longest sequence.
+        Varlen prefix sums; ``max_seqlen_q``/``max_seqlen_k`` (optional) must cover the longest sequence; FA4's
+        default is the total token count, which sets fa4-sm100's q_stage, 2-CTA and split choices.
+    seqused_q, seqused_k : int arrays (batch,), optional
+        The rows / keys of each sequence that are used (FA4's ``seqused_q/k``, replacing the lengths); rows beyond
+        are not written by FA4 (fa4num leaves out 0 and LSE -inf there).
+    seqlen_k_per_split : int, optional
+        fa4-sm100 split-KV: keys per split fixed (a multiple of tile_n; num_splits >= ceil(max_seqlen_k / it)).
     num_splits : int
         fa4-sm100 split-KV: 1 (none), > 1 splits merged by FA4's combine kernel, < 1 FA4's heuristic.
         fa4-sm90 refuses splits, as FA4 does ("SplitKV not supported on SM 9.0").

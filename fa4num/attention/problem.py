@@ -303,7 +303,7 @@ class Layout:
     page_table: object
     longest_q: int           # the longest sequences
     longest_k: int
-    max_seqlen_q: int        # given, or the longest
+    max_seqlen_q: int        # given, or FA4's default: the longest; the total tokens with cu_seqlens
     max_seqlen_k: int
     seqused_q: object = None     # int64 (batch,) or None
     seqused_k: object = None
@@ -350,9 +350,13 @@ def layout(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None, ma
             raise TypeError(f"{name} must be None or an int, got {given!r}")
         if given is not None and int(given) < need:
             raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
+    # FA4's defaults (interface.py b36 _flash_attn_fwd): the tensors' lengths -- for varlen the total tokens
+    # (total_q; seqlen_k = v.shape[-3]), for paged KV the page-table row
+    default_q = longest_q if cu_q is None else int(cu_q[-1])
+    default_k = longest_k if cu_k is None else int(cu_k[-1])
     return Layout(seqs, batch, cu_q, cu_k, pt, longest_q, longest_k,
-                  longest_q if max_seqlen_q is None else int(max_seqlen_q),
-                  longest_k if max_seqlen_k is None else int(max_seqlen_k), used_q, used_k)
+                  default_q if max_seqlen_q is None else int(max_seqlen_q),
+                  default_k if max_seqlen_k is None else int(max_seqlen_k), used_q, used_k)
 
 
 def _descale(x, name, batch, hk):
@@ -387,7 +391,8 @@ class Problem:
     heads_kv: int
     head_dim: int
     head_dim_v: int
-    max_seqlen_q: int        # the kernel's configuration length (given, or the longest sequence)
+    max_seqlen_q: int        # the kernel's configuration length (given, or FA4's default: the longest sequence,
+                             # the total tokens with cu_seqlens_q; the same for k)
     max_seqlen_k: int
     window: _masking.Window
     softcap: float

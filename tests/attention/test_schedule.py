@@ -260,3 +260,15 @@ def test_cli_run_feature_flags(tmp_path, extra):
     assert main(["attention", "run", "--shape", "2,64,2,64", *extra, "--json", str(path)]) == 0
     rep = json.loads(path.read_text())
     assert rep["vs_fp64"]["rel_l2"] < (0.05 if "--fp8" in extra else 4 * rep["floor_bf16_rounded_once"]["rel_l2"])
+
+
+def test_varlen_max_seqlen_defaults_to_the_total_tokens_as_fa4():
+    """b36 _flash_attn_fwd: max_seqlen_q = total_q without a given value, which sets SM100's q_stage."""
+    q = np.zeros((200, 1, 64), ml_dtypes.bfloat16)
+    cu = np.array([0, 100, 200])
+    p = plan(q, q, q, kernel="fa4-sm100", causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu)
+    assert (p.max_seqlen_q, p.max_seqlen_k) == (200, 200)
+    assert plan_of(p).q_stage == 2
+    given = plan(q, q, q, kernel="fa4-sm100", causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=100,
+                 max_seqlen_k=100)
+    assert plan_of(given).q_stage == 1
