@@ -166,6 +166,14 @@ class Sm90(Kernel):
     def finish(self, problem, opts):
         return opts, problem.num_splits_given
 
+    def decisions(self, problem) -> dict:
+        """q_stage, CTAs per tile, rescale threshold and the reasons of this kernel's choices for ``problem``
+        (:func:`fa4num.attention.schedule.plan_of`): one CTA, one Q stage, eager rescaling, no software exp2."""
+        return {"q_stage": 1, "ctas": 1, "rescale_threshold": None,
+                "reasons": {"ctas": f"{self.name} runs one CTA per tile",
+                            "num_splits": f"{self.name} does not split KV",
+                            "emulated_columns": f"{self.name} runs every exp2 on MUFU"}}
+
     # -- the softmax step (fa4num.softmax.sm90): state, one KV block, the epilogue
     def softmax_state(self, rows: int):
         return _sm90.Sm90State.empty(rows)
@@ -264,6 +272,29 @@ class Sm100(Kernel):
                 raise ValueError(f"seqlen_k_per_split={per} needs num_splits >= {need} (ceil(max_seqlen_k / "
                                  f"seqlen_k_per_split)), got {opts.num_splits}")
         return opts, opts.num_splits
+
+    def decisions(self, problem) -> dict:
+        """q_stage, CTAs per tile (2 for a 2-CTA cluster), the lazy-rescale threshold and FA4's reason for each
+        choice (:func:`fa4num.attention.schedule.plan_of`), from the rules :meth:`defaults` applies."""
+        opts = problem.opts
+        g = problem.qhead_per_kvhead
+        rows = problem.max_seqlen_q * (g if opts.pack_gqa else 1)
+        if "use_2cta_instrs" in problem.overrides:
+            why_2cta = "use_2cta_instrs given"
+        else:
+            why_2cta = config.sm100_2cta(
+                head_dim=problem.head_dim, head_dim_v=problem.head_dim_v, causal=problem.window.causal,
+                local=problem.window.local, rows=rows, qhead_per_kvhead=g, pack_gqa=opts.pack_gqa,
+                batch=problem.batch, heads=problem.heads, split_kv=problem.num_splits > 1, varlen_q=problem.varlen_q,
+                seqused_q=problem.seqused_q is not None, page_size=problem.page_size)[1]
+        key = (opts.use_2cta_instrs, problem.window.causal, config.head_dim_padded(problem.head_dim), opts.is_sm103)
+        n_emu = int(self.emulated_columns(opts).sum())
+        return {"q_stage": config.sm100_q_stage(rows, problem.head_dim_v), "ctas": 2 if opts.use_2cta_instrs else 1,
+                "rescale_threshold": opts.rescale_threshold,
+                "reasons": {"ctas": why_2cta, "num_splits": self.splits(problem, pack_gqa=opts.pack_gqa)[2],
+                            "emulated_columns": f"tuning key (use_2cta, causal, hd_pad, sm103) = {key}: freq "
+                                                f"{opts.ex2_emu_freq}, res {opts.ex2_emu_res}, start fragment "
+                                                f"{opts.ex2_emu_start_frg} -> {n_emu} of {opts.tile_n} columns"}}
 
     # -- the softmax step (fa4num.softmax.sm100): state, one KV block, the epilogue
     def softmax_state(self, rows: int):

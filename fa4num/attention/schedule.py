@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import config
 from . import masking as _masking
 from .problem import Problem
 
@@ -173,31 +172,8 @@ def plan_of(problem: Problem) -> Plan:
     cols = () if emu is None else tuple(int(c) for c in np.flatnonzero(emu))
     ns = problem.num_splits
     g_all = problem.qhead_per_kvhead
-    reasons = {}
-    if kern.lazy_rescale:
-        pack = opts.pack_gqa
-        rows = problem.max_seqlen_q * (g_all if pack else 1)
-        q_stage = config.sm100_q_stage(rows, problem.head_dim_v)
-        ctas = 2 if opts.use_2cta_instrs else 1
-        if "use_2cta_instrs" in problem.overrides:
-            reasons["ctas"] = "use_2cta_instrs given"
-        else:
-            reasons["ctas"] = config.sm100_2cta(
-                head_dim=problem.head_dim, head_dim_v=problem.head_dim_v, causal=problem.window.causal,
-                local=problem.window.local, rows=rows, qhead_per_kvhead=g_all, pack_gqa=pack, batch=problem.batch,
-                heads=problem.heads, split_kv=ns > 1, varlen_q=problem.varlen_q,
-                seqused_q=problem.seqused_q is not None, page_size=problem.page_size)[1]
-        reasons["num_splits"] = kern.splits(problem, pack_gqa=pack)[2]
-        key = (opts.use_2cta_instrs, problem.window.causal, config.head_dim_padded(problem.head_dim), opts.is_sm103)
-        reasons["emulated_columns"] = (f"tuning key (use_2cta, causal, hd_pad, sm103) = {key}: freq "
-                                       f"{opts.ex2_emu_freq}, res {opts.ex2_emu_res}, start fragment "
-                                       f"{opts.ex2_emu_start_frg} -> {len(cols)} of {opts.tile_n} columns")
-        threshold = opts.rescale_threshold
-    else:
-        q_stage, ctas, threshold = 1, 1, None
-        reasons["ctas"] = f"{kern.name} runs one CTA per tile"
-        reasons["num_splits"] = f"{kern.name} does not split KV"
-        reasons["emulated_columns"] = f"{kern.name} runs every exp2 on MUFU"
+    d = kern.decisions(problem)
+    q_stage, ctas, threshold, reasons = d["q_stage"], d["ctas"], d["rescale_threshold"], dict(d["reasons"])
     reasons["pack_gqa"] = ("pack_gqa given" if problem.pack_gqa_given is not None else
                            f"FA4's default for {g_all} q heads per KV head")
     reasons["tile"] = f"{kern.name} tile for head dims ({problem.head_dim}, {problem.head_dim_v})" + (
