@@ -272,3 +272,17 @@ def test_varlen_max_seqlen_defaults_to_the_total_tokens_as_fa4():
     given = plan(q, q, q, kernel="fa4-sm100", causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=100,
                  max_seqlen_k=100)
     assert plan_of(given).q_stage == 1
+
+
+def test_same_bits_on_outputs_given():
+    a = CallSpec(seqlen_q=1, seqlen_k=200, heads=1, head_dim=64, fa4={"causal": True})
+    b = CallSpec(seqlen_q=200, seqlen_k=200, heads=1, head_dim=64, fa4={"causal": True})
+    pa, pb = plan_call(a, store=[a, b]), plan_call(b, store=[a, b])
+    ra, rb = forward(problem=pa), forward(problem=pb)
+    out_b = rb.out.copy()
+    out_b.view(np.uint16)[0, -1, 0, 3] += 1          # one bf16 ulp (away from zero)
+    r = same_bits(pa, pb, outputs=[(ra.out, ra.lse), (out_b, rb.lse)])
+    assert r.rows == 1 and r.rows_equal == 0 and r.predicted_equal == 1 and "WARNING" in r.explanation
+    assert r.out_elements_differ == 1 and r.ulps["0"] == 63
+    with pytest.raises(ValueError, match=r"outputs of call_b must be out \(1, 200, 1, 64\)"):
+        same_bits(pa, pb, outputs=[(ra.out, ra.lse), (rb.out[:, :10], rb.lse)])
