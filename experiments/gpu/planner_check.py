@@ -1,6 +1,7 @@
 """Check the reproducibility planner (fa4num.attention.same_bits / plan_of) against the real FA4 kernel on the
 H200 (flash-attn-4, SM90 path): for pairs of calls that share logical rows -- decode vs prefill, batch 1 vs 4,
-chunked prefill, varlen packing, head dim 256 decode at batch 1 vs 8 (16 heads), GQA with pack_gqa on/off --
+chunked prefill, varlen packing, head dim 256 decode at batch 1 vs 8 (16 heads), GQA with pack_gqa on/off, and
+causal vs a window as wide as the keys (the same mask, another tile at head dims 192/256) --
 does each shared row get equal bits on the GPU exactly where the planner (the bit-exact emulator's comparison,
 explained by the plans' decisions) says it does?
 
@@ -91,6 +92,14 @@ def cases(seed: int) -> list:
                              fa4={"causal": causal, "pack_gqa": True}),
                     CallSpec(seqlen_q=sq, seqlen_k=sk, heads=g * hk, heads_kv=hk, head_dim=d,
                              fa4={"causal": causal, "pack_gqa": False}), None))
+    # a window as wide as the keys masks what causal masks, but picks SM90's local tile (tile_n 64 instead of 80
+    # at head dim 256, 96 instead of 128/112 at 192; the same 128 at 128): rows whose bits must differ, or not
+    for d in (128, pick(192, 256)):
+        n = int(rng.integers(200, 1500))
+        h = pick(1, 2)
+        out.append((f"causal_vs_wide_window_d{d}",
+                    CallSpec(seqlen_q=n, seqlen_k=n, heads=h, head_dim=d, fa4={"causal": True}),
+                    CallSpec(seqlen_q=n, seqlen_k=n, heads=h, head_dim=d, fa4={"window_size": (n, 0)}), None))
     return out
 
 
