@@ -176,7 +176,9 @@ def plan_of(problem: Problem) -> Plan:
     q_stage, ctas, threshold, reasons = d["q_stage"], d["ctas"], d["rescale_threshold"], dict(d["reasons"])
     reasons["pack_gqa"] = ("pack_gqa given" if problem.pack_gqa_given is not None else
                            f"FA4's default for {g_all} q heads per KV head")
-    reasons["tile"] = f"{kern.name} tile for head dims ({problem.head_dim}, {problem.head_dim_v})" + (
+    w = problem.window
+    mask = "a local window" if w.local else "causal" if w.causal else "no mask"
+    reasons["tile"] = f"{kern.name} tile for head dims ({problem.head_dim}, {problem.head_dim_v}) with {mask}" + (
         f", overridden by {sorted(set(problem.overrides) & {'tile_m', 'tile_n'})}"
         if set(problem.overrides) & {"tile_m", "tile_n"} else "")
     tiles = []

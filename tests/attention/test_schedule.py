@@ -286,3 +286,12 @@ def test_same_bits_on_outputs_given():
     assert r.out_elements_differ == 1 and r.ulps["0"] == 63
     with pytest.raises(ValueError, match=r"outputs of call_b must be out \(1, 200, 1, 64\)"):
         same_bits(pa, pb, outputs=[(ra.out, ra.lse), (rb.out[:, :10], rb.lse)])
+
+
+def test_a_window_as_wide_as_the_keys_changes_the_sm90_tile():
+    causal = CallSpec(seqlen_q=100, seqlen_k=100, heads=1, head_dim=192, fa4={"causal": True})
+    wide = CallSpec(seqlen_q=100, seqlen_k=100, heads=1, head_dim=192, fa4={"window_size": (100, 0)})
+    r = _pair(causal, wide)
+    assert r.rows == 100 and r.skipped == 0 and r.predicted_equal == 0
+    assert r.decisions["tile_n"][0] != r.decisions["tile_n"][1] and "local window" in r.reasons["tile"][1]
+    assert r.rows_equal < r.rows
