@@ -9,14 +9,41 @@ import pathlib
 import sys
 import time
 
-from fa4num.argtypes import (add_registry_option, coeffs, finite_float, int_tuple, nonneg_int, not_nan_float,
-                             path_arg, positive_int)
+from fa4num.argtypes import (add_registry_option, any_int, coeffs, finite_float, int_tuple, nonneg_int,
+                             not_nan_float, path_arg, positive_int)
 from fa4num.outputs import atomic_files, check_output_dir
 
 from .kernels import KERNELS
 from .problem import DEFAULT_KERNEL
 
 _shape = int_tuple(("batch", "seqlen_q", "heads", "head_dim"))
+
+
+def _nonneg_float(text: str) -> float:
+    x = finite_float(text)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return x
+
+
+def _window(text: str) -> tuple:
+    try:
+        left, right = (int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LEFT,RIGHT (integers, -1: unbounded), got {text!r}") from None
+    if left < -1 or right < -1:
+        raise argparse.ArgumentTypeError(f"expected sides >= -1 (-1: unbounded), got {text!r}")
+    return left, right
+
+
+def _lengths(text: str) -> tuple:
+    try:
+        lens = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N,N,... (integers >= 0), got {text!r}") from None
+    if not lens or min(lens) < 0:
+        raise argparse.ArgumentTypeError(f"expected N,N,... (integers >= 0), got {text!r}")
+    return lens
 
 
 def _parse_opt(text: str):
@@ -54,10 +81,60 @@ def _nonfinite(report: dict) -> list:
     return found
 
 
+def _feature_inputs(args, q, k, v):
+    """(q, k, v, FA4's arguments) of ``attention run``'s feature flags, applied to the seeded dense inputs:
+    fp8 (the bf16 values rounded to the fp8 dtype), varlen (the first ``--varlen`` tokens of each batch entry,
+    packed), paged KV (the keys cut into ``--page-size`` pages, stored in a seeded order), a learnable sink,
+    softcap, a window, splits, pack_gqa."""
+    import ml_dtypes
+    import numpy as np
+    fa = {"softmax_scale": args.scale, "causal": args.causal}
+    if args.softcap:
+        fa["softcap"] = args.softcap
+    if args.window is not None:
+        fa["window_size"] = tuple(None if w < 0 else w for w in args.window)
+    if args.num_splits != 1:
+        fa["num_splits"] = args.num_splits
+    if args.pack_gqa != "auto":
+        fa["pack_gqa"] = args.pack_gqa == "on"
+    rng = np.random.default_rng([args.seed, 1])
+    if args.sink_mult:
+        fa["learnable_sink"] = (np.float32(args.sink_mult) * rng.standard_normal(q.shape[2], dtype=np.float32))
+    if args.varlen is not None:
+        lens_q = args.varlen
+        lens_k = args.varlen_k if args.varlen_k is not None else lens_q
+        if len(lens_q) != q.shape[0] or len(lens_k) != q.shape[0]:
+            raise ValueError(f"--varlen: needs batch = {q.shape[0]} lengths, got {len(lens_q)} and {len(lens_k)}")
+        if max(lens_q) > q.shape[1] or max(lens_k) > k.shape[1]:
+            raise ValueError(f"--varlen: lengths must be <= seqlen_q = {q.shape[1]} (q) and seqlen_k = "
+                             f"{k.shape[1]} (k), got {list(lens_q)} and {list(lens_k)}")
+        q = np.concatenate([q[b, :n] for b, n in enumerate(lens_q)])
+        k = np.concatenate([k[b, :n] for b, n in enumerate(lens_k)])
+        v = np.concatenate([v[b, :n] for b, n in enumerate(lens_k)])
+        fa["cu_seqlens_q"] = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+        fa["cu_seqlens_k"] = np.concatenate([[0], np.cumsum(lens_k)]).astype(np.int32)
+    elif args.page_size is not None:
+        b, sk = k.shape[:2]
+        if sk % args.page_size:
+            raise ValueError(f"--page-size: must divide seqlen_k = {sk}, got {args.page_size}")
+        n = sk // args.page_size
+        order = rng.permutation(b * n)
+        pages_k = np.empty((b * n, args.page_size, *k.shape[2:]), k.dtype)
+        pages_v = np.empty((b * n, args.page_size, *v.shape[2:]), v.dtype)
+        pages_k[order] = k.reshape(b * n, args.page_size, *k.shape[2:])
+        pages_v[order] = v.reshape(b * n, args.page_size, *v.shape[2:])
+        k, v = pages_k, pages_v
+        fa["page_table"] = order.reshape(b, n).astype(np.int32)
+    if args.fp8 is not None:
+        dt = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[args.fp8]
+        q, k, v = (x.astype(np.float32).astype(dt) for x in (q, k, v))
+    return q, k, v, fa
+
+
 def _run(args) -> int:
     import numpy as np
 
-    from . import forward, inputs
+    from . import forward, inputs, plan
     from .reference import attention_fa_reference, attention_fp64, fa_rule, metrics, round_once
     b, s, h, d = args.shape
     json_path = None
@@ -81,19 +158,30 @@ def _run(args) -> int:
     if "coeffs" in kw:   # searched in --registry, $FA4NUM_POLYS, the user registry, the shipped sets
         from fa4num import polys
         kw["coeffs"] = polys.resolve(kw["coeffs"], registry=args.registry).coeffs
+    q, k, v, fa = _feature_inputs(args, q, k, v)
+    problem = plan(q, k, v, kernel=args.kernel, mode=args.mode, **fa, **kw)
     t0 = time.perf_counter()
-    res = forward(q, k, v, softmax_scale=args.scale, causal=args.causal, kernel=args.kernel, mode=args.mode,
-                  **kw)
+    res = forward(problem=problem)
     seconds = time.perf_counter() - t0
-    ref, lse_ref = attention_fp64(q, k, v, softmax_scale=args.scale, causal=args.causal)
+    # the reference of the same planned call: every option (softcap, window, sink, varlen, pages, descales)
+    ref, lse_ref = attention_fp64(problem=problem)
     fin = np.isfinite(lse_ref)
+    features = {n: (x.tolist() if hasattr(x, "tolist") else x) for n, x in fa.items()
+                if n not in ("softmax_scale", "causal")}
+    if args.fp8:
+        features["fp8"] = args.fp8
     report = {"spec": spec.as_dict(), "kernel": args.kernel, "mode": args.mode, "options": opts,
+              "features": features, "num_splits": res.num_splits,
               "seconds": round(seconds, 3), "vs_fp64": metrics(res.out, ref).as_dict(),
-              "floor_bf16_rounded_once": metrics(round_once(ref, q.dtype), ref).as_dict(),
+              "floor_bf16_rounded_once": metrics(round_once(ref, res.out.dtype), ref).as_dict(),
               "lse_max_abs_err": float(np.abs(res.lse[fin] - lse_ref[fin]).max(initial=0)),
               "stats": res.stats.summary()}
-    out_ref, out_pt = attention_fa_reference(q, k, v, softmax_scale=args.scale, causal=args.causal)
-    report["fa_rule"] = vars(fa_rule(res.out, out_ref, out_pt))
+    if set(features) - {"num_splits", "pack_gqa"}:
+        # FA's test rule (testing.attention_ref as fa4num has it) knows only causal masking of dense inputs
+        report["fa_rule"] = None
+    else:
+        out_ref, out_pt = attention_fa_reference(q, k, v, softmax_scale=args.scale, causal=args.causal)
+        report["fa_rule"] = vars(fa_rule(res.out, out_ref, out_pt))
     out_f = np.asarray(res.out, np.float32)
     # an LSE of -inf is FA4's value for a row with no visible key (out 0 there), not a failure
     report["nonfinite"] = {"out": int((~np.isfinite(out_f)).sum()), "out_size": int(out_f.size),
@@ -115,6 +203,101 @@ def _run(args) -> int:
               f"{'' if args.allow_nonfinite else ' (exit status 3; --allow-nonfinite to exit 0)'}", file=sys.stderr)
         return 0 if args.allow_nonfinite else 3
     return 0
+
+
+_CALL_KEYS = {"batch": "batch", "sq": "seqlen_q", "sk": "seqlen_k", "heads": "heads", "kv_heads": "heads_kv",
+              "d": "head_dim", "dv": "head_dim_v", "first": "first"}
+
+
+def _call(text: str):
+    """A CALL of ``attention plan/compare``: comma-separated KEY=VALUE. Shape keys: batch, sq (query tokens per
+    sequence, the last ones), sk (keys), heads, kv_heads, d, dv, dtype, first (the first logical sequence),
+    varlen=1 (pack the batch with cu_seqlens), seqlens_q / seqlens_k (varlen lengths, N:N:...), window=L:R
+    (-1: unbounded); any other key is one of FA4's arguments or a kernel knob (kernel, causal, pack_gqa,
+    num_splits, softcap, seqlen_k_per_split, tile_n, ...), its value read as JSON when it parses."""
+    from .compare import CallSpec
+    kw, fa = {}, {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE,..., got {item!r} in {text!r}")
+        try:
+            if key in _CALL_KEYS:
+                kw[_CALL_KEYS[key]] = int(value)
+            elif key == "dtype":
+                kw["dtype"] = value
+            elif key == "varlen":
+                kw["varlen"] = bool(int(value))
+            elif key in ("seqlens_q", "seqlens_k"):
+                kw[key] = tuple(int(t) for t in value.split(":"))
+            elif key == "window":
+                fa["window_size"] = tuple(None if int(t) < 0 else int(t) for t in value.split(":"))
+            else:
+                try:
+                    fa[key] = json.loads(value)
+                except json.JSONDecodeError:
+                    fa[key] = value
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{key}: expected an integer (N:N:... for lengths, L:R for window), "
+                                             f"got {value!r}") from None
+    if "seqlen_q" in kw and "seqlen_k" not in kw:
+        kw["seqlen_k"] = kw["seqlen_q"]
+    if "seqlen_k" in kw and "seqlen_q" not in kw:
+        kw["seqlen_q"] = kw["seqlen_k"]
+    try:
+        return CallSpec(**kw, fa4=fa)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _write_json(report: dict, path) -> None:
+    text = json.dumps(_nulls(report), indent=1, default=_default, allow_nan=False)
+    print(text)
+    if path is not None:
+        p = pathlib.Path(path)
+        check_output_dir(p.parent if str(p.parent) else ".", option="--json")
+        with atomic_files(p.parent if str(p.parent) else ".") as tmp:
+            (tmp / p.name).write_text(text + "\n")
+
+
+def _default(x):
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return float(x)
+
+
+def _plan(args) -> int:
+    from .compare import plan_call
+    from .schedule import plan_of
+    p = plan_of(plan_call(args.call, store=[args.call], seed=args.seed))
+    report = {"call": args.call.as_dict(), **p.as_dict()}
+    if not args.tiles:
+        report["tiles"] = len(p.tiles)
+        orders = {}
+        for t in p.tiles:
+            orders[repr(t.visits)] = orders.get(repr(t.visits), 0) + 1
+        report["visiting_orders"] = orders     # distinct per-split visiting orders -> number of tiles
+    _write_json(report, args.json)
+    return 0
+
+
+def _compare(args) -> int:
+    from .compare import plan_call, same_bits
+    store = [args.call_a, args.call_b]
+    pa, pb = (plan_call(c, store=store, seed=args.seed) for c in store)
+    r = same_bits(pa, pb, rows=args.rows)
+    report = {"call_a": args.call_a.as_dict(), "call_b": args.call_b.as_dict(), "seed": args.seed,
+              "all_equal": r.all_equal, **r.as_dict(rows=args.row_results)}
+    _write_json(report, args.json)
+    return 0
+
+
+def _pairs(text: str) -> list:
+    try:
+        return [tuple(int(x) for x in p.split(":")) for p in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected A:B,A:B,... (sequence of call A : of call B), got {text!r}") \
+            from None
 
 
 def _nulls(v):
@@ -164,11 +347,44 @@ def register(subparsers) -> None:
     r.add_argument("--seed", type=nonneg_int, default=0)
     r.add_argument("--allow-nonfinite", action="store_true",
                    help="exit 0 even when the output or LSE has NaN/inf (default: warn and exit 3)")
+    r.add_argument("--softcap", type=_nonneg_float, default=0.0, help="FA4's softcap (0: none)")
+    r.add_argument("--window", type=_window, default=None, metavar="LEFT,RIGHT",
+                   help="sliding window (left,right; -1 for an unbounded side)")
+    r.add_argument("--sink-mult", type=finite_float, default=0.0,
+                   help="a seeded learnable sink per head, N(0, 1) times this (0: none)")
+    r.add_argument("--num-splits", type=any_int, default=1, help="split-KV (fa4-sm100): < 1 FA4's heuristic")
+    r.add_argument("--pack-gqa", default="auto", choices=("auto", "on", "off"))
+    r.add_argument("--varlen", type=_lengths, default=None, metavar="N,N,...",
+                   help="varlen: the first N tokens of each batch entry, packed with cu_seqlens (q; k too unless "
+                        "--varlen-k)")
+    r.add_argument("--varlen-k", type=_lengths, default=None, metavar="N,N,...", help="varlen key lengths")
+    r.add_argument("--page-size", type=positive_int, default=None, help="paged KV with this page size")
+    r.add_argument("--fp8", default=None, choices=("e4m3", "e5m2"),
+                   help="fp8 inputs (fa4-sm100): the seeded values rounded to float8_e4m3fn / float8_e5m2")
     r.add_argument("--opt", action="append", type=_parse_opt, default=[], metavar="KEY=VALUE",
                    help="kernel option, e.g. rescale_threshold=4 ex2_emu_freq=0 coeffs=fa4-deg4 gemm=exact")
     add_registry_option(r)
     r.add_argument("--json", type=path_arg, default=None, help="also write the report here")
     r.set_defaults(func=_run)
+    pl = sub.add_parser("plan", help="the decisions that set one call's bits: tiles, q_stage, CTAs, pack_gqa, "
+                                     "software-exp2 columns, KV-block ranges and order, splits, combine (JSON)")
+    pl.add_argument("call", type=_call, metavar="CALL", help="KEY=VALUE,... e.g. batch=8,sq=1,sk=512,heads=16,d=256,"
+                                                             "kernel=fa4-sm100")
+    pl.add_argument("--tiles", action="store_true", help="list every M tile (default: a count per visiting order)")
+    pl.add_argument("--seed", type=nonneg_int, default=0)
+    pl.add_argument("--json", type=path_arg, default=None, help="also write the report here")
+    pl.set_defaults(func=_plan)
+    c = sub.add_parser("compare", help="which shared rows of two calls get the same bits, which decision differs, "
+                                       "and by how many ulps (seeded inputs; JSON)")
+    c.add_argument("call_a", type=_call, metavar="CALL_A")
+    c.add_argument("call_b", type=_call, metavar="CALL_B")
+    c.add_argument("--rows", type=_pairs, default=None, metavar="A:B,...",
+                   help="sequence pairs holding the same logical sequence (default: i with i); with first= in a "
+                        "CALL both index the same seeded store")
+    c.add_argument("--row-results", action="store_true", help="list every compared row")
+    c.add_argument("--seed", type=nonneg_int, default=0)
+    c.add_argument("--json", type=path_arg, default=None, help="also write the report here")
+    c.set_defaults(func=_compare)
     g = sub.add_parser("golden", help="re-check the H200 golden outputs of the SM90 kernel, bit for bit")
     g.add_argument("--file", type=path_arg, default=None, help="a golden .npz (default: the shipped SM90 file)")
     g.set_defaults(func=_golden)

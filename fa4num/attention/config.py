@@ -44,7 +44,7 @@ def sm90_tile(head_dim: int, causal: bool, *, local: bool = False, head_dim_v: i
 
 
 def sm100_pack_gqa(*, qhead_per_kvhead: int, head_dim: int, head_dim_v: int, max_seqlen_q: int, num_splits: int,
-                   batch: int, heads: int, num_sms: int = NUM_SMS_SM100) -> bool:
+                   batch: int, heads: int, num_sms: int = NUM_SMS_SM100, seqused_q: bool = False) -> bool:
     """FA4's SM100 pack_gqa when the caller passes None (``interface.py`` ``_flash_attn_fwd``, b36 ~lines
     1000-1011): on whenever several q heads share a KV head, except with head dim 256 and a GQA ratio that does
     not divide 128 when there are several M blocks or the 2-CTA grid fits one wave: then 2-CTA wins over
@@ -60,27 +60,114 @@ def sm100_pack_gqa(*, qhead_per_kvhead: int, head_dim: int, head_dim_v: int, max
     True
     """
     pack = qhead_per_kvhead > 1
-    if (head_dim == 256 and head_dim_v == 256 and 128 % qhead_per_kvhead
+    if (head_dim == 256 and head_dim_v == 256 and 128 % qhead_per_kvhead and not seqused_q
             and (max_seqlen_q > 128 or (num_splits == 1 and 2 * batch * heads <= num_sms))):
         pack = False
     return pack
 
 
-def num_splits_auto(*, batch, hk, h_per_kv, pack_gqa, sq, sk, tile_m, tile_n, window) -> int:
-    """``num_splits_heuristic`` of ``_get_fwd_config`` for num_splits < 1 (148 SMs, at most 128 splits)."""
+def sm100_q_stage(rows: int, head_dim_v: int) -> int:
+    """Q tiles of 128 rows per CTA (``_get_fwd_config``): 2 when the (packed) rows exceed one tile, except with
+    head_dim_v 256 (two Q tiles exceed TMEM)."""
+    return 2 if rows > 128 and head_dim_v != 256 else 1
+
+
+def splits_heuristic(total_mblocks: int, n_blocks: int, *, num_sms: int = NUM_SMS_SM100) -> int:
+    """``num_splits_heuristic`` (at most 128 splits): one split for at most 4 KV blocks or no M block, else as
+    many as fill the SMs, at most one per KV block."""
+    if n_blocks <= 4 or total_mblocks == 0:
+        return 1
+    return max(1, min(num_sms // total_mblocks, 128, n_blocks))
+
+
+def sm100_splits(*, num_splits, batch, hk, h_per_kv, pack_gqa, sq, sk, head_dim, head_dim_v, tile_m, tile_n,
+                 window) -> tuple[int, int, str]:
+    """(tile_n, num_splits, why) of ``_get_fwd_config`` (b36): ``num_splits < 1`` runs the heuristic on the M
+    blocks of the grid and the KV blocks a row loads (a local window bounds them); with head_dim != head_dim_v a
+    split call needs >= 64 KV blocks of ``tile_n`` and then runs with tile_n 64 and the heuristic's count (even
+    for an explicit ``num_splits``), else it is not split.
+
+    Examples
+    --------
+    >>> from fa4num.attention.masking import resolve_window
+    >>> w = resolve_window(False)
+    >>> sm100_splits(num_splits=4, batch=1, hk=1, h_per_kv=1, pack_gqa=False, sq=1, sk=8192, head_dim=192,
+    ...              head_dim_v=128, tile_m=128, tile_n=128, window=w)[:2]
+    (64, 128)
+    >>> sm100_splits(num_splits=4, batch=1, hk=1, h_per_kv=1, pack_gqa=False, sq=1, sk=4096, head_dim=192,
+    ...              head_dim_v=128, tile_m=128, tile_n=128, window=w)[:2]
+    (128, 1)
+    """
     rows = sq * (h_per_kv if pack_gqa else 1)
-    q_stage = 2 if rows > 128 else 1
-    m_blocks = -(-rows // (q_stage * tile_m))
-    total = batch * hk * (1 if pack_gqa else h_per_kv) * m_blocks
+    m_eff = sm100_q_stage(rows, head_dim_v) * tile_m
+    total = batch * hk * (1 if pack_gqa else h_per_kv) * (-(-rows // m_eff))
     loaded = sk
     if window.local:
         wr = sk if window.right is None else window.right
         wl = sk if window.left is None else window.left
         loaded = max(0, min(sk, wr + wl + 1 + tile_m))
     n_blocks = -(-loaded // tile_n)
-    if n_blocks <= 4 or total == 0:
-        return 1
-    return max(1, min(NUM_SMS_SM100 // total, 128, n_blocks))
+    why = f"num_splits={num_splits} given"
+    if num_splits < 1:
+        num_splits = splits_heuristic(total, n_blocks)
+        why = (f"num_splits heuristic: {total} M blocks on {NUM_SMS_SM100} SMs, {n_blocks} KV blocks of {tile_n} "
+               f"-> {num_splits}")
+    if head_dim != head_dim_v and num_splits > 1:
+        if n_blocks >= 64:
+            tile_n = 64
+            n_blocks = -(-loaded // tile_n)
+            num_splits = splits_heuristic(total, n_blocks)
+            why = (f"head_dim != head_dim_v with splits and {n_blocks} >= 64 KV blocks: tile_n 64, num_splits "
+                   f"re-chosen by the heuristic ({total} M blocks, {n_blocks} KV blocks of 64) -> {num_splits}")
+        else:
+            num_splits = 1
+            why = f"head_dim != head_dim_v with splits but {n_blocks} < 64 KV blocks: not split"
+    return tile_n, num_splits, why
+
+
+def sm100_2cta(*, head_dim, head_dim_v, causal, local, rows, qhead_per_kvhead, pack_gqa, batch, heads, split_kv,
+               varlen_q=False, seqused_q=False, page_size=None, num_sms=NUM_SMS_SM100) -> tuple[bool, str]:
+    """(use_2cta_instrs, why) of ``interface.py`` ``_flash_attn_fwd`` (b36 ~lines 1064-1099): a cluster of two
+    CTAs shares each KV block when the call is not split, has no ``seqused_q``, varlen q only with head dim 256,
+    page size None or 128, 128 a multiple of the GQA ratio under pack-GQA, head dim 256 or (not causal, not
+    local, padded head dims (128 | 192, 128)), and either more than one ``q_stage * 128``-row M block or -- head
+    dim 256 only -- a doubled grid that fits one wave: ``2 * batch * scheduled heads <= num_sms``. That last
+    clause makes an hd256 decode row's bits depend on batch x heads (the 2-CTA tuning entry turns the software
+    exp2 on, the 1-CTA one has none).
+
+    ``why`` names the deciding condition (the first failing one, or the clause that held).
+
+    Examples
+    --------
+    >>> sm100_2cta(head_dim=256, head_dim_v=256, causal=False, local=False, rows=1, qhead_per_kvhead=1,
+    ...            pack_gqa=False, batch=8, heads=16, split_kv=False)
+    (False, 'one M block of 1 rows and hd256 decode grid 2 * 8 * 16 = 256 > 148 SMs')
+    """
+    g = qhead_per_kvhead
+    is_hd256 = head_dim == 256 and head_dim_v == 256
+    hd_pad, hdv_pad = head_dim_padded(head_dim), head_dim_padded(head_dim_v)
+    q_stage = sm100_q_stage(rows, head_dim_v)
+    sched = heads // g if pack_gqa else heads
+    grid = 2 * batch * sched
+    if split_kv:
+        return False, "split-KV"
+    if varlen_q and not is_hd256:
+        return False, "varlen q (cu_seqlens_q) without head dim 256"
+    if seqused_q:
+        return False, "seqused_q given"
+    if page_size not in (None, 128):
+        return False, f"page size {page_size} (2-CTA needs None or 128)"
+    if pack_gqa and 128 % g:
+        return False, f"pack-GQA with ratio {g}, which does not divide 128"
+    if not (is_hd256 or (not causal and not local and hd_pad in (128, 192) and hdv_pad == 128)):
+        return False, (f"head dims ({head_dim}, {head_dim_v})" + (" with causal/local masking" if causal or local
+                                                                   else "") + " outside the 2-CTA shapes")
+    if rows > q_stage * 128:
+        return True, f"{rows} rows > one M block of {q_stage} x 128"
+    if is_hd256 and grid <= num_sms:
+        return True, f"one M block of {rows} rows but hd256 decode grid 2 * {batch} * {sched} = {grid} <= {num_sms} SMs"
+    return False, (f"one M block of {rows} rows" + (f" and hd256 decode grid 2 * {batch} * {sched} = {grid} > "
+                                                     f"{num_sms} SMs" if is_hd256 else ""))
 
 
 # (use_2cta_instrs, is_causal, head_dim_padded, is_sm103) -> (ex2_emu_freq, ex2_emu_start_frg)
@@ -131,7 +218,7 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
                    batch: int = 1, heads: int = 1, num_sms: int = NUM_SMS_SM100, use_2cta_instrs: bool | None = None,
                    is_sm103: bool = False, local: bool = False, head_dim_v: int | None = None,
                    pack_gqa: bool | None = None, varlen_q: bool = False, split_kv: bool = False,
-                   page_size: int | None = None) -> Sm100Options:
+                   page_size: int | None = None, seqused_q: bool = False) -> Sm100Options:
     """The knobs FA4's SM100 forward (flash-attn-4 4.0.0b36) picks for this problem (``interface.py``
     ``_flash_attn_fwd`` / ``_get_fwd_config``, ``flash_fwd_sm100.py`` ``__init__``):
 
@@ -154,21 +241,19 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
     (True, 14, False)
     """
     dv = head_dim if head_dim_v is None else head_dim_v
-    hd_pad, hdv_pad = head_dim_padded(head_dim), head_dim_padded(dv)
+    hd_pad = head_dim_padded(head_dim)
     g = qhead_per_kvhead
     if pack_gqa is None:
         pack_gqa = sm100_pack_gqa(qhead_per_kvhead=g, head_dim=head_dim, head_dim_v=dv, max_seqlen_q=seqlen_q,
-                                  num_splits=2 if split_kv else 1, batch=batch, heads=heads, num_sms=num_sms)
+                                  num_splits=2 if split_kv else 1, batch=batch, heads=heads, num_sms=num_sms,
+                                  seqused_q=seqused_q)
     rows = seqlen_q * (g if pack_gqa else 1)
-    q_stage = 2 if rows > 128 and dv != 256 else 1
-    is_hd256 = head_dim == 256 and dv == 256
+    q_stage = sm100_q_stage(rows, dv)
     use_2cta = use_2cta_instrs
     if use_2cta is None:
-        decode_2cta = is_hd256 and 2 * batch * (heads // g if pack_gqa else heads) <= num_sms
-        use_2cta = (not split_kv and (not varlen_q or is_hd256) and page_size in (None, 128)
-                    and (rows > q_stage * 128 or decode_2cta)
-                    and (128 % g == 0 or not pack_gqa)
-                    and (is_hd256 or (not causal and not local and hd_pad in (128, 192) and hdv_pad == 128)))
+        use_2cta = sm100_2cta(head_dim=head_dim, head_dim_v=dv, causal=causal, local=local, rows=rows,
+                              qhead_per_kvhead=g, pack_gqa=pack_gqa, batch=batch, heads=heads, split_kv=split_kv,
+                              varlen_q=varlen_q, seqused_q=seqused_q, page_size=page_size, num_sms=num_sms)[0]
     key = (use_2cta, causal, hd_pad, is_sm103)
     width8 = dtype.startswith("float8")
     enable = ((hd_pad <= 128 or (hd_pad == 192 and use_2cta and not causal and not local)) and not is_sm103)
@@ -183,7 +268,7 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
     if enable:
         freq = tune.get("freq", 16)
         if pack_gqa and hd_pad > 64 and not causal and not local:
-            freq = 32 if varlen_q else tune.get("freq", 10)
+            freq = 32 if varlen_q or seqused_q else tune.get("freq", 10)
     # rows that share one KV block range: q_stage tiles of 128, times 2 for a 2-CTA pair (BlockInfo(cta_tiler[0]
     # * cta_group_size))
     return Sm100Options(tile_m=q_stage * 128 * (2 if use_2cta else 1), rescale_threshold=0.0 if width8 else 8.0,

@@ -33,6 +33,7 @@ from fa4num.softmax import LOG2_E_F32, f32, ffma, lazy_rescale_rows, mufu, scale
 from . import config
 from . import masking as _masking
 from .problem import MAX_SPLITS, NP_DTYPES, Problem, given_or_plan, to_numpy
+from .schedule import combine_order, head_groups, split_ranges, visit_order
 
 
 @dataclass
@@ -208,9 +209,7 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
     state = kern.softmax_state(r)
     o = np.zeros((r, dv), np.float32)
     true_max = np.full(r, -np.inf, np.float32)
-    blocks = [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
-    if n_hi <= n_lo and kern.split_kv and opts.num_splits > 1:
-        blocks = []           # has_kv_work: an empty split writes O = 0, LSE = -inf
+    blocks = visit_order(n_lo, n_hi, split_kv=kern.split_kv and opts.num_splits > 1)
     cnt["kv_blocks"][:] = len(blocks)
     for i, n in enumerate(blocks):
         cols = n * tn + np.arange(tn)
@@ -347,10 +346,7 @@ def combine_splits(out_partial, lse_partial, *, arch: str = "sm90"):
     ns, r, dv = op.shape
     if not 1 <= ns <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {ns}")
-    tile_m = 8 if dv > 64 else 16                      # k_block_size 128 -> tile_m 8, 64 -> 16
-    lanes = 256 // tile_m                               # smem_threads_per_col_lse
-    log_max = max(math.ceil(math.log2(ns)), 4, 5 if tile_m == 8 else 0)
-    max_splits = 1 << log_max
+    _, lanes, max_splits = combine_order(ns, dv)        # smem_threads_per_col_lse lanes, padded split count
     lse_pad = np.full((max_splits, r), -np.inf, np.float32)
     lse_pad[:ns] = lp
     ex2 = mufu("ex2", arch)
@@ -417,7 +413,13 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
     pack_gqa : bool, optional
         None: FA4's default (the kernel's ``default_pack_gqa``, :mod:`fa4num.attention.kernels`).
     cu_seqlens_q, cu_seqlens_k : int arrays (batch + 1,), optional
-        Varlen prefix sums; ``max_seqlen_q``/``max_seqlen_k`` (optional) must cover the longest sequence.
+        Varlen prefix sums; ``max_seqlen_q``/``max_seqlen_k`` (optional) must cover the longest sequence; FA4's
+        default is the total token count, which sets fa4-sm100's q_stage, 2-CTA and split choices.
+    seqused_q, seqused_k : int arrays (batch,), optional
+        The rows / keys of each sequence that are used (FA4's ``seqused_q/k``, replacing the lengths); rows beyond
+        are not written by FA4 (fa4num leaves out 0 and LSE -inf there).
+    seqlen_k_per_split : int, optional
+        fa4-sm100 split-KV: keys per split fixed (a multiple of tile_n; num_splits >= ceil(max_seqlen_k / it)).
     num_splits : int
         fa4-sm100 split-KV: 1 (none), > 1 splits merged by FA4's combine kernel, < 1 FA4's heuristic.
         fa4-sm90 refuses splits, as FA4 does ("SplitKV not supported on SM 9.0").
@@ -486,7 +488,6 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
     st["max_lag"] = np.zeros(lse_shape, np.float32)
     st["sink_share"] = np.zeros(lse_shape, np.float32)
     tanh_exact = not softcap or _scoremod.tanh_is_exact(tanh_arch)
-    g = h_per_kv if opts.pack_gqa else 1
     for seq in seqs:
         sq, sk = seq.q.shape[0], seq.k.shape[0]
         if sq == 0:
@@ -512,10 +513,8 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
             else:
                 ctx.sl2 = np.float32(scale_log2_of(scale) * qk_descale)
                 ctx.softmax_scale = np.float32(scale)
-            heads = range(kvh * h_per_kv, (kvh + 1) * h_per_kv)
             kv = _KVBlocks(seq.k[:, kvh], seq.v[:, kvh], ctx)
-            groups = [list(heads)] if g > 1 else [[hh] for hh in heads]
-            for grp in groups:
+            for grp in head_groups(kvh, qhead_per_kvhead=h_per_kv, pack_gqa=opts.pack_gqa):
                 # rows of this tile sequence: packed row = query * g + head offset
                 ng = len(grp)
                 rows_q = np.repeat(np.arange(sq), ng)
@@ -527,6 +526,11 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                                                                    "p_saturated", "kv_blocks",
                                                                    *_ballot.COUNTERS)}
                 cnt_all["max_lag"] = np.zeros(nrows, np.float32)
+
+                def ranges(mb, sq=sq, sk=sk, ng=ng):
+                    return split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=window, group=ng,
+                                        num_splits=num_splits, seqlen_k_per_split=setup.seqlen_k_per_split)
+
                 def run_mb(item):
                     # run to completion (below) before the loop variables it reads move on
                     mb, mb_end = item
@@ -534,10 +538,7 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                     qr = seq.q[rows_q[rs], rows_h[rs]]
                     sink_rows = None if sink is None else sink[rows_h[rs]]
                     parts = []
-                    for split in range(num_splits):
-                        lo, hi = _masking.n_block_range(mb, tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq,
-                                                        seqlen_k=sk, window=window, qhead_per_kvhead_packgqa=ng,
-                                                        split_idx=split, num_splits=num_splits)
+                    for split, (lo, hi) in enumerate(ranges(mb)):
                         parts.append(_run_mblock(qr, kv, rows_q[rs], sq=sq, sk=sk, n_lo=lo, n_hi=hi, ctx=ctx,
                                                  sink_rows=sink_rows if split == 0 else None,
                                                  v_descale=vd[seq.batch, kvh], row0=rs.start))
@@ -550,10 +551,7 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                     return rs, o_mb, l_mb, cnt
 
                 nmb = -(-nrows // opts.tile_m)
-                items = _merge_blocks(nmb, lambda mb: tuple(
-                    _masking.n_block_range(mb, tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=sq, seqlen_k=sk,
-                                           window=window, qhead_per_kvhead_packgqa=ng, split_idx=split,
-                                           num_splits=num_splits) for split in range(num_splits)),
+                items = _merge_blocks(nmb, ranges,
                     # SM100's warp ballot groups 32 rows from each tile's first row
                     max_blocks=_MERGE_ROWS // opts.tile_m if opts.tile_m % 32 == 0 else 1)
                 done = _map_runs(run_mb, items, torch_one_thread=model == "blas")

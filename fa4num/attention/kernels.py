@@ -167,6 +167,14 @@ class Sm90(Kernel):
     def finish(self, problem, opts):
         return opts, problem.num_splits_given
 
+    def decisions(self, problem) -> dict:
+        """q_stage, CTAs per tile, rescale threshold and the reasons of this kernel's choices for ``problem``
+        (:func:`fa4num.attention.schedule.plan_of`): one CTA, one Q stage, eager rescaling, no software exp2."""
+        return {"q_stage": 1, "ctas": 1, "rescale_threshold": None,
+                "reasons": {"ctas": f"{self.name} runs one CTA per tile",
+                            "num_splits": f"{self.name} does not split KV",
+                            "emulated_columns": f"{self.name} runs every exp2 on MUFU"}}
+
     # -- the softmax step (fa4num.softmax.sm90): state, one KV block, the epilogue
     def softmax_state(self, rows: int):
         return _sm90.Sm90State.empty(rows)
@@ -207,21 +215,44 @@ class Sm100(Kernel):
         return (8 <= head_dim <= 128 and 8 <= head_dim_v <= 128) or (head_dim, head_dim_v) in ((192, 128),
                                                                                                 (256, 256))
 
+    def pack_gqa(self, problem) -> bool:
+        """FA4's pack_gqa for this problem: the caller's, else :func:`fa4num.attention.config.sm100_pack_gqa`
+        (which reads the caller's num_splits: 0, the heuristic, is not 1)."""
+        if problem.pack_gqa_given is not None:
+            return problem.pack_gqa_given
+        return config.sm100_pack_gqa(
+            qhead_per_kvhead=problem.qhead_per_kvhead, head_dim=problem.head_dim, head_dim_v=problem.head_dim_v,
+            max_seqlen_q=problem.max_seqlen_q, num_splits=problem.num_splits_given, batch=problem.batch,
+            heads=problem.heads, seqused_q=problem.seqused_q is not None)
+
+    def splits(self, problem, *, pack_gqa: bool) -> tuple[int, int, str]:
+        """(tile_n, num_splits, why) of ``_get_fwd_config`` (:func:`fa4num.attention.config.sm100_splits`), with
+        the caller's ``tile_n`` override as FA4's ``tile_mn``."""
+        return config.sm100_splits(
+            num_splits=problem.num_splits_given, batch=problem.batch, hk=problem.heads_kv,
+            h_per_kv=problem.qhead_per_kvhead, pack_gqa=pack_gqa, sq=problem.max_seqlen_q, sk=problem.max_seqlen_k,
+            head_dim=problem.head_dim, head_dim_v=problem.head_dim_v, tile_m=128,
+            tile_n=problem.overrides.get("tile_n", 128), window=problem.window)
+
     def defaults(self, problem) -> config.Sm100Options:
-        """FA4's tuning table for this problem (:func:`fa4num.attention.config.sm100_defaults`); the overrides
-        ``use_2cta_instrs`` and ``is_sm103`` pick another entry."""
+        """FA4's tuning table for this problem (:func:`fa4num.attention.config.sm100_defaults`) after
+        ``_get_fwd_config``'s split count and tile_n (:meth:`splits`), in FA4's order: pack_gqa, then splits, then
+        the 2-CTA choice (no 2-CTA when split) and the tuning entry it keys; the overrides ``use_2cta_instrs`` and
+        ``is_sm103`` pick another entry."""
         ov = problem.overrides
-        return config.sm100_defaults(
+        pack = self.pack_gqa(problem)
+        tile_n, num_splits, _ = self.splits(problem, pack_gqa=pack)
+        opts = config.sm100_defaults(
             dtype=problem.dtype, head_dim=problem.head_dim, causal=problem.window.causal,
             seqlen_q=problem.max_seqlen_q, qhead_per_kvhead=problem.qhead_per_kvhead, batch=problem.batch,
             heads=problem.heads, local=problem.window.local, head_dim_v=problem.head_dim_v,
-            pack_gqa=problem.pack_gqa_given, varlen_q=problem.varlen_q, split_kv=problem.num_splits_given > 1,
+            pack_gqa=pack, varlen_q=problem.varlen_q, split_kv=num_splits > 1,
             page_size=problem.page_size, use_2cta_instrs=ov.get("use_2cta_instrs"),
-            is_sm103=ov.get("is_sm103", False))
+            is_sm103=ov.get("is_sm103", False), seqused_q=problem.seqused_q is not None)
+        return config.replace(opts, tile_n=tile_n, num_splits=num_splits)
 
     def finish(self, problem, opts):
-        """Coefficients resolved to fp32 (the degree follows from them), the checks FA4 asserts, and split-KV's
-        configuration (``_get_fwd_config``)."""
+        """Coefficients resolved to fp32 (the degree follows from them) and the checks FA4 asserts."""
         if opts.coeffs is not None:
             coeffs = resolve_coeffs(opts.coeffs)
             opts = config.replace(opts, coeffs=coeffs, poly_degree=len(coeffs) - 1)
@@ -232,21 +263,39 @@ class Sm100(Kernel):
             raise ValueError(f"max_offset + rescale_threshold must stay below log2(max {dt}) = "
                              f"{config.LOG2_DTYPE_MAX[dt]:.3f} (FA4 asserts this), got "
                              f"{opts.max_offset} + {opts.rescale_threshold}")
-        num_splits = problem.num_splits_given
-        if num_splits < 1:
-            num_splits = config.num_splits_auto(
-                batch=problem.batch, hk=problem.heads_kv, h_per_kv=problem.qhead_per_kvhead, pack_gqa=opts.pack_gqa,
-                sq=problem.max_seqlen_q, sk=problem.max_seqlen_k, tile_m=128, tile_n=opts.tile_n,
-                window=problem.window)
-        if num_splits > 1 and problem.head_dim != problem.head_dim_v:
-            # _get_fwd_config: split-KV with head_dim != head_dim_v needs tile_n 64 and >= 64 KV blocks
-            if -(-problem.max_seqlen_k // 64) >= 64:
-                opts = config.replace(opts, tile_n=64)
-            else:
-                num_splits = 1
-        if num_splits > 1 and opts.use_2cta_instrs and "use_2cta_instrs" not in problem.overrides:
-            opts = config.replace(opts, use_2cta_instrs=False)
-        return config.replace(opts, num_splits=num_splits), num_splits
+        per = problem.seqlen_k_per_split
+        if per is not None:
+            if per % opts.tile_n:
+                raise ValueError(f"seqlen_k_per_split must be a multiple of tile_n={opts.tile_n} (FA4 asserts "
+                                 f"this), got {per}")
+            need = -(-problem.max_seqlen_k // per)
+            if opts.num_splits > 1 and opts.num_splits < need:
+                raise ValueError(f"seqlen_k_per_split={per} needs num_splits >= {need} (ceil(max_seqlen_k / "
+                                 f"seqlen_k_per_split)), got {opts.num_splits}")
+        return opts, opts.num_splits
+
+    def decisions(self, problem) -> dict:
+        """q_stage, CTAs per tile (2 for a 2-CTA cluster), the lazy-rescale threshold and FA4's reason for each
+        choice (:func:`fa4num.attention.schedule.plan_of`), from the rules :meth:`defaults` applies."""
+        opts = problem.opts
+        g = problem.qhead_per_kvhead
+        rows = problem.max_seqlen_q * (g if opts.pack_gqa else 1)
+        if "use_2cta_instrs" in problem.overrides:
+            why_2cta = "use_2cta_instrs given"
+        else:
+            why_2cta = config.sm100_2cta(
+                head_dim=problem.head_dim, head_dim_v=problem.head_dim_v, causal=problem.window.causal,
+                local=problem.window.local, rows=rows, qhead_per_kvhead=g, pack_gqa=opts.pack_gqa,
+                batch=problem.batch, heads=problem.heads, split_kv=problem.num_splits > 1, varlen_q=problem.varlen_q,
+                seqused_q=problem.seqused_q is not None, page_size=problem.page_size)[1]
+        key = (opts.use_2cta_instrs, problem.window.causal, config.head_dim_padded(problem.head_dim), opts.is_sm103)
+        n_emu = int(self.emulated_columns(opts).sum())
+        return {"q_stage": config.sm100_q_stage(rows, problem.head_dim_v), "ctas": 2 if opts.use_2cta_instrs else 1,
+                "rescale_threshold": opts.rescale_threshold,
+                "reasons": {"ctas": why_2cta, "num_splits": self.splits(problem, pack_gqa=opts.pack_gqa)[2],
+                            "emulated_columns": f"tuning key (use_2cta, causal, hd_pad, sm103) = {key}: freq "
+                                                f"{opts.ex2_emu_freq}, res {opts.ex2_emu_res}, start fragment "
+                                                f"{opts.ex2_emu_start_frg} -> {n_emu} of {opts.tile_n} columns"}}
 
     # -- the softmax step (fa4num.softmax.sm100): state, one KV block, the epilogue
     def softmax_state(self, rows: int):

@@ -197,11 +197,13 @@ def _cdiv(a, b):
 
 
 def n_block_range(m_block: int, *, tile_m: int, tile_n: int, seqlen_q: int, seqlen_k: int, window: Window,
-                  qhead_per_kvhead_packgqa: int = 1, split_idx: int = 0, num_splits: int = 1) -> tuple[int, int]:
+                  qhead_per_kvhead_packgqa: int = 1, split_idx: int = 0, num_splits: int = 1,
+                  n_blocks_per_split: int | None = None) -> tuple[int, int]:
     """(n_block_min, n_block_max) that the forward visits for query block ``m_block``
     (``BlockInfo.get_n_block_min_max``). With pack-GQA the M tile holds ``qhead_per_kvhead_packgqa`` heads
     per query row (packed row = row * qhead_per_kvhead + head). ``num_splits > 1``: the range of split
-    ``split_idx`` (ceil-divided; a split can be empty, n_block_min >= n_block_max).
+    ``split_idx`` (ceil-divided, or ``n_blocks_per_split`` blocks each when FA4's ``seqlen_k_per_split`` fixes
+    them; a split can be empty, n_block_min >= n_block_max).
 
     Examples
     --------
@@ -224,7 +226,9 @@ def n_block_range(m_block: int, *, tile_m: int, tile_n: int, seqlen_q: int, seql
             m_idx_min = m_idx_min // g
         n_min = max((m_idx_min + seqlen_k - seqlen_q - window.left) // tile_n, 0)
     if num_splits > 1:
-        per = 0 if n_max <= n_min else (n_max - n_min + num_splits - 1) // num_splits
+        per = n_blocks_per_split
+        if per is None:
+            per = 0 if n_max <= n_min else (n_max - n_min + num_splits - 1) // num_splits
         n_min = n_min + split_idx * per
         n_max = min(n_min + per, n_max)
     return n_min, n_max

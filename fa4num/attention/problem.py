@@ -244,10 +244,12 @@ def _check_sequences(qa, ka, va, cu_q, cu_k, page_table):
     return batch, cu_q, cu_k, pt
 
 
-def sequences(qa, ka, va, *, batch, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None) -> list:
+def sequences(qa, ka, va, *, batch, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None, seqused_q=None,
+              seqused_k=None) -> list:
     """The :class:`Seq` of each batch entry or varlen segment: slices of ``qa``, ``ka``, ``va`` (numpy arrays or
     torch tensors of a planned problem's shapes); paged keys gathered page by page (BlockInfo sees seqlen_k =
-    pages per sequence * page_size; pages only change where keys are read from)."""
+    pages per sequence * page_size; pages only change where keys are read from). ``seqused_q/k`` (int (batch,),
+    checked) cut each sequence to its first ``seqused[b]`` rows (``SeqlenInfoQK``: they replace the lengths)."""
     cu_q, cu_k, pt = cu_seqlens_q, cu_seqlens_k, page_table
     if pt is not None:
         kseq = [ka[pt[b]].reshape(-1, *ka.shape[2:]) for b in range(batch)]
@@ -257,17 +259,38 @@ def sequences(qa, ka, va, *, batch, cu_seqlens_q=None, cu_seqlens_k=None, page_t
     else:
         kseq = [ka[cu_k[b]:cu_k[b + 1]] for b in range(batch)]
         vseq = [va[cu_k[b]:cu_k[b + 1]] for b in range(batch)]
+    if seqused_k is not None:
+        kseq = [x[:int(n)] for x, n in zip(kseq, seqused_k)]
+        vseq = [x[:int(n)] for x, n in zip(vseq, seqused_k)]
     seqs = []
     for b in range(batch):
+        start = 0 if cu_q is None else int(cu_q[b])
+        end = (qa.shape[1] if cu_q is None else int(cu_q[b + 1])) if seqused_q is None else start + int(seqused_q[b])
+        sl = slice(start, end)
         if cu_q is None:
-            qs, out_idx = qa[b], (b, slice(None))
-            lse_idx = (lambda hh, b=b: (b, hh, slice(None)))
+            qs, out_idx = qa[b, sl], (b, sl)
+            lse_idx = (lambda hh, b=b, sl=sl: (b, hh, sl))
         else:
-            sl = slice(int(cu_q[b]), int(cu_q[b + 1]))
             qs, out_idx = qa[sl], (sl,)
             lse_idx = (lambda hh, sl=sl: (hh, sl))
         seqs.append(Seq(qs, kseq[b], vseq[b], out_idx, lse_idx, b))
     return seqs
+
+
+def _check_seqused(x, name: str, *, batch: int, lengths: list):
+    """``seqused_q/k`` as int64 (batch,), each entry in [0, the sequence's length]; None stays None."""
+    a = plain(x)
+    if a is None:
+        return None
+    if a.shape != (batch,) or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must be an integer array of shape (batch,) = ({batch},), got shape {a.shape} "
+                         f"dtype {a.dtype}")
+    a = a.astype(np.int64)
+    bad = [b for b in range(batch) if not 0 <= a[b] <= lengths[b]]
+    if bad:
+        b = bad[0]
+        raise ValueError(f"{name}[{b}] must be in [0, {lengths[b]}] (the length of sequence {b}), got {int(a[b])}")
+    return a
 
 
 @dataclass(frozen=True)
@@ -280,15 +303,17 @@ class Layout:
     page_table: object
     longest_q: int           # the longest sequences
     longest_k: int
-    max_seqlen_q: int        # given, or the longest
+    max_seqlen_q: int        # given, or FA4's default: the longest; the total tokens with cu_seqlens
     max_seqlen_k: int
+    seqused_q: object = None     # int64 (batch,) or None
+    seqused_k: object = None
 
 
 def layout(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None, max_seqlen_q=None,
-           max_seqlen_k=None) -> Layout:
+           max_seqlen_k=None, seqused_q=None, seqused_k=None) -> Layout:
     """Check the shapes of FA4's layouts and cut q, k, v into sequences (:func:`sequences`); ``max_seqlen_q/k``
-    must be ints covering the longest sequence. The kernel-independent part of :func:`plan` (the fp64
-    references use it alone).
+    must be ints covering the longest sequence (before ``seqused_q/k``: FA4 sizes the grid from the tensors).
+    The kernel-independent part of :func:`plan` (the fp64 references use it alone).
 
     Parameters
     ----------
@@ -297,6 +322,8 @@ def layout(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None, ma
         page_size, heads_kv, head_dim).
     cu_seqlens_q, cu_seqlens_k, page_table, max_seqlen_q, max_seqlen_k
         FA4's varlen offsets, page table and declared maximum lengths.
+    seqused_q, seqused_k : int arrays (batch,), optional
+        The rows and keys of each sequence that are used (FA4's ``seqused_q/k``); the rest is ignored.
 
     Returns
     -------
@@ -313,14 +340,23 @@ def layout(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None, ma
     seqs = sequences(q, k, v, batch=batch, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, page_table=pt)
     longest_q = max((s.q.shape[0] for s in seqs), default=0)
     longest_k = max((s.k.shape[0] for s in seqs), default=0)
+    used_q = _check_seqused(seqused_q, "seqused_q", batch=batch, lengths=[s.q.shape[0] for s in seqs])
+    used_k = _check_seqused(seqused_k, "seqused_k", batch=batch, lengths=[s.k.shape[0] for s in seqs])
+    if used_q is not None or used_k is not None:
+        seqs = sequences(q, k, v, batch=batch, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, page_table=pt,
+                         seqused_q=used_q, seqused_k=used_k)
     for name, given, need in (("max_seqlen_q", max_seqlen_q, longest_q), ("max_seqlen_k", max_seqlen_k, longest_k)):
         if given is not None and not _is_int(given):
             raise TypeError(f"{name} must be None or an int, got {given!r}")
         if given is not None and int(given) < need:
             raise ValueError(f"{name} must be >= the longest sequence ({need}), got {given}")
+    # FA4's defaults (interface.py b36 _flash_attn_fwd): the tensors' lengths -- for varlen the total tokens
+    # (total_q; seqlen_k = v.shape[-3]), for paged KV the page-table row
+    default_q = longest_q if cu_q is None else int(cu_q[-1])
+    default_k = longest_k if cu_k is None else int(cu_k[-1])
     return Layout(seqs, batch, cu_q, cu_k, pt, longest_q, longest_k,
-                  longest_q if max_seqlen_q is None else int(max_seqlen_q),
-                  longest_k if max_seqlen_k is None else int(max_seqlen_k))
+                  default_q if max_seqlen_q is None else int(max_seqlen_q),
+                  default_k if max_seqlen_k is None else int(max_seqlen_k), used_q, used_k)
 
 
 def _descale(x, name, batch, hk):
@@ -355,7 +391,8 @@ class Problem:
     heads_kv: int
     head_dim: int
     head_dim_v: int
-    max_seqlen_q: int        # the kernel's configuration length (given, or the longest sequence)
+    max_seqlen_q: int        # the kernel's configuration length (given, or FA4's default: the longest sequence,
+                             # the total tokens with cu_seqlens_q; the same for k)
     max_seqlen_k: int
     window: _masking.Window
     softcap: float
@@ -377,6 +414,9 @@ class Problem:
     opts: object = None      # the kernel's resolved options (config.Sm90Options / Sm100Options)
     num_splits: int = 1      # resolved (split-KV on SM100)
     seqs: list = field(default=None, repr=False, compare=False)   # Seq per batch entry / varlen segment
+    seqused_q: object = field(default=None, repr=False)   # int64 (batch,) or None: rows used per sequence
+    seqused_k: object = field(default=None, repr=False)   # keys used per sequence
+    seqlen_k_per_split: object = None    # split-KV: keys per split fixed (a multiple of tile_n), or None
 
     @property
     def mufu(self):
@@ -409,13 +449,15 @@ class Problem:
     def sequences(self, q, k, v) -> list:
         """:func:`sequences` of other arrays of this problem's shapes (e.g. the numpy copy of torch inputs)."""
         return sequences(q, k, v, batch=self.batch, cu_seqlens_q=self.cu_seqlens_q,
-                         cu_seqlens_k=self.cu_seqlens_k, page_table=self.page_table)
+                         cu_seqlens_k=self.cu_seqlens_k, page_table=self.page_table, seqused_q=self.seqused_q,
+                         seqused_k=self.seqused_k)
 
 
 def plan(q, k, v, *, softmax_scale=None, causal=False, kernel=DEFAULT_KERNEL, softcap=0.0, window_size=(None, None),
          learnable_sink=None, pack_gqa=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
          max_seqlen_k=None, num_splits=1, q_descale=None, k_descale=None, v_descale=None, page_table=None,
-         nonfinite="propagate", mode="bitexact", **options) -> Problem:
+         seqused_q=None, seqused_k=None, seqlen_k_per_split=None, nonfinite="propagate", mode="bitexact",
+         **options) -> Problem:
     """Check FA4's arguments and resolve the kernel's options: the :class:`Problem` every consumer takes.
 
     Parameters
@@ -427,6 +469,9 @@ def plan(q, k, v, *, softmax_scale=None, causal=False, kernel=DEFAULT_KERNEL, so
 max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_table, nonfinite
         FA4's arguments, as :func:`fa4num.attention.forward` documents them. ``kernel``: a name of
         :data:`fa4num.attention.kernels.KERNELS`.
+    seqused_q, seqused_k, seqlen_k_per_split
+        FA4's ``seqused_q/k`` (int (batch,): the rows / keys of each sequence used) and ``seqlen_k_per_split``
+        (split-KV kernels: the keys of every split fixed, a multiple of tile_n).
     mode : {"bitexact", "statistical"}
         "statistical": fp32 BLAS GEMMs and numpy's libm for the MUFU functions (fast, not bit-exact); the
         defaults of the ``gemm`` and ``mufu_arch`` knobs.
@@ -467,7 +512,7 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     softcap = check_softcap(softcap)
     window = _masking.resolve_window(causal, window_size)
     lay = layout(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, page_table=page_table,
-                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+                 max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k)
     seqs, batch, cu_q, cu_k, pt = lay.seqs, lay.batch, lay.cu_seqlens_q, lay.cu_seqlens_k, lay.page_table
     longest_q, longest_k, msq, msk = lay.longest_q, lay.longest_k, lay.max_seqlen_q, lay.max_seqlen_k
     h, d = q.shape[-2:]
@@ -491,6 +536,12 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
                          f"got {num_splits}")
     if num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits must be <= {MAX_SPLITS} (the combine kernel's limit), got {num_splits}")
+    if seqlen_k_per_split is not None:
+        if not kern.split_kv:
+            raise ValueError(f"seqlen_k_per_split applies to split-KV kernels only, not {kern.name!r}")
+        if not _is_int(seqlen_k_per_split) or seqlen_k_per_split < 1:
+            raise ValueError(f"seqlen_k_per_split must be None or an int >= 1, got {seqlen_k_per_split!r}")
+        seqlen_k_per_split = int(seqlen_k_per_split)
     # the longest sequences themselves (max_seqlen_q/k may be declared larger): a window side wider than these
     # masks nothing and is refused
     _masking.check_window_range(window, seqlen_q=longest_q, seqlen_k=longest_k)
@@ -511,7 +562,8 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
         cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, page_table=pt, page_size=k.shape[1] if pt is not None else None,
         nonfinite=nonfinite, descaled=any(x is not None for x in (q_descale, k_descale, v_descale)),
         pack_gqa_given=None if pack_gqa is None else bool(pack_gqa),
-        num_splits_given=num_splits if num_splits >= 1 else 0, overrides=MappingProxyType(overrides), seqs=seqs)
+        num_splits_given=num_splits if num_splits >= 1 else 0, overrides=MappingProxyType(overrides), seqs=seqs,
+        seqused_q=lay.seqused_q, seqused_k=lay.seqused_k, seqlen_k_per_split=seqlen_k_per_split)
     opts, splits = kern.options(problem)
     return replace(problem, opts=opts, num_splits=splits)
 
