@@ -114,7 +114,12 @@ def digest(result) -> dict:
         return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
     st = result.stats
     out = {"out": bits(result.out), "lse": bits(result.lse)}
-    for n in ("kv_blocks", "rescale_events", "rescales_done", "max_lag", "exp2_emulated", "exp2_mufu",
-              "p_saturated", "masked_by_window", "sink_share"):
+    for n in COUNTERS:
         out[n] = bits(np.asarray(getattr(st, n)))
     return out
+
+
+# every per-row counter of fa4num.attention.AttentionStats the twin fills
+COUNTERS = ("kv_blocks", "rescale_events", "rescales_done", "max_lag", "exp2_emulated", "exp2_mufu", "p_saturated",
+            "masked_by_window", "sink_share", "rescale_steps", "rescales_row", "rescales_warp", "rescales_tile",
+            "events_row", "events_warp", "events_tile")

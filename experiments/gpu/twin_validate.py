@@ -32,8 +32,7 @@ def _np_bits(x):
 def compare(emu, twin) -> dict:
     diff = {"out": int((_np_bits(emu.out) != _np_bits(twin.out)).sum()),
             "lse": int((_np_bits(emu.lse) != _np_bits(twin.lse)).sum())}
-    for n in ("kv_blocks", "rescale_events", "rescales_done", "max_lag", "exp2_emulated", "exp2_mufu",
-              "p_saturated", "masked_by_window", "sink_share"):
+    for n in twin_cases.COUNTERS:
         a, b = np.asarray(getattr(emu.stats, n)), np.asarray(getattr(twin.stats, n))
         diff[n] = int((a.view(np.int32) != b.view(np.int32)).sum()) if a.shape == b.shape else -1
     return diff
@@ -45,7 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*")
     args = ap.parse_args(argv)
     import torch
-    from fa4num.attention import forward
+    from fa4num.attention import forward, plan
     from fa4num.gpu import run_provenance
     from fa4num.gpu import twin
     out = Path(args.out)
@@ -55,6 +54,9 @@ def main(argv=None) -> int:
         if args.only and case["name"] not in args.only:
             continue
         q, k, v, kw = twin_cases.inputs(case)
+        if twin.refusal(plan(q, k, v, **kw)) is not None:
+            print(f"{case['name']:32s} REFUSED {twin.refusal(plan(q, k, v, **kw))}", flush=True)
+            continue
         t0 = time.perf_counter()
         res_t = twin.forward(q.cuda(), k.cuda(), v.cuda(), **kw)
         torch.cuda.synchronize()
@@ -69,6 +71,7 @@ def main(argv=None) -> int:
                                for kk, vv in kw.items()},
                          differing=diff, equal=ok, twin_s=round(t1 - t0, 3), emulator_s=round(t2 - t1, 3),
                          rescales_done=int(np.asarray(res_t.stats.rescales_done).sum()),
+                         rescales_warp=int(np.asarray(res_t.stats.rescales_warp).sum()),
                          rescale_events=int(np.asarray(res_t.stats.rescale_events).sum())))
         golden[case["name"]] = twin_cases.digest(res_t)
         print(f"{case['name']:32s} {'EQUAL' if ok else 'DIFF ' + json.dumps(diff)}  twin {t1 - t0:.2f}s "

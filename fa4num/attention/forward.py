@@ -239,7 +239,12 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
             cnt["max_lag"] = np.maximum(cnt["max_lag"], lag)
         if not is_first:
             with np.errstate(invalid="ignore", over="ignore"):
-                _ballot.count_block(cnt, step=True, votes=f32(scale) < 1, events=ex2(eager_arg) < 1, row0=row0)
+                votes, events = f32(scale) < 1, ex2(eager_arg) < 1
+                # groups never span two M tiles (a merged run holds several): count tile by tile
+                for a in range(0, r, opts.tile_m):
+                    sl = slice(a, a + opts.tile_m)
+                    _ballot.count_block({n: cnt[n][sl] for n in _ballot.COUNTERS}, step=True, votes=votes[sl],
+                                        events=events[sl], row0=row0 + a)
         with np.errstate(invalid="ignore"):
             cnt["rescales_done"] += (~is_first) & np.isfinite(prev_stored) & (state.row_max > prev_stored)
         p_q, sat = _cast_p_blas(p, ctx.dt) if ctx.model == "blas" else _cast_p(p, ctx.dt)

@@ -67,6 +67,13 @@ def _fmax_pair(a, b):
 
 
 @triton.jit
+def _group_any(flags, BLOCK_M: tl.constexpr):
+    """Per row, whether any row of its 32-row warp is set (int32 0/1): ``vote_ballot_sync`` over a warp."""
+    warp = tl.max(tl.reshape(flags.to(tl.int32), [BLOCK_M // 32, 32]), 1)
+    return tl.reshape(tl.broadcast_to(warp[:, None], [BLOCK_M // 32, 32]), [BLOCK_M])
+
+
+@triton.jit
 def _ex2_emulation_2(x, Coef, POLY_DEG: tl.constexpr):
     """``utils.py`` ``ex2_emulation_2`` (fa4num.ex2 variant "packed", no .ftz): max.f32 with -127, add.rm with
     the shifter 0f4B400000, two sub.rn, Horner fma.rn from c_deg down, then (r << 23) + bits(p) on the bits."""
@@ -139,15 +146,16 @@ def _row_sum_sm100(Scr, row_sum, acc_scale, first, TILE_N: tl.constexpr, BLOCK_M
 
 
 @triton.jit
-def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, Sink, Scr,
+def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, EmuMask, Coef, Sink, Scr,
              seqlen_q, seqlen_k, heads, rep, group, nrows, left, right, scale_ex2_ftz, fused_bias, has_sink,
              sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
              sl2, scale, softcap, threshold, offset, sink_m_factor, sink_empty_sum, p_limit, d_real, dv_real,
              TILE_M: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, SM100: tl.constexpr, HAS_EMU: tl.constexpr,
              POLY_DEG: tl.constexpr, P_DTYPE: tl.constexpr, UPCAST: tl.constexpr):
-    """``BLOCK_M`` rows of one FA4 M block (``TILE_M`` packed rows, in ceil(TILE_M / BLOCK_M) programs: a row's
-    bits depend only on its M block's KV range, and SM100's 32-row warps stay whole; packed row = query * group + head offset under pack-GQA) of one
+    """The rows of one FA4 M block (``TILE_M`` packed rows) within one group of ``BLOCK_M`` = 128 packed rows
+    (the host's program table), so that a program holds whole warps and whole 128-row tiles as
+    fa4num.softmax.ballot groups them (a row's bits depend only on its M block's KV range); packed row = query * group + head offset under pack-GQA) of one
     (batch, KV head or q head): the KV blocks ``Ranges`` gives it (host-made by
     ``fa4num.attention.masking.n_block_range``), right to left; per block the steps of
     ``fa4num.attention.forward`` ``_run_mblock`` with the kernel's softmax step; then its ``finalize``.
@@ -156,13 +164,13 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
     an open side, 0 on the right for causal), softcap (0: off), the sink and the SM100 flags."""
     pid = tl.program_id(0)
     pid_g = tl.program_id(1)
-    subs = (TILE_M + BLOCK_M - 1) // BLOCK_M
-    pid_m = pid // subs
-    sub_rows = (pid % subs) * BLOCK_M + tl.arange(0, BLOCK_M)
+    # this program's rows (host table): packed rows [lo, hi) of FA4 M block pid_m within the 128-row group that
+    # starts at base, so that its warps and its tile are the groups fa4num.softmax.ballot counts
+    pid_m = tl.load(Progs + pid * 4)
+    prow = tl.load(Progs + pid * 4 + 1) + tl.arange(0, BLOCK_M)
+    row_ok = (prow >= tl.load(Progs + pid * 4 + 2)) & (prow < tl.load(Progs + pid * 4 + 3))
     bb = pid_g // (heads // group)
     gidx = pid_g % (heads // group)
-    prow = pid_m * TILE_M + sub_rows
-    row_ok = (sub_rows < TILE_M) & (prow < nrows)
     qpos = prow // group
     head = gidx * group + prow % group
     kvh0 = (gidx * group) // rep
@@ -185,6 +193,12 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
     events = tl.zeros([BLOCK_M], tl.int32)
     done = tl.zeros([BLOCK_M], tl.int32)
     sat = tl.zeros([BLOCK_M], tl.int32)
+    r_row = tl.zeros([BLOCK_M], tl.int32)
+    r_warp = tl.zeros([BLOCK_M], tl.int32)
+    r_tile = tl.zeros([BLOCK_M], tl.int32)
+    e_row = tl.zeros([BLOCK_M], tl.int32)
+    e_warp = tl.zeros([BLOCK_M], tl.int32)
+    e_tile = tl.zeros([BLOCK_M], tl.int32)
     o = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
     kbase = K + bb * skb + kvh0 * skh
     vbase = V + bb * svb + kvh0 * svh
@@ -208,7 +222,11 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
         m_blk = tl.reduce(s, 1, _fmax_pair)
         started = (true_m > ninf) & (true_m < float("inf")) & (it > 0)
         events += (started & (m_blk > true_m)).to(tl.int32)
-        true_m = _fmax_pair(true_m, m_blk)
+        # the eager kernel's vote (fa4num.softmax.ballot): the lazy rule at threshold 0 on the true running max
+        e_max = _fmax_pair(true_m, m_blk)
+        e_arg = _op2(MUL, _op2(SUB, true_m, tl.where(e_max == ninf, 0.0, e_max)), sl2_t)
+        e_vote = (_op1(EX2_FTZ, e_arg) < 1.0) & row_ok & (it > 0)
+        true_m = e_max
         prev = m
         if SM100:
             # softmax.py SoftmaxSm100.update_row_max (the rule of fa4num.softmax.lazy.lazy_rescale)
@@ -238,6 +256,15 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
             p = _op1(EX2_FTZ, x)
             acc_scale = tl.where(first, 1.0, _op1(EX2_FTZ, _op2(MUL, _op2(SUB, prev, m_safe), sl2_t)))
         done += ((prev > ninf) & (prev < float("inf")) & (m > prev) & (it > 0)).to(tl.int32)
+        # the ballot counters (fa4num.softmax.ballot.count_block): a row votes when its factor is below 1;
+        # warps are 32 rows and tiles 128 rows of the packed row sequence (the program holds whole groups)
+        vote = (acc_scale < 1.0) & row_ok & (it > 0)
+        r_row += vote.to(tl.int32)
+        r_warp += _group_any(vote, BLOCK_M)
+        r_tile += (tl.max(vote.to(tl.int32), 0) + tl.zeros([BLOCK_M], tl.int32)) * (it > 0)
+        e_row += e_vote.to(tl.int32)
+        e_warp += _group_any(e_vote, BLOCK_M)
+        e_tile += (tl.max(e_vote.to(tl.int32), 0) + tl.zeros([BLOCK_M], tl.int32)) * (it > 0)
         p = tl.where((c_in < TILE_N)[None, :], p, 0.0)
         sat += tl.sum((p > p_limit).to(tl.int32), 1)
         # the row sums in FA4's order, through the program's scratch tile (P transposed)
@@ -253,9 +280,7 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
         if it > 0:
             if SM100:
                 # correction_loop: a warp of 32 rows rescales O when one of its rows has acc_scale < 1
-                want = ((acc_scale < 1.0) & row_ok).to(tl.int32)
-                warp = tl.max(tl.reshape(want, [BLOCK_M // 32, 32]), 1)
-                wrow = tl.reshape(tl.broadcast_to(warp[:, None], [BLOCK_M // 32, 32]), [BLOCK_M]) != 0
+                wrow = _group_any((acc_scale < 1.0) & row_ok, BLOCK_M) != 0
                 o = tl.where(wrow[:, None], _op2(MUL, o, acc_scale[:, None] + tl.zeros_like(o)), o)
             else:
                 o = _op2(MUL, o, acc_scale[:, None] + tl.zeros_like(o))
@@ -310,3 +335,10 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Ranges, EmuMask, Coef, S
     tl.store(Done + stat, done, mask=row_ok)
     tl.store(Lag + stat, lag, mask=row_ok)
     tl.store(Sat + stat, sat, mask=row_ok)
+    plane = tl.num_programs(1) // (heads // group) * heads * seqlen_q    # batch * heads * seqlen_q
+    tl.store(Skips + stat, r_row, mask=row_ok)
+    tl.store(Skips + plane + stat, r_warp, mask=row_ok)
+    tl.store(Skips + 2 * plane + stat, r_tile, mask=row_ok)
+    tl.store(Skips + 3 * plane + stat, e_row, mask=row_ok)
+    tl.store(Skips + 4 * plane + stat, e_warp, mask=row_ok)
+    tl.store(Skips + 5 * plane + stat, e_tile, mask=row_ok)

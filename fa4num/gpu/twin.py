@@ -34,8 +34,12 @@ from fa4num.attention.problem import NP_DTYPES, given_or_plan
 from fa4num.constants import LOG2_E_F32
 from fa4num.ex2 import poly_coeffs
 from fa4num.hw.mma import ACCUMULATORS
-from fa4num.softmax import scale_log2_of
+from fa4num.softmax import ballot, scale_log2_of
 from fa4num.softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
+
+
+_BALLOT_TILE = ballot.GRANULARITIES["tile"]    # 128 rows: the program height
+_SKIPS = ("rescales_row", "rescales_warp", "rescales_tile", "events_row", "events_warp", "events_tile")
 
 
 def interpreted() -> bool:
@@ -122,8 +126,8 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     problem : fa4num.attention.Problem, optional
         ``plan(q, k, v, **fa4_args)`` instead of q, k, v and the arguments.
     num_warps, num_stages : int, optional
-        Triton launch width (default: 4 per 64 rows of a program) and software pipelining depth; they change
-        the speed, never the bits.
+        Triton launch width (default 8; 16 with head dims above 128) and software pipelining depth; they
+        change the speed, never the bits.
     **fa4_args
         FA4's arguments and the kernel knobs, as :func:`fa4num.attention.forward` takes them.
 
@@ -184,8 +188,12 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
         kv_blocks[:] = np.tile(per_row.T, (h // group, 1))[None]
     emu = kern.emulated_columns(opts)
     n_emu = 0 if emu is None else int(emu.sum())
-    # rows per program: 128, or 64 with head dims above 128 (register file); a multiple of SM100's 32-row warps
-    bn, bm = _pow2(tn), min(_pow2(tm), 64 if max(d, dvh) > 128 else 128)
+    # one program per (M block, 128-row group of packed rows) they share: whole warps and tiles in each
+    # (an M block of 32 or 64 rows is its own group: a program of its height)
+    bn = _pow2(tn)
+    bm = tm if tm in (32, 64) else _BALLOT_TILE
+    progs = [(mb, base, max(base, mb * tm), min(base + bm, (mb + 1) * tm, nrows))
+             for mb in range(nmb) for base in range(mb * tm - mb * tm % bm, min((mb + 1) * tm, nrows), bm)]
     emu_mask = np.zeros(bn, np.int32)
     coef = np.zeros(8, np.float32)
     deg = 1
@@ -210,10 +218,13 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     done = torch.zeros_like(events)
     sat = torch.zeros_like(events)
     lag = torch.zeros(shape_lse, dtype=torch.float32, device=dev)
+    skips = torch.zeros((6, *shape_lse), dtype=torch.int32, device=dev)
     if sq and sk:
-        grid = (nmb * -(-tm // bm), b * (h // group))
+        grid = (len(progs), b * (h // group))
         scr = torch.empty(grid[0] * grid[1] * bn * bm, dtype=torch.float32, device=dev)
-        args = (qq, kk, vv, out, lse, events, done, lag, sat, torch.from_numpy(ranges.reshape(-1)).to(dev),
+        args = (qq, kk, vv, out, lse, events, done, lag, sat, skips,
+                torch.from_numpy(np.asarray(progs, np.int32).reshape(-1)).to(dev),
+                torch.from_numpy(ranges.reshape(-1)).to(dev),
                 torch.from_numpy(emu_mask).to(dev), torch.from_numpy(coef).to(dev), sink_t, scr,
                 sq, sk, h, rep, group, nrows, left, right, int(not getattr(opts, "is_sm103", False)),
                 int(bool(getattr(opts, "fused_bias", True))), int(sink is not None),
@@ -225,7 +236,8 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
                 float(ml_dtypes.finfo(out_dt).max), d, dvh)
         meta = dict(TILE_M=tm, TILE_N=tn, BLOCK_M=bm, BLOCK_N=bn, HEAD_D=_pow2(d), HEAD_DV=_pow2(dvh),
                     SM100=kern.lazy_rescale, HAS_EMU=n_emu > 0, POLY_DEG=deg, P_DTYPE=tl.bfloat16 if dt == "bfloat16" else tl.float16, UPCAST=interp,
-                    num_warps=num_warps or bm // 16, num_stages=num_stages)
+                    num_warps=num_warps or (bm // 8 if max(d, dvh) > 128 else max(4, bm // 16)),
+                    num_stages=num_stages)
         if interp:
             from ._twin_interp import cpu_instructions
             with cpu_instructions(dtype=dt, accumulator=GEMM_IMPL[opts.gemm][1]):
@@ -253,7 +265,8 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
         max_lag=lag.cpu().numpy(), exp2_emulated=kv_blocks * n_emu, exp2_mufu=kv_blocks * (tn - n_emu),
         p_saturated=sat.cpu().numpy(), masked_by_window=np.broadcast_to((sk - nvis).astype(np.int32),
                                                                           shape_lse).copy(),
-        sink_share=share, gemm=opts.gemm, tanh_exact=True)
+        sink_share=share, gemm=opts.gemm, tanh_exact=True,
+        rescale_steps=np.maximum(kv_blocks - 1, 0), **dict(zip(_SKIPS, skips.cpu().numpy())))
     return AttentionResult(out, lse, stats, kern.name, opts, setup.softmax_scale, 1)
 
 

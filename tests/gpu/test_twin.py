@@ -90,7 +90,8 @@ for name, kw, shape, dt in json.loads(sys.argv[1]):
     diff = {"out": int((np.asarray(e.out).view(np.int16) != t.out.view(torch.int16).numpy()).sum()),
             "lse": int((np.asarray(e.lse).view(np.int32) != t.lse.numpy().view(np.int32)).sum())}
     for n in ("kv_blocks", "rescale_events", "rescales_done", "max_lag", "p_saturated", "exp2_emulated",
-              "masked_by_window", "sink_share"):
+              "masked_by_window", "sink_share", "rescale_steps", "rescales_row", "rescales_warp", "rescales_tile",
+              "events_row", "events_warp", "events_tile"):
         diff[n] = int((np.asarray(getattr(e.stats, n)).view(np.int32)
                        != np.asarray(getattr(t.stats, n)).view(np.int32)).sum())
     diff["rescales_done_total"] = int(np.asarray(t.stats.rescales_done).sum())
@@ -106,6 +107,8 @@ INTERP_CASES = [
      (1, 40, 100, 2, 1, 16), "bfloat16"),
     ("sm90-window-fp16", dict(kernel="fa4-sm90", window_size=(20, 3), tile_m=96, tile_n=32),
      (1, 100, 100, 2, 2, 16), "float16"),
+    ("sm100-tile128-gqa", dict(kernel="fa4-sm100", causal=True, tile_n=32, rescale_threshold=1.0),
+     (1, 150, 200, 2, 1, 16), "bfloat16"),
 ]
 
 
@@ -113,8 +116,8 @@ INTERP_CASES = [
 def test_twin_kernel_in_the_interpreter_equals_the_emulator():
     """The twin's kernel, run by Triton's interpreter on fa4num's instruction models: 0 differing bits in out,
     LSE and every counter, on the lazy rescale (a threshold that skips), the software exp2 columns, the sink, the
-    soft cap, the unfused bias, SM103's rescale exp2, pack-GQA off, windows and fp16, and an M block split over
-    two programs (tile_m 96 > 64 rows)."""
+    soft cap, the unfused bias, SM103's rescale exp2, pack-GQA on and off, windows and fp16, and M blocks
+    that straddle the 128-row groups the programs hold (tile_m 96): every skip counter too."""
     proc = subprocess.run([sys.executable, "-c", _INTERP, json.dumps(INTERP_CASES)], capture_output=True,
                           text=True, timeout=1500, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -183,5 +186,5 @@ def test_twin_equals_the_emulator_on_the_gpu(kernel):
     t = twin.forward(q.cuda(), k.cuda(), v.cuda(), **kw)
     assert (np.asarray(e.out).view(np.int16) == t.out.cpu().view(torch.int16).numpy()).all()
     assert (np.asarray(e.lse).view(np.int32) == t.lse.cpu().numpy().view(np.int32)).all()
-    for n in ("rescale_events", "rescales_done", "max_lag", "kv_blocks"):
+    for n in ("rescale_events", "rescales_done", "max_lag", "kv_blocks", "rescales_warp", "events_tile"):
         np.testing.assert_array_equal(np.asarray(getattr(e.stats, n)), np.asarray(getattr(t.stats, n)))
