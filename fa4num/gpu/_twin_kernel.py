@@ -16,7 +16,8 @@ H200, reference/h200-measurements.md section 4); fa4num's model gives tcgen05 th
 inputs, so the same GEMM serves both kernels.
 
 The non-associative reductions keep FA4's order: the row max is exact (a total order: NaN ignored, +0 above
--0), so a tree reduction gives the sequential result; the row sums are added column by column in FA4's order
+-0, which is ``max.f32`` on the H200 and :func:`_fmax_pair` in the interpreter), so a tree reduction gives
+the sequential result; the row sums are added column by column in FA4's order
 (SM90: four quad lanes, each its columns 8j + 2q, 8j + 2q + 1 left to right, ``softmax.py`` ``Softmax`` with
 arch 80; SM100: ``utils.fadd_reduce``'s eight accumulators), reading P back from a per-program scratch tile 8
 columns at a time (registers cannot be indexed): each slab adds one term to every lane or accumulator, and
@@ -214,12 +215,21 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
             # utils.create_softcap_scoremod: softcap * tanh.approx(RN(RN(S * softmax_scale) / softcap))
             cap = tl.zeros_like(s) + softcap
             s = _op2(MUL, cap, _op1(TANH, _op2(DIV, _op2(MUL, s, tl.zeros_like(s) + scale), cap)))
-        # fa4num.attention.masking.visible: bottom-right aligned causal / local window, keys < seqlen_k
+        # fa4num.attention.masking.visible: bottom-right aligned causal / local window, keys < seqlen_k; a block
+        # every valid row sees whole needs no mask (rows outside [lo, hi) are never stored nor counted)
         diag = qpos + (seqlen_k - seqlen_q)
-        vis = kmask[None, :] & row_ok[:, None] & (cols[None, :] <= diag[:, None] + right) \
-            & (cols[None, :] >= diag[:, None] - left)
-        s = tl.where(vis, s, ninf)
-        m_blk = tl.reduce(s, 1, _fmax_pair)
+        c0 = n * TILE_N
+        d_lo = tl.min(tl.where(row_ok, diag, 2147483647), 0)
+        d_hi = tl.max(tl.where(row_ok, diag, -2147483647), 0)
+        whole = (c0 >= 0) & (c0 + TILE_N <= seqlen_k) & (c0 + TILE_N - 1 <= d_lo + right) & (c0 >= d_hi - left)
+        if not whole:
+            vis = kmask[None, :] & row_ok[:, None] & (cols[None, :] <= diag[:, None] + right) \
+                & (cols[None, :] >= diag[:, None] - left)
+            s = tl.where(vis, s, ninf)
+        if UPCAST:
+            m_blk = tl.reduce(s, 1, _fmax_pair)
+        else:
+            m_blk = tl.max(s, 1)     # max.f32 on the GPU: the same total order (NaN ignored, +0 above -0)
         started = (true_m > ninf) & (true_m < float("inf")) & (it > 0)
         events += (started & (m_blk > true_m)).to(tl.int32)
         # the eager kernel's vote (fa4num.softmax.ballot): the lazy rule at threshold 0 on the true running max
@@ -265,7 +275,8 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
         e_row += e_vote.to(tl.int32)
         e_warp += _group_any(e_vote, BLOCK_M)
         e_tile += (tl.max(e_vote.to(tl.int32), 0) + tl.zeros([BLOCK_M], tl.int32)) * (it > 0)
-        p = tl.where((c_in < TILE_N)[None, :], p, 0.0)
+        if BLOCK_N > TILE_N:
+            p = tl.where((c_in < TILE_N)[None, :], p, 0.0)
         sat += tl.sum((p > p_limit).to(tl.int32), 1)
         # the row sums in FA4's order, through the program's scratch tile (P transposed)
         tl.debug_barrier()
