@@ -31,6 +31,7 @@ from fa4num.attention import masking as _masking
 from fa4num.attention.config import GEMM_IMPL
 from fa4num.attention.forward import AttentionResult, AttentionStats
 from fa4num.attention.problem import NP_DTYPES, given_or_plan
+from fa4num.attention.schedule import split_ranges, visit_order
 from fa4num.constants import LOG2_E_F32
 from fa4num.ex2 import poly_coeffs
 from fa4num.hw.mma import ACCUMULATORS
@@ -83,6 +84,8 @@ def refusal(problem) -> str | None:
         return "mode='statistical': the twin is bit-exact; use fa4num.attention.forward_torch for the statistical path"
     if p.varlen:
         return "cu_seqlens_q/cu_seqlens_k: varlen is not in the GPU twin yet (use fa4num.attention.forward)"
+    if p.seqused_q is not None or p.seqused_k is not None:
+        return "seqused_q/seqused_k: not in the GPU twin yet (use fa4num.attention.forward)"
     if p.page_table is not None:
         return "page_table: paged KV is not in the GPU twin yet (use fa4num.attention.forward)"
     if p.num_splits != 1:
@@ -180,9 +183,9 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     kv_blocks = np.zeros(shape_lse, np.int32)
     ranges = np.zeros((max(nmb, 1), 2), np.int32)
     for mb in range(nmb if sk else 0):
-        lo, hi = _masking.n_block_range(mb, tile_m=tm, tile_n=tn, seqlen_q=sq, seqlen_k=sk, window=w,
-                                        qhead_per_kvhead_packgqa=group)
-        ranges[mb] = hi - 1, max(hi - lo, 1)   # the emulator visits block n_hi - 1 even when the range is empty
+        (lo, hi), = split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=w, group=group, num_splits=1)
+        order = visit_order(lo, hi, split_kv=False)     # n_hi - 1 first, then right to left: consecutive
+        ranges[mb] = order[0], len(order)
     if sk and nrows:
         per_row = ranges[np.arange(nrows) // tm, 1].reshape(sq, group)   # packed row = query * group + offset
         kv_blocks[:] = np.tile(per_row.T, (h // group, 1))[None]
