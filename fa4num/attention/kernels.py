@@ -146,6 +146,7 @@ class Kernel:
 class Sm90(Kernel):
     """The Hopper forward (``flash_fwd_sm90.py``) as the H200 runs it: eager rescaling, wgmma GEMMs."""
     table_keys = frozenset()     # no override picks another tuning-table entry
+    softmax_knobs = ("ffma_exponent",)   # the options fields the softmax step reads, for studies to vary
 
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return 8 <= head_dim <= 256 and 8 <= head_dim_v <= 256
@@ -201,6 +202,9 @@ class Sm100(Kernel):
     """The Blackwell forward (``flash_fwd_sm100.py``) from FA4's source: lazy rescaling, software exp2 columns,
     split-KV, fp8 (not run on a Blackwell GPU)."""
     table_keys = frozenset({"use_2cta_instrs", "is_sm103"})   # overrides that pick the tuning-table entry
+    # the options fields the softmax step reads (softmax_step, emulated_columns), for studies to vary
+    softmax_knobs = ("rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res", "ex2_emu_start_frg",
+                     "poly_degree", "coeffs", "fused_bias")
 
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return (8 <= head_dim <= 128 and 8 <= head_dim_v <= 128) or (head_dim, head_dim_v) in ((192, 128),
