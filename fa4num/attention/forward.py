@@ -234,7 +234,7 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
                                                    is_first=is_first)
             true_max = np.fmax(true_max, m_blk)
         p, scale, lag, rescale = kern.softmax_step(s, state, scale_log2=ctx.sl2, is_first=is_first, opts=opts,
-                                                   emulate=ctx.emu)
+                                                   emulate=ctx.emu, block_max=m_blk)
         if lag is not None:
             cnt["max_lag"] = np.maximum(cnt["max_lag"], lag)
         if not is_first:
@@ -248,7 +248,8 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
         with np.errstate(invalid="ignore"):
             cnt["rescales_done"] += (~is_first) & np.isfinite(prev_stored) & (state.row_max > prev_stored)
         p_q, sat = _cast_p_blas(p, ctx.dt) if ctx.model == "blas" else _cast_p(p, ctx.dt)
-        cnt["p_saturated"] += sat.sum(axis=1).astype(np.int32)
+        if sat.any():   # P beyond the dtype's max (fp8's .satfinite) is rare: skip the (R, N) count otherwise
+            cnt["p_saturated"] += sat.sum(axis=1).astype(np.int32)
         with np.errstate(invalid="ignore", over="ignore"):
             if not is_first:
                 # in place (o is the last GEMM's fresh result): one pass instead of three

@@ -147,6 +147,7 @@ class Kernel:
 class Sm90(Kernel):
     """The Hopper forward (``flash_fwd_sm90.py``) as the H200 runs it: eager rescaling, wgmma GEMMs."""
     table_keys = frozenset()     # no override picks another tuning-table entry
+    softmax_knobs = ("ffma_exponent",)   # the options fields the softmax step reads, for studies to vary
 
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return 8 <= head_dim <= 256 and 8 <= head_dim_v <= 256
@@ -183,11 +184,11 @@ class Sm90(Kernel):
         """Columns of a KV block whose exp2 runs in software: none on SM90."""
         return None
 
-    def softmax_step(self, s, state, *, scale_log2, is_first, opts, emulate):
+    def softmax_step(self, s, state, *, scale_log2, is_first, opts, emulate, block_max=None):
         """(P, row scale, lag or None, rows whose O is rescaled) of one KV block (``Softmax.online_softmax``):
-        every row rescales at once, so no lag."""
+        every row rescales at once, so no lag. ``block_max``: the block's ``np.fmax.reduce(s, axis=1)``, if known."""
         p, scale = _sm90.online_softmax(s, state, scale_log2=scale_log2, is_first=is_first, arch=opts.mufu_arch,
-                                        ffma_exponent=opts.ffma_exponent)
+                                        ffma_exponent=opts.ffma_exponent, block_max=block_max)
         return p, scale, None, np.ones(s.shape[0], bool)
 
     def finalize(self, state, *, scale_log2, opts, sink, v_descale):
@@ -210,6 +211,9 @@ class Sm100(Kernel):
     """The Blackwell forward (``flash_fwd_sm100.py``) from FA4's source: lazy rescaling, software exp2 columns,
     split-KV, fp8 (not run on a Blackwell GPU)."""
     table_keys = frozenset({"use_2cta_instrs", "is_sm103"})   # overrides that pick the tuning-table entry
+    # the options fields the softmax step reads (softmax_step, emulated_columns), for studies to vary
+    softmax_knobs = ("rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res", "ex2_emu_start_frg",
+                     "poly_degree", "coeffs", "fused_bias")
 
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return (8 <= head_dim <= 128 and 8 <= head_dim_v <= 128) or (head_dim, head_dim_v) in ((192, 128),
@@ -306,13 +310,14 @@ class Sm100(Kernel):
         return _sm100.emulated_columns(opts.tile_n, freq=opts.ex2_emu_freq, res=opts.ex2_emu_res,
                                        start_frg=opts.ex2_emu_start_frg)
 
-    def softmax_step(self, s, state, *, scale_log2, is_first, opts, emulate):
-        """(P, acc_scale, lag, rows whose O is rescaled) of one KV block (``softmax_step``)."""
+    def softmax_step(self, s, state, *, scale_log2, is_first, opts, emulate, block_max=None):
+        """(P, acc_scale, lag, rows whose O is rescaled) of one KV block (``softmax_step``). ``block_max``: the
+        block's ``np.fmax.reduce(s, axis=1)``, if known."""
         step = _sm100.softmax_step(s, state, scale_log2=scale_log2, is_first=is_first,
                                    rescale_threshold=opts.rescale_threshold, max_offset=opts.max_offset,
                                    emulate=emulate, poly_degree=opts.poly_degree, coeffs=opts.coeffs,
                                    arch=opts.mufu_arch, fused_bias=opts.fused_bias,
-                                   scale_ex2_ftz=not opts.is_sm103)
+                                   scale_ex2_ftz=not opts.is_sm103, block_max=block_max)
         # correction_loop: a warp (32 rows from the tile's first) rescales O only when one of its rows has
         # scale < 1 (vote_ballot_sync); a lane whose scale is 1.0 is then multiplied by 1.0 (unchanged)
         return step.p, step.acc_scale, step.lag, _ballot.group_any(step.acc_scale < 1, _ballot.WARP_ROWS)

@@ -90,6 +90,15 @@ def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink):
     return np.einsum("hij,jhd->ihd", p, vf), lse
 
 
+def _problem_only(who: str, problem, given: list, kernel_options: dict) -> None:
+    """TypeError when ``problem=`` comes with FA4's arguments (``given``: the names passed) or is no Problem."""
+    if given or kernel_options:
+        raise TypeError(f"{who}: pass either q, k, v and FA4's arguments or problem=, not both (got "
+                        f"{given + sorted(kernel_options)} with problem=)")
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a Problem from fa4num.attention.plan, got {type(problem).__name__}")
+
+
 def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, softmax_scale=None, causal=False,
                    softcap=0.0, window_size=(None, None), learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None,
                    max_seqlen_q=None, max_seqlen_k=None, pack_gqa=None, page_table=None, q_descale=None,
@@ -127,11 +136,7 @@ def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, so
                                 ("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
                  if x is not None] + [n for n, x, d0 in (("causal", causal, False), ("softcap", softcap, 0.0),
                                                          ("window_size", window_size, (None, None))) if x != d0]
-        if given or kernel_options:
-            raise TypeError(f"attention_fp64: pass either q, k, v and FA4's arguments or problem=, not both (got "
-                            f"{given + sorted(kernel_options)} with problem=)")
-        if not isinstance(problem, Problem):
-            raise TypeError(f"problem must be a Problem from fa4num.attention.plan, got {type(problem).__name__}")
+        _problem_only("attention_fp64", problem, given, kernel_options)
         qa, _ = _to_numpy(problem.q, "q")
         ka, _ = _to_numpy(problem.k, "k")
         va, _ = _to_numpy(problem.v, "v")
@@ -302,9 +307,10 @@ def _fp64_grad_core(qf, kf, vf, dof, *, scale, softcap, window, sink):
     return dq, dk, dv, dsink
 
 
-def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_size=(None, None), softcap=0.0,
-                  learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                  pack_gqa=None, **kernel_options) -> Gradients:
+def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None = None, softmax_scale=None,
+                  causal=False, window_size=(None, None), softcap=0.0, learnable_sink=None, cu_seqlens_q=None,
+                  cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, pack_gqa=None,
+                  **kernel_options) -> Gradients:
     """Exact-input gradients of softmax(scale * Q K^T) V in float64, with the forward's options.
 
     GQA: dK, dV summed over each group; causal and sliding windows bottom-right aligned, as FA4; ``softcap`` > 0:
@@ -313,7 +319,8 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     varlen: q, k, v, dout 3-D with ``cu_seqlens_q/k`` (``max_seqlen_q/k``, when given, at least the longest
     sequence). Options are checked as :func:`attention_fp64` checks them; ``pack_gqa`` and the kernel-only
     knobs (:data:`KERNEL_ONLY_OPTIONS`: ``deterministic``, ``mode``, ...) change nothing exact. Rows with no
-    visible key contribute nothing.
+    visible key contribute nothing. Or ``problem`` (:func:`fa4num.attention.problem.plan`) and ``dout``, as
+    :func:`attention_fp64` takes it: its inputs, sequences, masks, scale and sink.
 
     dP = dO V^T, D = rowsum(dO * O) (= rowsum(P * dP)), dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q,
     dV = P^T dO, dsink = -sum_i P_sink,i D_i, all from the float64 values of the 16-bit inputs.
@@ -321,7 +328,10 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     Parameters
     ----------
     q, k, v, dout : arrays or torch tensors, FA4's layout (batch, seqlen, heads, head_dim[_v]); varlen 3-D
-        16-bit (or any float) values, used exactly in float64.
+        16-bit (or any float) values, used exactly in float64. With ``problem``: ``dout`` only.
+    problem : Problem, optional
+        ``plan(q, k, v, **FA4 arguments)`` instead of q, k, v and the arguments below (a page table or fp8
+        descales are refused: FA4's backward takes neither).
     softmax_scale : float, optional
         Default 1/sqrt(head_dim).
     causal : bool
@@ -344,6 +354,8 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     ------
     ValueError
         For an option or shape that :func:`attention_fp64` rejects.
+    TypeError
+        For ``problem`` with q, k, v or FA4's arguments, or without ``dout``.
 
     Examples
     --------
@@ -355,31 +367,55 @@ def backward_fp64(q, k, v, dout, *, softmax_scale=None, causal=False, window_siz
     >>> g = backward_fp64(x, x, x, x, learnable_sink=np.zeros(1, np.float32), softmax_scale=0.0)
     >>> round(float(g.dsink[0]), 12)      # 4 rows, each P_sink = 1/5 and D = rowsum(dO * O) = 8 * 4/5
     -5.12
+    >>> from fa4num.attention import plan
+    >>> bool((backward_fp64(dout=x, problem=plan(x, x, x)).dv == backward_fp64(x, x, x, x).dv).all())
+    True
     """
-    _check_kernel_options(kernel_options, pack_gqa)
-    softcap = check_softcap(softcap)
-    qa, _ = _to_numpy(q, "q")
-    ka, _ = _to_numpy(k, "k")
-    va, _ = _to_numpy(v, "v")
+    if dout is None:
+        raise TypeError("backward_fp64: dout is required")
+    if problem is not None:
+        given = [n for n, x in (("q", q), ("k", k), ("v", v), ("softmax_scale", softmax_scale),
+                                ("learnable_sink", learnable_sink), ("cu_seqlens_q", cu_seqlens_q),
+                                ("cu_seqlens_k", cu_seqlens_k), ("max_seqlen_q", max_seqlen_q),
+                                ("max_seqlen_k", max_seqlen_k), ("pack_gqa", pack_gqa)) if x is not None] + \
+                [n for n, x, d0 in (("causal", causal, False), ("softcap", softcap, 0.0),
+                                    ("window_size", window_size, (None, None))) if x != d0]
+        _problem_only("backward_fp64", problem, given, kernel_options)
+        for name, has in (("page_table", problem.page_table is not None),
+                          ("q_descale/k_descale/v_descale", problem.descaled)):
+            if has:
+                raise ValueError(f"{name} is not supported by FA4's backward")
+        qa, _ = _to_numpy(problem.q, "q")
+        ka, _ = _to_numpy(problem.k, "k")
+        va, _ = _to_numpy(problem.v, "v")
+        cq, ck = problem.cu_seqlens_q, problem.cu_seqlens_k
+        window, scale, softcap, sink = problem.window, problem.softmax_scale, problem.softcap, problem.sink
+        if (cq is None) != (ck is None):
+            raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
+    else:
+        _check_kernel_options(kernel_options, pack_gqa)
+        softcap = check_softcap(softcap)
+        qa, _ = _to_numpy(q, "q")
+        ka, _ = _to_numpy(k, "k")
+        va, _ = _to_numpy(v, "v")
+        if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+            raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
+        lay = layout(qa, ka, va, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                     max_seqlen_k=max_seqlen_k)
+        cq, ck = lay.cu_seqlens_q, lay.cu_seqlens_k
+        window = resolve_window(check_bool(causal, "causal"), window_size)
+        check_window_range(window, seqlen_q=lay.longest_q, seqlen_k=lay.longest_k)
+        scale = _scale(softmax_scale, qa.shape[-1])
+        sink = check_learnable_sink(learnable_sink, heads=qa.shape[-2])
     da, _ = _to_numpy(dout, "dout")
-    varlen = cu_seqlens_q is not None
-    if (cu_seqlens_k is None) == varlen:
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
-    lay = layout(qa, ka, va, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                 max_seqlen_k=max_seqlen_k)
     if da.shape != qa.shape[:-1] + va.shape[-1:]:
         raise ValueError(f"dout must have shape {qa.shape[:-1] + va.shape[-1:]}, got {da.shape}")
     h, d = qa.shape[-2:]
     hk = ka.shape[-2]
-    if varlen:
-        cq, ck = lay.cu_seqlens_q, lay.cu_seqlens_k
+    if cq is not None:
         seqs = [((slice(cq[i], cq[i + 1]),), (slice(ck[i], ck[i + 1]),)) for i in range(cq.size - 1)]
     else:
         seqs = [((b,), (b,)) for b in range(qa.shape[0])]
-    window = resolve_window(check_bool(causal, "causal"), window_size)
-    check_window_range(window, seqlen_q=lay.longest_q, seqlen_k=lay.longest_k)
-    scale = _scale(softmax_scale, d)
-    sink = check_learnable_sink(learnable_sink, heads=h)
     sink = None if sink is None else sink.astype(np.float64)
     g = h // hk
     dq = np.zeros(qa.shape)

@@ -121,6 +121,11 @@ class MufuModel:
 
 @lru_cache(maxsize=None)
 def _model(arch: str) -> MufuModel:
+    # checked here, on a cache miss only: the softmax steps ask for their model once per KV block, and listing
+    # the data folder each time cost a few per cent of a forward (a refused name raises, so it is not cached)
+    from .tables import available_archs
+    if arch != LIBM and arch not in available_archs():
+        raise ValueError(f"arch must be 'libm' or one of {available_archs()}, got {arch!r}")
     return MufuModel(arch)
 
 
@@ -155,7 +160,7 @@ def mufu_model(arch="sm90") -> MufuModel:
     """
     if isinstance(arch, MufuModel):
         return arch
-    from .tables import available_archs
-    if not isinstance(arch, str) or (arch != LIBM and arch not in available_archs()):
+    if not isinstance(arch, str):
+        from .tables import available_archs
         raise ValueError(f"arch must be 'libm' or one of {available_archs()}, got {arch!r}")
     return _model(arch)

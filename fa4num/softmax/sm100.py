@@ -242,7 +242,7 @@ def update_row_sum(p, row_sum, acc_scale, *, is_first: bool):
 
 def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_threshold: float = 8.0,
                  max_offset: int = 0, emulate=None, poly_degree: int = 3, coeffs=None, arch="sm90",
-                 fused_bias: bool = True, scale_ex2_ftz: bool = True) -> Sm100Step:
+                 fused_bias: bool = True, scale_ex2_ftz: bool = True, block_max=None) -> Sm100Step:
     """One KV block of the SM100 softmax warp (``softmax_step`` in flash_fwd_sm100.py). Updates ``state``.
 
     The four steps of ``SoftmaxSm100`` in order: :func:`update_row_max` (the lazy rescale), then
@@ -254,6 +254,8 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
     arrays. fused_bias=False computes bias = RN(max_offset - RN(m*scale_log2)) (two roundings), for studies.
     scale_ex2_ftz=False: the rescale factor through the non-fast-math exp2 (``ex2.approx.f32`` without .ftz),
     as SM103 computes it (softmax.py ``update_row_max_from_local``, ``cute.math.exp2(acc_scale_)``).
+    block_max: the block's row maxima ``np.fmax.reduce(s, axis=1)`` when the caller has them already (the forward
+    does, for its counters), so that the (R, N) reduction runs once per block; None: computed here.
     """
     from fa4num import hw
     model = hw.mufu_model(arch)
@@ -272,13 +274,17 @@ def softmax_step(s, state: Sm100State, *, scale_log2, is_first: bool, rescale_th
         lag = np.empty(rows, np.float32)
         row_max, row_sum = np.array(state.row_max, np.float32), np.array(state.row_sum, np.float32)
         true_max = np.array(state.true_max, np.float32)
-        m_blk = np.fmax.reduce(s, axis=1)     # fmax_reduce: max.f32 ignores NaN; exact, in any order
+        # fmax_reduce: max.f32 ignores NaN; exact, in any order
+        m_blk = np.fmax.reduce(s, axis=1) if block_max is None else f32(block_max)
         _softmax_step_rows(np.ascontiguousarray(s), m_blk, row_max, row_sum, true_max, sl2, is_first, thr,
                            offset, emu, rc, fused_bias, scale_ex2_ftz, tabs.knots, tabs.packed, tabs.offsets, p,
                            acc_scale, rescaled, skipped, lag)
         state.row_max, state.row_sum, state.true_max = row_max, row_sum, true_max
         return Sm100Step(p, acc_scale, rescaled, skipped, lag)
-    m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(rows, -np.inf, np.float32)
+    if block_max is not None:
+        m_blk = f32(block_max)
+    else:
+        m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(rows, -np.inf, np.float32)
     with np.errstate(invalid="ignore"):
         m_safe, acc_scale, rescaled, skipped = update_row_max(m_blk, state, scale_log2=sl2, is_first=is_first,
                                                               rescale_threshold=thr, mufu=model,

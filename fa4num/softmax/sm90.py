@@ -50,7 +50,7 @@ def lane_columns(n: int) -> np.ndarray:
 
 
 def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str = "sm90",
-                   ffma_exponent: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                   ffma_exponent: bool = True, block_max=None) -> tuple[np.ndarray, np.ndarray]:
     """One KV block of ``Softmax.online_softmax`` (softmax.py). Updates ``state`` in place.
 
     s: (R, N) float32 scores with masked entries already -inf. Returns (P fp32 (R, N), row_scale (R,)).
@@ -58,6 +58,8 @@ def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str
     before ptxas contraction), for studies.
     With a bit-exact MUFU model and the FFMA exponent, the block runs as one numba kernel over the rows
     (:func:`_online_softmax_rows`, the same operations in the same order); otherwise array by array.
+    block_max: the block's row maxima ``np.fmax.reduce(s, axis=1)`` when the caller has them already (the forward
+    does, for its counters), so that the (R, N) reduction runs once per block; None: computed here.
     """
     s = f32(s)
     sl2 = np.float32(scale_log2)
@@ -69,14 +71,17 @@ def online_softmax(s, state: Sm90State, *, scale_log2, is_first: bool, arch: str
         row_sum = np.array(state.row_sum, np.float32)
         # fmax_reduce + warp_reduction_max (max.f32 ignores NaN; exact, so the order does not matter), by numpy's
         # vectorised reduction
-        m_blk = np.fmax.reduce(s, axis=1)
+        m_blk = np.fmax.reduce(s, axis=1) if block_max is None else f32(block_max)
         _online_softmax_rows(np.ascontiguousarray(s), m_blk, row_max, row_sum, sl2, is_first, tabs.knots,
                              tabs.packed, tabs.offsets, p, row_scale)
         state.row_max, state.row_sum = row_max, row_sum
         return p, row_scale
     ex2 = mufu("ex2", arch)
     # fmax_reduce + warp_reduction_max: max.f32 ignores NaN; exact, so the order does not matter
-    m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(s.shape[0], -np.inf, np.float32)
+    if block_max is not None:
+        m_blk = f32(block_max)
+    else:
+        m_blk = np.fmax.reduce(s, axis=1) if s.shape[1] else np.full(s.shape[0], -np.inf, np.float32)
     m_prev = state.row_max
     m = m_blk if is_first else np.fmax(m_blk, m_prev)
     state.row_max = m.astype(np.float32)

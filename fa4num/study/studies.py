@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from fa4num.attention import KERNELS
+
 STUDIES = {
     "skip_rate": "fa4num.study.studies:skip_rate",
     "error_budget": "fa4num.study.studies:error_budget",
@@ -172,8 +174,9 @@ skip_rate.scan_together = ("threshold",)   # one input's scans serve every thres
 # ------------------------------------------------------------------------------------------------------------
 # error budget
 
-KNOB_NAMES = ("rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res", "ex2_emu_start_frg",
-              "poly_degree", "coeffs", "fused_bias", "dtype")
+_KERNEL = "fa4-sm100"   # the kernel error_budget runs
+# its softmax knobs (the kernel object's list, so a new knob needs no second list here) and the input dtype
+KNOB_NAMES = KERNELS[_KERNEL].softmax_knobs + ("dtype",)
 
 
 def parse_knob(knob: str) -> dict:
@@ -267,7 +270,7 @@ def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: 
     v = v32.numpy()[None]
     q, k, v = (a.astype(dts[dtype]) for a in (q, k, v))
     o64, lse64 = ref.attention_fp64(q, k, v, causal=inp.causal)
-    res = forward(q, k, v, causal=inp.causal, kernel="fa4-sm100", mode=mode, **opts)
+    res = forward(q, k, v, causal=inp.causal, kernel=_KERNEL, mode=mode, **opts)
     m = ref.metrics(res.out, o64)
     floor = ref.metrics(ref.round_once(o64, dts[dtype]), o64)
     lse_err = np.abs(np.asarray(res.lse, np.float64) - lse64)

@@ -1,12 +1,14 @@
 """plan(): FA4's call checked once, for every consumer (forward, backward, forward_torch, the fp64 reference, the
 bound); the KERNELS registry; the problem= convention."""
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 from fa4num.attention import KERNELS, Problem, backward, forward, plan
 from fa4num.attention.config import sm100_defaults
-from fa4num.attention.reference import attention_fp64
+from fa4num.attention.reference import attention_fp64, backward_fp64
 from fa4num.bounds import attention_error_bound
 from fa4num.bounds.validate import check
 
@@ -100,10 +102,15 @@ def test_problem_convention_gives_the_same_bits():
     assert np.array_equal(ba.out, bb.out)
     ra, rb = attention_fp64(q, k, v, **kw), attention_fp64(problem=p)
     assert np.array_equal(ra[0], rb[0]) and np.array_equal(ra[1], rb[1])
+    fa, fb = backward_fp64(q, k, v, q, **kw), backward_fp64(dout=q, problem=p)
+    assert all(np.array_equal(getattr(fa, n), getattr(fb, n)) for n in ("dq", "dk", "dv"))
+    assert (fa.dsink is None) == (fb.dsink is None) and (fa.dsink is None or np.array_equal(fa.dsink, fb.dsink))
     ca, cb = check(q, k, v, a.out, a.lse, **kw), check(out=a.out, lse=a.lse, problem=p)
     assert (ca.out_violations, ca.max_bound, ca.kernel) == (cb.out_violations, cb.max_bound, cb.kernel)
     with pytest.raises(TypeError, match="not both"):
         attention_fp64(problem=p, causal=True)
+    with pytest.raises(TypeError, match="not both"):
+        backward_fp64(q, dout=q, problem=p)
     with pytest.raises(TypeError, match="not both"):
         forward(q, k, v, problem=p)
     with pytest.raises(TypeError, match="not both"):
@@ -141,6 +148,8 @@ def test_kernel_registry(name):
     q, k, v = _qkv()
     p = plan(q, k, v, kernel=name)
     assert type(p.opts) is type(kern.defaults(p)) and p.opts.tile_n == kern.defaults(p).tile_n
+    # the knobs studies vary (fa4num.study.studies.KNOB_NAMES) are fields of the kernel's options
+    assert kern.softmax_knobs and set(kern.softmax_knobs) <= {f.name for f in dataclasses.fields(p.opts)}
     with pytest.raises(ValueError, match=f"kernel {name!r}"):
         kern.check_dtype("float32")
     with pytest.raises(ValueError, match="kernel must be one of"):
