@@ -147,63 +147,6 @@ def _row_sum_sm100(Scr, row_sum, acc_scale, first, TILE_N: tl.constexpr, BLOCK_M
 
 
 @triton.jit
-def _scores(q, kbase, c0, c, dq, d_real, sks, seqlen_k, softcap, scale, diag, row_ok, left, right, whole,
-            TILE_N: tl.constexpr):
-    """S for the block's columns ``c`` (keys c0 + c): the tensor-core GEMM, the soft cap, then the mask
-    (fa4num.attention.masking.visible: bottom-right aligned causal / local window, keys < seqlen_k; a block every
-    valid row sees whole needs none, and rows outside the program's range are never stored nor counted)."""
-    cols = c0 + c
-    kmask = (c < TILE_N) & (cols >= 0) & (cols < seqlen_k)
-    k = tl.load(kbase + cols[:, None] * sks + dq[None, :], mask=kmask[:, None] & (dq < d_real)[None, :], other=0.0)
-    s = tl.dot(q, tl.trans(k))
-    if softcap > 0:
-        # utils.create_softcap_scoremod: softcap * tanh.approx(RN(RN(S * softmax_scale) / softcap))
-        cap = tl.zeros_like(s) + softcap
-        s = _op2(MUL, cap, _op1(TANH, _op2(DIV, _op2(MUL, s, tl.zeros_like(s) + scale), cap)))
-    if not whole:
-        vis = kmask[None, :] & row_ok[:, None] & (cols[None, :] <= diag[:, None] + right) \
-            & (cols[None, :] >= diag[:, None] - left)
-        s = tl.where(vis, s, float("-inf"))
-    return s
-
-
-@triton.jit
-def _probs(s, sl2, bias, emu, c, Coef, SM100: tl.constexpr, HAS_EMU: tl.constexpr, POLY_DEG: tl.constexpr,
-           TILE_N: tl.constexpr, BLOCK_N: tl.constexpr):
-    """P = 2^x with x = fma.rn(S, scale_log2, bias): MUFU ex2.approx.ftz, and on SM100 ``ex2_emulation_2`` on
-    the emulated columns (``apply_exp2_convert``); padding columns past tile_n are 0."""
-    x = _op3(FMA, s, tl.zeros_like(s) + sl2, bias[:, None] + tl.zeros_like(s))
-    p = _op1(EX2_FTZ, x)
-    if SM100:
-        if HAS_EMU:
-            p = tl.where(emu[None, :], _ex2_emulation_2(x, Coef, POLY_DEG), p)
-    if BLOCK_N > TILE_N:
-        p = tl.where((c < TILE_N)[None, :], p, 0.0)
-    return p
-
-
-@triton.jit
-def _cast_p(p, P_DTYPE: tl.constexpr, UPCAST: tl.constexpr):
-    """P -> the input dtype (cvt.rn), the GEMM's A operand; the interpreter keeps it in float32."""
-    if UPCAST:
-        if P_DTYPE == tl.bfloat16:
-            return _op1(CVT_BF16, p)
-        else:
-            return _op1(CVT_F16, p)
-    else:
-        return p.to(P_DTYPE)
-
-
-@triton.jit
-def _values(vbase, c0, c, dv, dv_real, svs, seqlen_k, TILE_N: tl.constexpr):
-    """V rows of keys c0 + c (zeros outside the sequence and the tile)."""
-    cols = c0 + c
-    kmask = (c < TILE_N) & (cols >= 0) & (cols < seqlen_k)
-    return tl.load(vbase + cols[:, None] * svs + dv[None, :], mask=kmask[:, None] & (dv < dv_real)[None, :],
-                   other=0.0)
-
-
-@triton.jit
 def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, EmuMask, Coef, Sink, Scr,
              seqlen_q, seqlen_k, heads, rep, group, nrows, left, right, scale_ex2_ftz, fused_bias, has_sink,
              sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
@@ -234,10 +177,13 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
     kvh0 = (gidx * group) // rep
     dq = tl.arange(0, HEAD_D)
     dv = tl.arange(0, HEAD_DV)
+    c_in = tl.arange(0, BLOCK_N)
     q = tl.load(Q + bb * sqb + qpos[:, None] * sqs + head[:, None] * sqh + dq[None, :],
                 mask=row_ok[:, None] & (dq < d_real)[None, :], other=0.0)
     first_blk = tl.load(Ranges + pid_m * 2)
     count = tl.load(Ranges + pid_m * 2 + 1)
+    if HAS_EMU:
+        emu = tl.load(EmuMask + c_in) != 0
     scr = Scr + (pid_g * tl.num_programs(0) + pid) * (BLOCK_N * BLOCK_M)
     ninf = float("-inf")
     m = tl.full([BLOCK_M], ninf, tl.float32)
@@ -258,34 +204,32 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
     kbase = K + bb * skb + kvh0 * skh
     vbase = V + bb * svb + kvh0 * svh
     sl2_t = tl.zeros([BLOCK_M], tl.float32) + sl2
-    hn: tl.constexpr = BLOCK_N // 2
-    c_lo = tl.arange(0, hn)
-    c_hi = hn + tl.arange(0, hn)
-    if HAS_EMU:
-        emu_lo = tl.load(EmuMask + c_lo) != 0
-        emu_hi = tl.load(EmuMask + c_hi) != 0
-    else:
-        emu_lo = c_lo < 0
-        emu_hi = c_hi < 0
     for it in range(0, count):
         n = first_blk - it
         first = it == 0
-        c0 = n * TILE_N
-        # the block's two halves of keys: S per column is its own dot product, and P V chains the halves'
-        # 16-key chunks in ascending order, so the halves give the whole block's bits with half the live tiles
+        cols = n * TILE_N + c_in
+        kmask = (c_in < TILE_N) & (cols >= 0) & (cols < seqlen_k)
+        k = tl.load(kbase + cols[:, None] * sks + dq[None, :], mask=kmask[:, None] & (dq < d_real)[None, :], other=0.0)
+        s = tl.dot(q, tl.trans(k))
+        if softcap > 0:
+            # utils.create_softcap_scoremod: softcap * tanh.approx(RN(RN(S * softmax_scale) / softcap))
+            cap = tl.zeros_like(s) + softcap
+            s = _op2(MUL, cap, _op1(TANH, _op2(DIV, _op2(MUL, s, tl.zeros_like(s) + scale), cap)))
+        # fa4num.attention.masking.visible: bottom-right aligned causal / local window, keys < seqlen_k; a block
+        # every valid row sees whole needs no mask (rows outside [lo, hi) are never stored nor counted)
         diag = qpos + (seqlen_k - seqlen_q)
+        c0 = n * TILE_N
         d_lo = tl.min(tl.where(row_ok, diag, 2147483647), 0)
         d_hi = tl.max(tl.where(row_ok, diag, -2147483647), 0)
         whole = (c0 >= 0) & (c0 + TILE_N <= seqlen_k) & (c0 + TILE_N - 1 <= d_lo + right) & (c0 >= d_hi - left)
-        s_lo = _scores(q, kbase, c0, c_lo, dq, d_real, sks, seqlen_k, softcap, scale, diag, row_ok, left, right,
-                       whole, TILE_N)
-        s_hi = _scores(q, kbase, c0, c_hi, dq, d_real, sks, seqlen_k, softcap, scale, diag, row_ok, left, right,
-                       whole, TILE_N)
+        if not whole:
+            vis = kmask[None, :] & row_ok[:, None] & (cols[None, :] <= diag[:, None] + right) \
+                & (cols[None, :] >= diag[:, None] - left)
+            s = tl.where(vis, s, ninf)
         if UPCAST:
-            m_blk = _fmax_pair(tl.reduce(s_lo, 1, _fmax_pair), tl.reduce(s_hi, 1, _fmax_pair))
+            m_blk = tl.reduce(s, 1, _fmax_pair)
         else:
-            # max.f32 on the GPU: the same total order (NaN ignored, +0 above -0)
-            m_blk = tl.maximum(tl.max(s_lo, 1), tl.max(s_hi, 1))
+            m_blk = tl.max(s, 1)     # max.f32 on the GPU: the same total order (NaN ignored, +0 above -0)
         started = (true_m > ninf) & (true_m < float("inf")) & (it > 0)
         events += (started & (m_blk > true_m)).to(tl.int32)
         # the eager kernel's vote (fa4num.softmax.ballot): the lazy rule at threshold 0 on the true running max
@@ -305,16 +249,21 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
             acc_scale = tl.where(scale_ex2_ftz != 0, _op1(EX2_FTZ, scale_), _op1(EX2, scale_))
             acc_scale = tl.where(keep | first, 1.0, acc_scale)
             m = m_new
-            # scale_subtract_rowmax: bias = fma.rn(-m_safe, scale_log2, max_offset) (or two roundings)
             bias = tl.where(fused_bias != 0, _op3(FMA, -m_safe, sl2_t, tl.zeros_like(m_safe) + offset),
                             _op2(SUB, tl.zeros_like(m_safe) + offset, _op2(MUL, m_safe, sl2_t)))
+            x = _op3(FMA, s, tl.zeros_like(s) + sl2, bias[:, None] + tl.zeros_like(s))
+            p = _op1(EX2_FTZ, x)
+            if HAS_EMU:
+                p = tl.where(emu[None, :], _ex2_emulation_2(x, Coef, POLY_DEG), p)
             d = (true_m.to(tl.float64) - m.to(tl.float64)) * sl2_t.to(tl.float64)
             lag = tl.maximum(lag, tl.where(tl.abs(d) < float("inf"), d.to(tl.float32), 0.0))
         else:
-            # softmax.py Softmax.online_softmax (fa4num.softmax.sm90): x = fma.rn(S, scale_log2, -RN(m * sl2))
+            # softmax.py Softmax.online_softmax (fa4num.softmax.sm90)
             m = tl.where(first, m_blk, _fmax_pair(m_blk, m))
             m_safe = tl.where(m == ninf, 0.0, m)
-            bias = -_op2(MUL, m_safe, sl2_t)
+            neg_t = -_op2(MUL, m_safe, sl2_t)
+            x = _op3(FMA, s, tl.zeros_like(s) + sl2, neg_t[:, None] + tl.zeros_like(s))
+            p = _op1(EX2_FTZ, x)
             acc_scale = tl.where(first, 1.0, _op1(EX2_FTZ, _op2(MUL, _op2(SUB, prev, m_safe), sl2_t)))
         done += ((prev > ninf) & (prev < float("inf")) & (m > prev) & (it > 0)).to(tl.int32)
         # the ballot counters (fa4num.softmax.ballot.count_block): a row votes when its factor is below 1;
@@ -326,21 +275,19 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
         e_row += e_vote.to(tl.int32)
         e_warp += _group_any(e_vote, BLOCK_M)
         e_tile += (tl.max(e_vote.to(tl.int32), 0) + tl.zeros([BLOCK_M], tl.int32)) * (it > 0)
-        # P = 2^x (apply_exp2_convert), a half at a time into the scratch tile that the row sums read
+        if BLOCK_N > TILE_N:
+            p = tl.where((c_in < TILE_N)[None, :], p, 0.0)
+        sat += tl.sum((p > p_limit).to(tl.int32), 1)
+        # the row sums in FA4's order, through the program's scratch tile (P transposed)
         tl.debug_barrier()
-        p_lo = _probs(s_lo, sl2, bias, emu_lo, c_lo, Coef, SM100, HAS_EMU, POLY_DEG, TILE_N, BLOCK_N)
-        sat += tl.sum((p_lo > p_limit).to(tl.int32), 1)
-        tl.store(scr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + c_lo[None, :], p_lo)
-        pq_lo = _cast_p(p_lo, P_DTYPE, UPCAST)
-        p_hi = _probs(s_hi, sl2, bias, emu_hi, c_hi, Coef, SM100, HAS_EMU, POLY_DEG, TILE_N, BLOCK_N)
-        sat += tl.sum((p_hi > p_limit).to(tl.int32), 1)
-        tl.store(scr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + c_hi[None, :], p_hi)
-        pq_hi = _cast_p(p_hi, P_DTYPE, UPCAST)
+        tl.store(scr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + c_in[None, :], p)
         tl.debug_barrier()
         if SM100:
             row_sum = _row_sum_sm100(scr, row_sum, acc_scale, first, TILE_N, BLOCK_M, BLOCK_N)
         else:
             lanes = _lane_sums_sm90(scr, lanes, acc_scale, first, TILE_N, BLOCK_M, BLOCK_N)
+        vv = tl.load(vbase + cols[:, None] * svs + dv[None, :], mask=kmask[:, None] & (dv < dv_real)[None, :],
+                     other=0.0)
         if it > 0:
             if SM100:
                 # correction_loop: a warp of 32 rows rescales O when one of its rows has acc_scale < 1
@@ -348,8 +295,14 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
                 o = tl.where(wrow[:, None], _op2(MUL, o, acc_scale[:, None] + tl.zeros_like(o)), o)
             else:
                 o = _op2(MUL, o, acc_scale[:, None] + tl.zeros_like(o))
-        o = tl.dot(pq_lo, _values(vbase, c0, c_lo, dv, dv_real, svs, seqlen_k, TILE_N), o)
-        o = tl.dot(pq_hi, _values(vbase, c0, c_hi, dv, dv_real, svs, seqlen_k, TILE_N), o)
+        if UPCAST:
+            if P_DTYPE == tl.bfloat16:
+                pq = _op1(CVT_BF16, p)
+            else:
+                pq = _op1(CVT_F16, p)
+        else:
+            pq = p.to(P_DTYPE)
+        o = tl.dot(pq, vv, o)
     # the epilogue: Softmax.finalize (SM90) / correction_loop (SM100), with the learnable sink
     sk = tl.load(Sink + head, mask=row_ok, other=0.0)
     with_sink = has_sink != 0
