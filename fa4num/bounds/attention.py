@@ -464,9 +464,14 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             t_w = (H + np.abs(ostar) * wth[:, None] + eta_w[:, None] * (Vabs + n_eta[:, None] * np.abs(ostar))) \
                 / denom[:, None]
             Gp = G + H + eta_w[:, None] * Vabs
-            # P cast (apply_exp2_convert / cvt.rn.bf16x2.f32): numerator only, the row sum adds fp32 P
+            # P cast (apply_exp2_convert / cvt.rn.bf16x2.f32): numerator only, the row sum adds fp32 P. Each
+            # P's relative cast error r_j <= u_p from its enclosure at the stale max (_cast_time_p): 0-ish for an
+            # arg-max cast as 2^off exactly, the exact distance to P's grid where the enclosure allows
             eta_pn = eta_p * cinv * a_up
-            t_p = (u_p * Gp + eta_pn[:, None] * Vabs) / denom[:, None]
+            lo_p, hi_p = _cast_time_p(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, bw,
+                                      log_ex2_col)
+            r_cast = _cast_relative(lo_p, hi_p, dt, u_p)
+            t_p = (((w + wt) * r_cast) @ aV + u_p * eta_w[:, None] * Vabs + eta_pn[:, None] * Vabs) / denom[:, None]
             # PV GEMM chain (tiled_mma_pv) with the O rescales RN(O * acc_scale) in between (correction_rescale)
             nch = nblk * -(-tn // gemm_pv.chunk) if gemm != "blas" else np.minimum(nblk, 1)
             T_abs = (1 + u_p) * Gp + eta_pn[:, None] * Vabs
@@ -778,6 +783,87 @@ def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dla
         thmax[i] = tmax
         log_resc[i] = lres
     return w, wt, w2, ws, wx, Mf, rho_m, W, wth, thmax, log_resc
+
+
+@njit(parallel=True, cache=True)
+def _cast_time_p(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, lazy, log_ex2_col):
+    """Enclosures [lo, hi] of the fp32 P the kernel casts for each visible element (docs/bounds.md, section
+    5.4, Lemma 4), from the stored row max at the time of the element's block: the kernel's max is that of its
+    own scores (within rho of S), the blocks run from the last to the first (block_info.py), and on SM100 a
+    rise of at most ``thr`` (log2 units) keeps the stale max (lazy.py's rule, replayed on enclosures: a
+    decision the enclosures cannot settle takes both outcomes). Where the stored max after a block includes the
+    block's own max (SM90, threshold 0, a rescale, the first block), S_j <= m and the argument is <= off: the
+    arg-max's P is 2^off up to the exponent's roundings. lo = 0 marks an element left to the generic u_p.
+
+    x = RN(s sl2 + b), b = RN(off - m sl2) (one more rounding without fused_bias; fmul_x: a separate FMUL of
+    s sl2), P = ex2(x) within the column's relative error."""
+    m, n = S.shape
+    lo_p = np.zeros((m, n))
+    hi_p = np.zeros((m, n))
+    u = 2.0 ** -24
+    for i in prange(m):
+        a, z = first[i], last[i]
+        if z < a:
+            continue
+        olo = -np.inf
+        ohi = -np.inf
+        t = z // tn
+        tfirst = a // tn
+        while t >= tfirst:
+            j0 = max(a, t * tn)
+            j1 = min(z, t * tn + tn - 1)
+            blo = -np.inf
+            bhi = -np.inf
+            for j in range(j0, j1 + 1):
+                blo = max(blo, S[i, j] - rho[i, j])
+                bhi = max(bhi, S[i, j] + rho[i, j])
+            if t == z // tn:
+                mlo, mhi, covers = blo, bhi, True
+            else:
+                rlo = max(0.0, blo - ohi) * sl2 * (1 - 4 * u)
+                rhi = max(0.0, bhi - olo) * sl2 * (1 + 4 * u)
+                mlo, mhi = max(olo, blo), max(ohi, bhi)
+                covers = True
+                if lazy and thr > 0:
+                    if rhi < thr:          # kept for sure: the stale max
+                        mlo, mhi, covers = olo, ohi, False
+                    elif not rlo > thr:    # either outcome
+                        mlo, mhi, covers = olo, max(ohi, bhi), False
+            bmag = max(abs(mlo), abs(mhi)) * sl2 + abs(off)
+            for j in range(j0, j1 + 1):
+                dlo = S[i, j] - rho[i, j] - mhi
+                dhi = S[i, j] + rho[i, j] - mlo
+                if covers:
+                    dhi = min(dhi, 0.0)
+                xlo = dlo * sl2 + off
+                xhi = dhi * sl2 + off
+                xmag = max(abs(xlo), abs(xhi))
+                eta = (u * (xmag + nround_bias * bmag) * 1.0000001 + u * u * (xmag + bmag))
+                if fmul_x:
+                    eta += u * (abs(S[i, j]) + rho[i, j]) * sl2 * 1.0000001
+                xlo -= eta
+                xhi += eta
+                if xlo < -100.0 or xhi > 100.0 or not (xhi - xlo < 1.0):
+                    continue
+                e = log_ex2_col[j]
+                lo_p[i, j] = np.exp2(xlo) * (1 - math.expm1(e)) * (1 - 2.0 ** -50)
+                hi_p[i, j] = np.exp2(xhi) * math.exp(e) * (1 + 2.0 ** -50)
+            olo, ohi = mlo, mhi
+            t -= 1
+    return lo_p, hi_p
+
+
+def _cast_relative(lo_p, hi_p, p_dt, u_p):
+    """Per element, a bound on |RN_p(P) - P| / P over P in [lo, hi] (the fp32 values there; RN monotone): when
+    both ends round to the same point g of P's grid, the largest of |g - lo|/lo and |hi - g|/hi, else u_p."""
+    ok = lo_p > 0
+    lo32 = _round_dir(np.where(ok, lo_p, 1.0), False)
+    hi32 = _round_dir(np.where(ok, hi_p, 1.0), True)
+    g_lo = lo32.astype(_NP[p_dt]).astype(np.float64)
+    g_hi = hi32.astype(_NP[p_dt]).astype(np.float64)
+    l64, h64 = lo32.astype(np.float64), hi32.astype(np.float64)
+    r = np.maximum(np.abs(g_lo - l64) / l64, np.abs(h64 - g_lo) / h64) * _F64_SAFETY
+    return np.where(ok & (g_lo == g_hi) & (l64 > 0), np.minimum(r, u_p), u_p)
 
 
 def _sink_weight(sigma, Mf, rho_m, has, *, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2, lazy):

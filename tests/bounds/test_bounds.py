@@ -434,3 +434,34 @@ def test_attention_bound_with_paged_kv_and_refusals(kernel):
             attention_error_bound(q, k, v, kernel=kernel, num_splits=2)
     with pytest.raises(ValueError, match="head_dim"):   # what the kernel refuses, as forward does
         attention_error_bound(q[..., :12], k[..., :12], v, kernel=kernel)
+
+
+def _peaked_rows(seed, rows=64, d=64, tn=128):
+    """The stale-max family (docs/bounds.md, section 5.9): softmax_scale ln 2 (scores in log2 units); block 1,
+    processed first, has max 0; block 0 holds one key 4-6 above it (per row), so a threshold of 8 keeps the
+    stale max and casts that key's P = 2^(4..6) to bf16, where threshold 0 rescales and casts it as 1."""
+    rng = np.random.default_rng(seed)
+    q, k = np.zeros((1, rows, 1, d), np.float32), np.zeros((1, 2 * tn, 1, d), np.float32)
+    q[0, :, 0, 0] = 1.0
+    q[0, :, 0, 1] = np.round(rng.uniform(4, 6, rows) * 64) / 64
+    k[0, :, 0, 0] = np.round(rng.uniform(-3, 0, 2 * tn) * 16) / 16
+    k[0, tn, 0, 0] = 0.0
+    peak = rng.integers(0, tn)
+    k[0, peak, 0, 0], k[0, peak, 0, 1] = 0.0, 1.0
+    v = rng.standard_normal((1, 2 * tn, 1, d), dtype=np.float32)
+    return q.astype(ml_dtypes.bfloat16), k.astype(ml_dtypes.bfloat16), v.astype(ml_dtypes.bfloat16)
+
+
+def test_attention_bound_sees_the_stale_max():
+    """Threshold 0 casts the arg-max's P exactly (it is 2^0 up to the exponent's roundings), threshold 8 casts
+    2^(4..6) with a bf16 rounding error: the bounds must differ (issue 24: they were identical), both holding."""
+    q, k, v = _peaked_rows(53)
+    worst = {}
+    for thr in (0.0, 8.0):
+        args = dict(kernel="fa4-sm100", softmax_scale=math.log(2), rescale_threshold=thr)
+        r = forward(q, k, v, **args)
+        b = attention_error_bound(q, k, v, **args)
+        c = check(q, k, v, r.out, r.lse, bound=b)
+        assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), (thr, c)
+        worst[thr] = (c.max_bound, c.max_observed)
+    assert worst[8.0][0] >= 1.2 * worst[0.0][0], worst
