@@ -184,8 +184,10 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
     **fa4_args
         fa4num.attention.forward's arguments (softmax_scale: out_exact uses this real number, the kernel its fp32
         scale_log2; causal, kernel, window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k, v
-        (varlen), pack_gqa, rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...). Not modelled, and
-        refused: paged KV, fp8 descales, split-KV (num_splits != 1), head_dim_v != head_dim.
+        (varlen), page_table (paged KV), pack_gqa, rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...),
+        resolved by the forward's own :func:`fa4num.attention.plan`; head_dim_v may differ from head_dim. Not
+        modelled, and refused by name: fp8 descales, split-KV (num_splits resolved != 1). Configurations
+        without a finite bound (fp32 overflow, a scale that is 0 in fp32, ...) get +inf (docs/bounds.md, 5.8).
 
     Returns
     -------
