@@ -266,9 +266,6 @@ def _bound_sequences(qa, ka, va, *, problem, softmax_scale, delta):
     masks and KV blocks (seqlen_info.py offsets; a page table only changes where keys are read from, the
     problem's sequences gather them), bounded one by one with the kernel's configuration (the problem's
     options, resolved for the whole call: page_size and varlen select FA4's tuning there)."""
-    if problem.varlen and (problem.cu_seqlens_q is None or problem.cu_seqlens_k is None):
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together (varlen q and k, as FA4's varlen "
-                         "cases)")
     seqs = problem.sequences(qa, ka, va)
     if any(s.k.shape[0] == 0 and s.q.shape[0] > 0 for s in seqs):
         raise ValueError("cu_seqlens_k: a sequence with queries and no key is not modelled by the bound")

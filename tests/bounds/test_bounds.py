@@ -428,6 +428,11 @@ def test_attention_bound_with_paged_kv_and_refusals(kernel):
     r = forward(q, kp, vp, kernel=kernel, page_table=pt, causal=True)
     c = check(q, kp, vp, r.out, r.lse, kernel=kernel, page_table=pt, causal=True)
     assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
+    # varlen q over paged KV
+    qv, cu_q = q[:, :45].reshape(90, 2, 64), np.array([0, 30, 90], np.int32)
+    r = forward(qv, kp, vp, kernel=kernel, page_table=pt, cu_seqlens_q=cu_q, causal=True)
+    c = check(qv, kp, vp, r.out, r.lse, kernel=kernel, page_table=pt, cu_seqlens_q=cu_q, causal=True)
+    assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
     q, k, v = _inputs(0, 8, 300, 64)
     if kernel == "fa4-sm100":      # split-KV runs in the forward; the bound refuses it by name
         with pytest.raises(ValueError, match="num_splits"):
