@@ -343,6 +343,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     # exp2's subnormal results, and a rescale factor flushed to 0 (contributions below 2^-126 of 2^(thr+off))
     eta_exp = max(2.0 ** -126, sw.absolute_subnormal if sw is not None else 0.0) * (1 + 2.0 ** (thr + off + 1))
     u_p, eta_p, pmax = P_FORMATS[dt]
+    p_ulp_min = 2 * eta_p                   # the spacing of P's subnormals (eta_p is half of it)
     out_dt = "bfloat16" if dt.startswith("float8") else dt
     # the gemm option names a tensor-core model and its accumulator table ("tcgen05" = the wgmma model with
     # Blackwell's table), config.GEMM_IMPL
@@ -467,9 +468,8 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             # P's relative cast error r_j <= u_p from its enclosure at the stale max (_cast_time_p): 0-ish for an
             # arg-max cast as 2^off exactly, the exact distance to P's grid where the enclosure allows
             eta_pn = eta_p * cinv * a_up
-            lo_p, hi_p = _cast_time_p(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, bw,
-                                      log_ex2_col)
-            r_cast = _cast_relative(lo_p, hi_p, dt, u_p)
+            r_cast = _cast_relative(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, bw, log_ex2_col,
+                                    u_p, p_ulp_min)
             t_p = (((w + wt) * r_cast) @ aV + u_p * eta_w[:, None] * Vabs + eta_pn[:, None] * Vabs) / denom[:, None]
             # PV GEMM chain (tiled_mma_pv) with the O rescales RN(O * acc_scale) in between (correction_rescale)
             nch = nblk * -(-tn // gemm_pv.chunk) if gemm != "blas" else np.minimum(nblk, 1)
@@ -784,21 +784,32 @@ def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dla
     return w, wt, w2, ws, wx, Mf, rho_m, W, wth, thmax, log_resc
 
 
-@njit(parallel=True, cache=True)
-def _cast_time_p(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, lazy, log_ex2_col):
-    """Enclosures [lo, hi] of the fp32 P the kernel casts for each visible element (docs/bounds.md, section
-    5.4, Lemma 4), from the stored row max at the time of the element's block: the kernel's max is that of its
-    own scores (within rho of S), the blocks run from the last to the first (block_info.py), and on SM100 a
-    rise of at most ``thr`` (log2 units) keeps the stale max (lazy.py's rule, replayed on enclosures: a
-    decision the enclosures cannot settle takes both outcomes). Where the stored max after a block includes the
-    block's own max (SM90, threshold 0, a rescale, the first block), S_j <= m and the argument is <= off: the
-    arg-max's P is 2^off up to the exponent's roundings. lo = 0 marks an element left to the generic u_p.
+@njit(cache=True, nogil=True, inline="always")
+def _rn_format(x, u, ulp_min):
+    """RN (ties to even) of a positive real x (float64) to a format of unit roundoff u (ulp 2u at [1, 2)) whose
+    subnormal spacing is ulp_min; exact in float64: x / ulp is a power-of-two scaling."""
+    e = math.frexp(x)[1] - 1
+    ulp = max(math.ldexp(2.0 * u, e), ulp_min)
+    return np.round(x / ulp) * ulp
 
-    x = RN(s sl2 + b), b = RN(off - m sl2) (one more rounding without fused_bias; fmul_x: a separate FMUL of
-    s sl2), P = ex2(x) within the column's relative error."""
+
+@njit(parallel=True, cache=True)
+def _cast_relative(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, lazy, log_ex2_col, u_p,
+                   ulp_min):
+    """Per visible element, a bound r on the relative error |RN_p(P) - P| / P of the cast of the fp32 P the
+    kernel holds (docs/bounds.md, section 5.4, Lemma 4); u_p where nothing sharper is known.
+
+    The enclosure [lo, hi] of P comes from the stored row max at the time of the element's block: the kernel's
+    max is that of its own scores (within rho of S), the blocks run from the last to the first (block_info.py),
+    and on SM100 a rise of at most ``thr`` (log2 units) keeps the stale max (lazy.py's rule, replayed on
+    enclosures: a decision the enclosures cannot settle takes both outcomes). Where the stored max after a
+    block includes the block's own max (SM90, threshold 0, a rescale, the first block), S_j <= m and the
+    argument is <= off: the arg-max's P is 2^off up to the exponent's roundings. x = RN(s sl2 + b),
+    b = RN(off - m sl2) (one more rounding without fused_bias; fmul_x: a separate FMUL of s sl2), P = ex2(x)
+    within the column's relative error. RN_p is monotone on the reals: when lo and hi round to the same g,
+    every P between does, and |g - P| / P is largest at an end."""
     m, n = S.shape
-    lo_p = np.zeros((m, n))
-    hi_p = np.zeros((m, n))
+    r = np.full((m, n), u_p)
     u = 2.0 ** -24
     for i in prange(m):
         a, z = first[i], last[i]
@@ -837,7 +848,7 @@ def _cast_time_p(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, la
                 xlo = dlo * sl2 + off
                 xhi = dhi * sl2 + off
                 xmag = max(abs(xlo), abs(xhi))
-                eta = (u * (xmag + nround_bias * bmag) * 1.0000001 + u * u * (xmag + bmag))
+                eta = u * (xmag + nround_bias * bmag) * 1.0000001 + u * u * (xmag + bmag)
                 if fmul_x:
                     eta += u * (abs(S[i, j]) + rho[i, j]) * sl2 * 1.0000001
                 xlo -= eta
@@ -845,24 +856,14 @@ def _cast_time_p(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, la
                 if xlo < -100.0 or xhi > 100.0 or not (xhi - xlo < 1.0):
                     continue
                 e = log_ex2_col[j]
-                lo_p[i, j] = np.exp2(xlo) * (1 - math.expm1(e)) * (1 - 2.0 ** -50)
-                hi_p[i, j] = np.exp2(xhi) * math.exp(e) * (1 + 2.0 ** -50)
+                lo = np.exp2(xlo) * (1 - math.expm1(e)) * (1 - 2.0 ** -50)
+                hi = np.exp2(xhi) * math.exp(e) * (1 + 2.0 ** -50)
+                g = _rn_format(lo, u_p, ulp_min)
+                if lo > 0 and g == _rn_format(hi, u_p, ulp_min):
+                    r[i, j] = min(u_p, max(abs(g - lo) / lo, abs(hi - g) / hi) * (1 + 2.0 ** -40))
             olo, ohi = mlo, mhi
             t -= 1
-    return lo_p, hi_p
-
-
-def _cast_relative(lo_p, hi_p, p_dt, u_p):
-    """Per element, a bound on |RN_p(P) - P| / P over P in [lo, hi] (the fp32 values there; RN monotone): when
-    both ends round to the same point g of P's grid, the largest of |g - lo|/lo and |hi - g|/hi, else u_p."""
-    ok = lo_p > 0
-    lo32 = _round_dir(np.where(ok, lo_p, 1.0), False)
-    hi32 = _round_dir(np.where(ok, hi_p, 1.0), True)
-    g_lo = lo32.astype(_NP[p_dt]).astype(np.float64)
-    g_hi = hi32.astype(_NP[p_dt]).astype(np.float64)
-    l64, h64 = lo32.astype(np.float64), hi32.astype(np.float64)
-    r = np.maximum(np.abs(g_lo - l64) / l64, np.abs(h64 - g_lo) / h64) * _F64_SAFETY
-    return np.where(ok & (g_lo == g_hi) & (l64 > 0), np.minimum(r, u_p), u_p)
+    return r
 
 
 def _sink_weight(sigma, Mf, rho_m, has, *, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2, lazy):
