@@ -468,9 +468,9 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             # P's relative cast error r_j <= u_p from its enclosure at the stale max (_cast_time_p): 0-ish for an
             # arg-max cast as 2^off exactly, the exact distance to P's grid where the enclosure allows
             eta_pn = eta_p * cinv * a_up
-            r_cast = _cast_relative(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, bw, log_ex2_col,
-                                    u_p, p_ulp_min)
-            t_p = (((w + wt) * r_cast) @ aV + u_p * eta_w[:, None] * Vabs + eta_pn[:, None] * Vabs) / denom[:, None]
+            wr = _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, fmul_x, bw, log_ex2_col,
+                                u_p, p_ulp_min)
+            t_p = (wr @ aV + u_p * eta_w[:, None] * Vabs + eta_pn[:, None] * Vabs) / denom[:, None]
             # PV GEMM chain (tiled_mma_pv) with the O rescales RN(O * acc_scale) in between (correction_rescale)
             nch = nblk * -(-tn // gemm_pv.chunk) if gemm != "blas" else np.minimum(nblk, 1)
             T_abs = (1 + u_p) * Gp + eta_pn[:, None] * Vabs
@@ -794,10 +794,10 @@ def _rn_format(x, u, ulp_min):
 
 
 @njit(parallel=True, cache=True)
-def _cast_relative(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, lazy, log_ex2_col, u_p,
+def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, fmul_x, lazy, log_ex2_col, u_p,
                    ulp_min):
-    """Per visible element, a bound r on the relative error |RN_p(P) - P| / P of the cast of the fp32 P the
-    kernel holds (docs/bounds.md, section 5.4, Lemma 4); u_p where nothing sharper is known.
+    """Per visible element, (w + w theta) r with r a bound on the relative error |RN_p(P) - P| / P of the cast of
+    the fp32 P the kernel holds (docs/bounds.md, section 5.4, Lemma 4); r = u_p where nothing sharper is known.
 
     The enclosure [lo, hi] of P comes from the stored row max at the time of the element's block: the kernel's
     max is that of its own scores (within rho of S), the blocks run from the last to the first (block_info.py),
@@ -809,7 +809,7 @@ def _cast_relative(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, 
     within the column's relative error. RN_p is monotone on the reals: when lo and hi round to the same g,
     every P between does, and |g - P| / P is largest at an end."""
     m, n = S.shape
-    r = np.full((m, n), u_p)
+    wr = np.zeros((m, n))
     u = 2.0 ** -24
     for i in prange(m):
         a, z = first[i], last[i]
@@ -853,17 +853,18 @@ def _cast_relative(S, rho, first, last, tn, sl2, thr, off, nround_bias, fmul_x, 
                     eta += u * (abs(S[i, j]) + rho[i, j]) * sl2 * 1.0000001
                 xlo -= eta
                 xhi += eta
-                if xlo < -100.0 or xhi > 100.0 or not (xhi - xlo < 1.0):
-                    continue
-                e = log_ex2_col[j]
-                lo = np.exp2(xlo) * (1 - math.expm1(e)) * (1 - 2.0 ** -50)
-                hi = np.exp2(xhi) * math.exp(e) * (1 + 2.0 ** -50)
-                g = _rn_format(lo, u_p, ulp_min)
-                if lo > 0 and g == _rn_format(hi, u_p, ulp_min):
-                    r[i, j] = min(u_p, max(abs(g - lo) / lo, abs(hi - g) / hi) * (1 + 2.0 ** -40))
+                rj = u_p
+                if xlo >= -100.0 and xhi <= 100.0 and xhi - xlo < 1.0:
+                    e = log_ex2_col[j]
+                    lo = np.exp2(xlo) * (1 - math.expm1(e)) * (1 - 2.0 ** -50)
+                    hi = np.exp2(xhi) * math.exp(e) * (1 + 2.0 ** -50)
+                    g = _rn_format(lo, u_p, ulp_min)
+                    if lo > 0 and g == _rn_format(hi, u_p, ulp_min):
+                        rj = min(u_p, max(abs(g - lo) / lo, abs(hi - g) / hi) * (1 + 2.0 ** -40))
+                wr[i, j] = (w[i, j] + wt[i, j]) * rj
             olo, ohi = mlo, mhi
             t -= 1
-    return r
+    return wr
 
 
 def _sink_weight(sigma, Mf, rho_m, has, *, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2, lazy):
