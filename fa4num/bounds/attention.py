@@ -213,8 +213,8 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
     if problem.descaled:
         raise ValueError("q_descale/k_descale/v_descale: fp8 descales are not modelled by attention_error_bound")
     if problem.num_splits != 1:
-        raise ValueError(f"num_splits: split-KV (resolved to {problem.num_splits} splits) is not modelled by "
-                         "attention_error_bound; pass num_splits=1")
+        raise ValueError(f"num_splits != 1: not modelled by attention_error_bound (split-KV resolved to "
+                         f"{problem.num_splits} splits; pass num_splits=1)")
     if problem.sink is not None and not np.isfinite(problem.sink).all():
         raise ValueError(f"learnable_sink must be a finite float array of shape (heads,) = ({problem.heads},) for "
                          "the bound")
