@@ -184,8 +184,10 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
     **fa4_args
         fa4num.attention.forward's arguments (softmax_scale: out_exact uses this real number, the kernel its fp32
         scale_log2; causal, kernel, window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k, v
-        (varlen), pack_gqa, rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...). Not modelled, and
-        refused: paged KV, fp8 descales, split-KV (num_splits != 1), head_dim_v != head_dim.
+        (varlen), page_table (paged KV), pack_gqa, rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...),
+        resolved by the forward's own :func:`fa4num.attention.plan`; head_dim_v may differ from head_dim. Not
+        modelled, and refused by name: fp8 descales, split-KV (num_splits resolved != 1). Configurations
+        without a finite bound (fp32 overflow, a scale that is 0 in fp32, ...) get +inf (docs/bounds.md, 5.8).
 
     Returns
     -------
@@ -206,52 +208,82 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
     problem = given_or_plan(problem, q, k, v, fa4_args, who="attention_error_bound")
     if not (isinstance(delta, float) and 0.0 < delta < 1.0):
         raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
-    for name, given in (("page_table", problem.page_table is not None),
-                        ("q_descale/k_descale/v_descale", problem.descaled),
-                        ("num_splits != 1", problem.num_splits != 1),
-                        ("head_dim_v != head_dim", problem.head_dim_v != problem.head_dim)):
-        if given:
-            raise ValueError(f"{name}: not modelled by attention_error_bound")
+    # refused, not bounded: the fp8 descales and split-KV's combine kernel are outside this analysis (the
+    # forward runs both); plan() has already refused what the kernel itself refuses (head dims, dtypes)
+    if problem.descaled:
+        raise ValueError("q_descale/k_descale/v_descale: fp8 descales are not modelled by attention_error_bound")
+    if problem.num_splits != 1:
+        raise ValueError(f"num_splits != 1: not modelled by attention_error_bound (split-KV resolved to "
+                         f"{problem.num_splits} splits; pass num_splits=1)")
     if problem.sink is not None and not np.isfinite(problem.sink).all():
         raise ValueError(f"learnable_sink must be a finite float array of shape (heads,) = ({problem.heads},) for "
                          "the bound")
     scale = problem.softmax_scale
-    if not (math.isfinite(scale) and scale != 0):
-        raise ValueError(f"softmax_scale must be a finite nonzero float for the bound, got {scale}")
     qa, ka, va = _as_array(problem.q, "q"), _as_array(problem.k, "k"), _as_array(problem.v, "v")
     # rows without a finite bound (docs/bounds.md, section 5.8) carry inf and NaN through the float64 evaluation
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        if not problem.varlen:
-            return _bound_dense(qa, ka, va, problem=problem, softmax_scale=scale, delta=delta)
-        return _bound_varlen(qa, ka, va, problem=problem, delta=delta)
+        if not math.isfinite(scale):
+            return _unbounded(_bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=1.0, delta=delta),
+                              exact=False)
+        if _scale_vanishes(scale, problem.softcap):
+            # the kernel's fp32 scale_log2 is 0 (or its fp32 scale, under a soft cap, is infinite): masked
+            # scores give -inf * 0 = NaN in the exponent (docs/bounds.md, section 5.8)
+            return _unbounded(_bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=scale, delta=delta))
+        return _bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=scale, delta=delta)
 
 
-def _bound_varlen(qa, ka, va, *, problem, delta):
-    """Varlen (flash_attn_varlen_func): every sequence is its own attention problem with its own masks and KV
-    blocks (seqlen_info.py offsets), bounded one by one with the kernel's varlen configuration (the problem's
-    options, resolved for the whole call)."""
-    if problem.cu_seqlens_q is None or problem.cu_seqlens_k is None:
-        raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together (varlen q and k, as FA4's varlen "
-                         "cases)")
-    cq, ck = problem.cu_seqlens_q, problem.cu_seqlens_k
-    lq, lk = np.diff(cq), np.diff(ck)
-    if np.any((lk == 0) & (lq > 0)):
+def _scale_vanishes(scale: float, softcap: float) -> bool:
+    """True when the kernel's exponent scale is unusable: scale_log2 = RN(RN(scale) LOG2_E) is 0 or infinite
+    without a soft cap; RN(scale) is infinite with one (its scale_log2 is LOG2_E)."""
+    if softcap:
+        return not math.isfinite(float(np.float32(scale)))
+    with np.errstate(over="ignore"):
+        sl2 = float(scale_log2_of(scale))
+    return sl2 == 0.0 or not math.isfinite(sl2)
+
+
+def _unbounded(p: AttentionBound, *, exact: bool = True) -> AttentionBound:
+    """``p`` with no finite bound anywhere (and, with ``exact=False``, no defined exact value)."""
+    for a in (p.out, p.out_probabilistic, p.lse):
+        a[...] = np.inf
+    if not exact:
+        p.out_exact[...] = np.nan
+        p.lse_exact[...] = np.nan
+    p.terms = dict.fromkeys(p.terms, math.inf)
+    p.lse_terms = dict.fromkeys(p.lse_terms, math.inf)
+    p.a_priori = {**p.a_priori, "bound": math.inf}
+    return p
+
+
+def _bound_dense_or_varlen(qa, ka, va, *, problem, softmax_scale, delta):
+    if not problem.varlen and problem.page_table is None:
+        return _bound_dense(qa, ka, va, problem=problem, softmax_scale=softmax_scale, delta=delta)
+    return _bound_sequences(qa, ka, va, problem=problem, softmax_scale=softmax_scale, delta=delta)
+
+
+def _bound_sequences(qa, ka, va, *, problem, softmax_scale, delta):
+    """Varlen (flash_attn_varlen_func) and paged KV: every sequence is its own attention problem with its own
+    masks and KV blocks (seqlen_info.py offsets; a page table only changes where keys are read from, the
+    problem's sequences gather them), bounded one by one with the kernel's configuration (the problem's
+    options, resolved for the whole call: page_size and varlen select FA4's tuning there)."""
+    seqs = problem.sequences(qa, ka, va)
+    if any(s.k.shape[0] == 0 and s.q.shape[0] > 0 for s in seqs):
         raise ValueError("cu_seqlens_k: a sequence with queries and no key is not modelled by the bound")
-    h = qa.shape[1]
-    out = np.zeros(qa.shape)
-    out_p = np.zeros(qa.shape)
-    out_x = np.zeros(qa.shape)
-    lse = np.zeros((h, qa.shape[0]))
-    lse_x = np.full((h, qa.shape[0]), -np.inf)
+    h, dv = problem.heads, problem.head_dim_v
+    out = np.zeros(qa.shape[:-1] + (dv,))
+    out_p, out_x = np.zeros_like(out), np.zeros_like(out)
+    lse_shape = (h, qa.shape[0]) if problem.varlen_q else (qa.shape[0], h, qa.shape[1])
+    lse, lse_x = np.zeros(lse_shape), np.full(lse_shape, -np.inf)
     parts = []
-    for i in range(lq.size):
-        if lq[i] == 0:
+    for sq_ in seqs:
+        if sq_.q.shape[0] == 0:
             continue
-        sq_, sk_ = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
-        p = _bound_dense(qa[None, sq_], ka[None, sk_], va[None, sk_], problem=problem,
-                         softmax_scale=problem.softmax_scale, delta=delta)
-        out[sq_], out_p[sq_], out_x[sq_] = p.out[0], p.out_probabilistic[0], p.out_exact[0]
-        lse[:, sq_], lse_x[:, sq_] = p.lse[0], p.lse_exact[0]
+        p = _bound_dense(sq_.q[None], sq_.k[None], sq_.v[None], problem=problem, softmax_scale=softmax_scale,
+                         delta=delta)
+        out[sq_.out_index], out_p[sq_.out_index], out_x[sq_.out_index] = p.out[0], p.out_probabilistic[0], \
+            p.out_exact[0]
+        for hh in range(h):
+            lse[sq_.lse_index(hh)], lse_x[sq_.lse_index(hh)] = p.lse[0, hh], p.lse_exact[0, hh]
         parts.append(p)
     if not parts:
         raise ValueError("cu_seqlens_q: every sequence is empty")
@@ -269,19 +301,13 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     kern, opts = problem.kernel, problem.opts
     dt = problem.dtype
     b, sq, h, d = qa.shape
-    sk, hk = ka.shape[1], ka.shape[2]
+    sk, hk, dv = ka.shape[1], ka.shape[2], va.shape[3]
     h_per_kv = h // hk
     if softmax_scale < 0:
         # FA4 subtracts the row max of S, not of S * scale: with a negative scale its exponents are positive
         # (masked -inf scores give +inf), outside this analysis. The exact attention is that of -q and |scale|
         # (softcap's tanh is odd); no finite bound is claimed (docs/bounds.md, section 5.8)
-        p = _bound_dense(-qa, ka, va, problem=problem, softmax_scale=-softmax_scale, delta=delta)
-        for a in (p.out, p.out_probabilistic, p.lse):
-            a[...] = np.inf
-        p.terms = dict.fromkeys(p.terms, math.inf)
-        p.lse_terms = dict.fromkeys(p.lse_terms, math.inf)
-        p.a_priori = {**p.a_priori, "bound": math.inf}
-        return p
+        return _unbounded(_bound_dense(-qa, ka, va, problem=problem, softmax_scale=-softmax_scale, delta=delta))
     # non-finite inputs: bounded with zeros in their place, then every element they reach is unbounded (+inf)
     # and its exact value undefined (NaN) -- docs/bounds.md, section 5.8
     bad_q, bad_k, bad_v = (~np.isfinite(a.astype(np.float32)) for a in (qa, ka, va))
@@ -317,6 +343,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     # exp2's subnormal results, and a rescale factor flushed to 0 (contributions below 2^-126 of 2^(thr+off))
     eta_exp = max(2.0 ** -126, sw.absolute_subnormal if sw is not None else 0.0) * (1 + 2.0 ** (thr + off + 1))
     u_p, eta_p, pmax = P_FORMATS[dt]
+    p_ulp_min = 2 * eta_p                   # the spacing of P's subnormals (eta_p is half of it)
     out_dt = "bfloat16" if dt.startswith("float8") else dt
     # the gemm option names a tensor-core model and its accumulator table ("tcgen05" = the wgmma model with
     # Blackwell's table), config.GEMM_IMPL
@@ -326,9 +353,9 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     gemm_pv = _gemm_model(gemm, gemm_arch, dt, pv_k)
     lam_p = math.sqrt(2.0 * math.log(6.0 / delta))   # Hoeffding, delta/3 for each of three random sums
 
-    out_b = np.zeros((b, sq, h, d))
-    out_p = np.zeros((b, sq, h, d))
-    out_x = np.zeros((b, sq, h, d))
+    out_b = np.zeros((b, sq, h, dv))
+    out_p = np.zeros((b, sq, h, dv))
+    out_x = np.zeros((b, sq, h, dv))
     lse_b = np.zeros((b, h, sq))
     lse_x = np.full((b, h, sq), -np.inf)
     names = ("s_gemm", "softcap", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast", "row_sum",
@@ -374,10 +401,12 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             aV = np.abs(V)
             vmax_all = max(vmax_all, float(aV.max(initial=0.0)))
             # sum over the visible keys of |V| per column, from prefix sums (the visible keys are a contiguous range)
-            cV = np.concatenate([np.zeros((1, d)), np.cumsum(aV, axis=0)])
+            cV = np.concatenate([np.zeros((1, dv)), np.cumsum(aV, axis=0)])
             # (+ the prefix sums' own float64 error, at most sk 2^-53 of the total each)
-            Vabs = np.where(has[:, None], cV[last + 1] - cV[np.minimum(first, sk)] + sk * 2.0 ** -52 * cV[last + 1],
-                            0.0)
+            # (rows that see no key, e.g. causal with seqlen_q > seqlen_k, have last < first: clipped indices, and
+            # has masks them)
+            hi_, lo_ = cV[np.clip(last + 1, 0, sk)], cV[np.clip(first, 0, sk)]
+            Vabs = np.where(has[:, None], hi_ - lo_ + sk * 2.0 ** -52 * hi_, 0.0)
             # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma): S, |Q||K|^T and the chain's running bound
             S, A, rho = _s_error(Q, K, gemm_s, gemm, first, last)
             # fp32 overflow of S (or of S * scale before the soft cap, or of the exponent): no finite bound
@@ -397,13 +426,13 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             # with no value (docs/bounds.md, section 5.6)
             w_s, th_s, e_empty = _sink_weight(None if sink is None else sink[hh], Mf, rho_m, has & fits,
                                               lam=lam, sl2=sl2, dlam=dlam, thr=thr, off=off, ex2_rel=ex2_rel,
-                                              lg2_abs=lg2_abs, dln2=dln2)
+                                              lg2_abs=lg2_abs, dln2=dln2, lazy=bw)
             Wd = np.where(has, W + w_s, 1.0)
             wth = wth + w_s * th_s
             n_eta = nvis + (sink is not None)                   # weights that carry an absolute error
             wV = w @ np.concatenate([V, aV], axis=1)
-            ostar = wV[:, :d] / Wd[:, None]
-            G = wV[:, d:]
+            ostar = wV[:, :dv] / Wd[:, None]
+            G = wV[:, dv:]
             H = wt @ aV
             # normalisation constant c of the kernel's weights: c >= 2^(off - rho sl2); A_j <= (1+ex2)^blocks
             cinv = 2.0 ** (-off) * np.exp2(rho_m * sl2)
@@ -419,25 +448,40 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             if pmax_est >= pmax:
                 raise ValueError(f"P can reach {pmax_est:.4g} >= the largest {dt} ({pmax}); saturation is not "
                                  "bounded here (lower rescale_threshold/max_offset)")
+            # fp32 overflow of the PV accumulator or the row sum (fa4num.hw.mma saturates at FLT_MAX): every P the
+            # kernel holds is below P_row = 2^(thr + off + 1) (1 + theta_max) 2^(2 rho_m sl2) (its max is stale by
+            # at most thr, and rescales only shrink), so |O| <= P_row (1 + u_p) sum |v_j| times the chain's growth
+            # and the row sum <= P_row (|J| + 1) (1 + gamma_D) (the sink's P is below 2^126, _sink_weight).
+            # Elements (rows) where these reach 2^127 get no finite bound (docs/bounds.md, section 5.8)
+            p_row = 2.0 ** (thr + off + 1) * (1 + theta_max) * np.exp2(2 * rho_m * sl2)
+            nch_o = nblk * -(-tn // gemm_pv.chunk) if gemm != "blas" else np.minimum(nblk, 1)
+            growth = np.exp(nch_o * math.log1p(gemm_pv.gamma) + nresc * math.log1p(U32)) * _F64_SAFETY
+            o_mag = (p_row * (1 + u_p) * growth)[:, None] * Vabs + (nch_o * gemm_pv.eta * growth)[:, None]
+            pv_ovf = ~(o_mag < 2.0 ** 127)
+            ok &= p_row * (nvis + 2) * 2 < 2.0 ** 127
             denom = Wd * (1 - tau)
             # ô - o*: consistent weight errors (the same w_j (1 + theta_j) in numerator and row sum)
             t_w = (H + np.abs(ostar) * wth[:, None] + eta_w[:, None] * (Vabs + n_eta[:, None] * np.abs(ostar))) \
                 / denom[:, None]
             Gp = G + H + eta_w[:, None] * Vabs
-            # P cast (apply_exp2_convert / cvt.rn.bf16x2.f32): numerator only, the row sum adds fp32 P
+            # P cast (apply_exp2_convert / cvt.rn.bf16x2.f32): numerator only, the row sum adds fp32 P. Each
+            # P's relative cast error r_j <= u_p from its enclosure at the stale max (_cast_time_p): 0-ish for an
+            # arg-max cast as 2^off exactly, the exact distance to P's grid where the enclosure allows
             eta_pn = eta_p * cinv * a_up
-            t_p = (u_p * Gp + eta_pn[:, None] * Vabs) / denom[:, None]
+            wr = _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, fmul_x, bw, log_ex2_col,
+                                u_p, p_ulp_min)
+            t_p = (wr @ aV + u_p * eta_w[:, None] * Vabs + eta_pn[:, None] * Vabs) / denom[:, None]
             # PV GEMM chain (tiled_mma_pv) with the O rescales RN(O * acc_scale) in between (correction_rescale)
             nch = nblk * -(-tn // gemm_pv.chunk) if gemm != "blas" else np.minimum(nblk, 1)
             T_abs = (1 + u_p) * Gp + eta_pn[:, None] * Vabs
             nch = np.broadcast_to(nch, (sq,)).astype(np.float64)
             t_pv = gemm_pv.chain(nch[:, None], T_abs, U32, nresc[:, None]) / denom[:, None]
-            # row sum: each P passes through at most D roundings (sm90: lane folds of tile_n/4 per block + FFMA
-            # init + 2 butterfly adds; sm100: 8 accumulators of tile_n/8 per block + RN(row_sum*acc_scale) + 3)
-            if not bw:
-                D = nblk * (tn // 4) + 2
-            else:
-                D = nblk * (tn // 8 + 1) + 3
+            # row sum: each P passes through at most D roundings (docs/bounds.md, section 5.5). sm90: one lane's
+            # sequential fold over every block (tile_n/4 per block, the FFMA init among them) + 2 butterfly adds.
+            # sm100 (fadd_reduce): the eight accumulators are combined every block, so the running sum passes
+            # RN(row_sum * acc_scale), the add into A0, tile_n/8 - 1 adds and the 3 combining adds per block:
+            # a first-block P meets tile_n/8 + 2 roundings there and tile_n/8 + 4 in each later block
+            D = _row_sum_depth(bw, nblk, tn)
             if gemm == "blas":
                 D = D + nblk
             D = D + (sink is not None)                          # row_sum + P_sink
@@ -510,8 +554,11 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             out_b[bb, unb, hh] = np.inf
             out_p[bb, unb, hh] = np.inf
             lse_b[bb, hh, unb] = np.inf
+            ovf = has[:, None] & pv_ovf
+            out_b[bb, :, hh] = np.where(ovf, np.inf, out_b[bb, :, hh])
+            out_p[bb, :, hh] = np.where(ovf, np.inf, out_p[bb, :, hh])
             kv_bad = np.concatenate([[0], np.cumsum(bad_k[bb, :, kv])])
-            undef = bad_q[bb, :, hh] | (has & (kv_bad[last + 1] - kv_bad[np.minimum(first, sk)] > 0))
+            undef = bad_q[bb, :, hh] | (has & (kv_bad[np.clip(last + 1, 0, sk)] - kv_bad[np.clip(first, 0, sk)] > 0))
             # a non-finite V[j, c] reaches column c of every row: the PV GEMM multiplies it by the P = 0 of the rows
             # whose tile visits j's block with j masked (0 * inf = NaN), and the exact value of rows that see j
             undef_v = undef[:, None] | bad_v[bb, :, kv].any(axis=0)[None, :]
@@ -519,6 +566,9 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
                 a[bb, :, hh] = np.where(undef_v, val, a[bb, :, hh])
             lse_b[bb, hh, undef] = np.inf
             lse_x[bb, hh, undef] = np.nan
+    # a NaN in the float64 evaluation (inf - inf at the analysis' limits) claims nothing
+    for a in (out_b, out_p, lse_b):
+        a[np.isnan(a)] = np.inf
     try:
         ap = a_priori_bound(head_dim=d, seqlen_k=sk, threshold=thr, max_offset=off, dtype=dt, kernel=kern.name,
                             exp2_relative=max(ex2_rel, sw.relative if sw is not None else 0.0),
@@ -734,7 +784,90 @@ def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dla
     return w, wt, w2, ws, wx, Mf, rho_m, W, wth, thmax, log_resc
 
 
-def _sink_weight(sigma, Mf, rho_m, has, *, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2):
+@njit(cache=True, nogil=True, inline="always")
+def _rn_format(x, u, ulp_min):
+    """RN (ties to even) of a positive real x (float64) to a format of unit roundoff u (ulp 2u at [1, 2)) whose
+    subnormal spacing is ulp_min; exact in float64: x / ulp is a power-of-two scaling."""
+    e = math.frexp(x)[1] - 1
+    ulp = max(math.ldexp(2.0 * u, e), ulp_min)
+    return np.round(x / ulp) * ulp
+
+
+@njit(parallel=True, cache=True)
+def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, fmul_x, lazy, log_ex2_col, u_p,
+                   ulp_min):
+    """Per visible element, (w + w theta) r with r a bound on the relative error |RN_p(P) - P| / P of the cast of
+    the fp32 P the kernel holds (docs/bounds.md, section 5.4, Lemma 4); r = u_p where nothing sharper is known.
+
+    The enclosure [lo, hi] of P comes from the stored row max at the time of the element's block: the kernel's
+    max is that of its own scores (within rho of S), the blocks run from the last to the first (block_info.py),
+    and on SM100 a rise of at most ``thr`` (log2 units) keeps the stale max (lazy.py's rule, replayed on
+    enclosures: a decision the enclosures cannot settle takes both outcomes). Where the stored max after a
+    block includes the block's own max (SM90, threshold 0, a rescale, the first block), S_j <= m and the
+    argument is <= off: the arg-max's P is 2^off up to the exponent's roundings. x = RN(s sl2 + b),
+    b = RN(off - m sl2) (one more rounding without fused_bias; fmul_x: a separate FMUL of s sl2), P = ex2(x)
+    within the column's relative error. RN_p is monotone on the reals: when lo and hi round to the same g,
+    every P between does, and |g - P| / P is largest at an end."""
+    m, n = S.shape
+    wr = np.zeros((m, n))
+    u = 2.0 ** -24
+    for i in prange(m):
+        a, z = first[i], last[i]
+        if z < a:
+            continue
+        olo = -np.inf
+        ohi = -np.inf
+        t = z // tn
+        tfirst = a // tn
+        while t >= tfirst:
+            j0 = max(a, t * tn)
+            j1 = min(z, t * tn + tn - 1)
+            blo = -np.inf
+            bhi = -np.inf
+            for j in range(j0, j1 + 1):
+                blo = max(blo, S[i, j] - rho[i, j])
+                bhi = max(bhi, S[i, j] + rho[i, j])
+            if t == z // tn:
+                mlo, mhi, covers = blo, bhi, True
+            else:
+                rlo = max(0.0, blo - ohi) * sl2 * (1 - 4 * u)
+                rhi = max(0.0, bhi - olo) * sl2 * (1 + 4 * u)
+                mlo, mhi = max(olo, blo), max(ohi, bhi)
+                covers = True
+                if lazy and thr > 0:
+                    if rhi < thr:          # kept for sure: the stale max
+                        mlo, mhi, covers = olo, ohi, False
+                    elif not rlo > thr:    # either outcome
+                        mlo, mhi, covers = olo, max(ohi, bhi), False
+            bmag = max(abs(mlo), abs(mhi)) * sl2 + abs(off)
+            for j in range(j0, j1 + 1):
+                dlo = S[i, j] - rho[i, j] - mhi
+                dhi = S[i, j] + rho[i, j] - mlo
+                if covers:
+                    dhi = min(dhi, 0.0)
+                xlo = dlo * sl2 + off
+                xhi = dhi * sl2 + off
+                xmag = max(abs(xlo), abs(xhi))
+                eta = u * (xmag + nround_bias * bmag) * 1.0000001 + u * u * (xmag + bmag)
+                if fmul_x:
+                    eta += u * (abs(S[i, j]) + rho[i, j]) * sl2 * 1.0000001
+                xlo -= eta
+                xhi += eta
+                rj = u_p
+                if xlo >= -100.0 and xhi <= 100.0 and xhi - xlo < 1.0:
+                    e = log_ex2_col[j]
+                    lo = np.exp2(xlo) * (1 - math.expm1(e)) * (1 - 2.0 ** -50)
+                    hi = np.exp2(xhi) * math.exp(e) * (1 + 2.0 ** -50)
+                    g = _rn_format(lo, u_p, ulp_min)
+                    if lo > 0 and g == _rn_format(hi, u_p, ulp_min):
+                        rj = min(u_p, max(abs(g - lo) / lo, abs(hi - g) / hi) * (1 + 2.0 ** -40))
+                wr[i, j] = (w[i, j] + wt[i, j]) * rj
+            olo, ohi = mlo, mhi
+            t -= 1
+    return wr
+
+
+def _sink_weight(sigma, Mf, rho_m, has, *, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2, lazy):
     """The learnable sink's exact weight w_s = 2^(sigma log2 e - lambda M) (relative to the row max, like w),
     the relative error bound theta_s of the kernel's P_sink / c, and the LSE bound of rows with no key.
 
@@ -761,7 +894,28 @@ def _sink_weight(sigma, Mf, rho_m, has, *, lam, sl2, dlam, thr, off, ex2_rel, lg
     # constants' errors and lg2's
     rel = (abs(float(LOG2_E_F32) * float(LN2_F32) - 1) + 8 * U32) * (1 + 2.0 ** -20) + dln2 * log2e
     e_empty = abs(sigma) * rel + 2 * lg2_abs(int(abs(off)) + 1) * math.log(2) * (1 + 2.0 ** -20)
+    if lazy:
+        # SM100's m = RN(sigma RN(LOG2_E / sl2)), as the kernel computes it: at a tiny scale_log2 the quotient
+        # or the product overflows and the LSE is +-inf or NaN (no finite bound); subnormal intermediates lose
+        # up to 2^-150 each, scaled back by sl2
+        with np.errstate(over="ignore", invalid="ignore"):
+            m_empty = np.float32(sigma) * (LOG2_E_F32 / np.float32(sl2))
+        if not np.isfinite(m_empty):
+            return w_s, np.where(has, th, 0.0), np.where(has, 0.0, math.inf)
+        e_empty += (abs(sigma) + 1) * 2.0 ** -149 * sl2 * math.log(2)
     return w_s, np.where(has, th, 0.0), np.where(has, 0.0, e_empty * _F64_SAFETY)
+
+
+def _row_sum_depth(lazy: bool, blocks, tile_n: int):
+    """The most fp32 roundings one P meets on its way into the row sum over ``blocks`` KV blocks (docs/bounds.md,
+    section 5.5, Lemma 3). SM90 (``lazy`` False): each lane folds tile_n/4 values per block (the FFMA
+    RN(row_sum * scale + P) among them), then 2 butterfly adds. SM100 (``lazy``, ``fadd_reduce`` with eight
+    accumulators combined every block): a first-block P meets tile_n/8 - 1 adds and the 3 combining adds; every
+    later block adds RN(row_sum * acc_scale), its add into A0, tile_n/8 - 1 adds and 3 combining adds."""
+    blocks = np.asarray(blocks)
+    if not lazy:
+        return blocks * (tile_n // 4) + 2
+    return np.maximum(blocks * (tile_n // 8 + 4) - 2, 0)
 
 
 def _upd(terms, name, arr):
@@ -847,7 +1001,7 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     theta = math.exp(e_x * math.log(2) + math.log1p(exp2_relative) + (B - 1) * math.log1p(exp2_relative)) - 1
     u_p = P_FORMATS[dtype][0]
     u_o = DTYPES["bfloat16" if dtype.startswith("float8") else dtype].unit_roundoff
-    D = B * (tile_n // 4 + 1) + 3
+    D = int(_row_sum_depth(get_kernel(kernel).lazy_rescale, B, tile_n)) + B + 1   # (+ blas, + a sink)
     g_D = math.expm1(D * math.log1p(U32))
     t = {"weights": 2 * theta / (1 - theta) * v_abs_max,
          "p_cast": u_p * (1 + theta) / (1 - theta) * v_abs_max,

@@ -220,8 +220,8 @@ def test_attention_bound_rejects_bad_arguments():
         attention_error_bound(q, k, v, kernel="fa3")
     with pytest.raises(ValueError, match="delta"):
         attention_error_bound(q, k, v, delta=2.0)
-    with pytest.raises(ValueError, match="softmax_scale"):
-        attention_error_bound(q, k, v, softmax_scale=0.0)
+    with pytest.raises(TypeError, match="softmax_scale"):
+        attention_error_bound(q, k, v, softmax_scale="0.1")
     with pytest.raises(ValueError, match="softcap"):
         attention_error_bound(q, k, v, softcap=-1.0)
     with pytest.raises(ValueError, match="unknown option"):
@@ -291,3 +291,171 @@ def test_attention_bound_holds_on_varlen_batches(kernel):
     np.testing.assert_allclose(b.out_exact[71:230], one.out_exact[0])
     with pytest.raises(ValueError, match="cu_seqlens_k"):
         attention_error_bound(q, k, v, kernel=kernel, cu_seqlens_q=cu_q)
+
+
+# --- soundness regressions (issue 24): each construction broke the bound (a finite bound exceeded, or an
+# exception) before the fix
+
+@pytest.mark.parametrize("kernel", ["fa4-sm90", "fa4-sm100"])
+def test_attention_bound_is_inf_where_the_pv_accumulator_overflows(kernel):
+    # 64 equal weights (q = 0) with v = 2^127: O = 64 * 2^127 saturates in fp32
+    q = np.zeros((1, 4, 1, 64), ml_dtypes.bfloat16)
+    k = np.zeros((1, 64, 1, 64), ml_dtypes.bfloat16)
+    v = np.full((1, 64, 1, 64), 2.0 ** 127, ml_dtypes.bfloat16)
+    r = forward(q, k, v, kernel=kernel)
+    b = attention_error_bound(q, k, v, kernel=kernel)
+    c = check(q, k, v, r.out, r.lse, kernel=kernel, bound=b)
+    assert (c.out_violations, c.lse_violations) == (0, 0), c
+    assert np.isinf(b.out).all() and np.isfinite(b.out_exact).all()
+    # half the keys: O = 32 * 2^127 still overflows; v = 2^100 does not, and stays finitely bounded
+    v = np.full((1, 64, 1, 64), 2.0 ** 100, ml_dtypes.bfloat16)
+    r = forward(q, k, v, kernel=kernel)
+    c = check(q, k, v, r.out, r.lse, kernel=kernel)
+    assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
+
+
+def test_attention_bound_takes_the_forwards_options_from_plan():
+    from fa4num.attention import plan
+    # SM100 with GQA and pack_gqa=False: 16 software-exp2 columns (10 under FA4's default pack-GQA)
+    q, k, v = _inputs(31, 64, 256, 128, heads=4, qmult=3.0)
+    k, v = k[:, :, :1], v[:, :, :1]
+    args = dict(kernel="fa4-sm100", pack_gqa=False)
+    p = plan(q, k, v, **args)
+    assert p.opts.ex2_emu_freq == 16 and plan(q, k, v, kernel="fa4-sm100").opts.ex2_emu_freq == 10
+    b = attention_error_bound(problem=p)
+    assert b.options["ex2_emu_freq"] == 16 and b.options == attention_error_bound(q, k, v, **args).options
+    r = forward(problem=p)
+    c = check(q, k, v, r.out, r.lse, bound=b)
+    assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
+
+
+@pytest.mark.parametrize("kernel", ["fa4-sm90", "fa4-sm100"])
+def test_attention_bound_is_inf_for_a_scale_that_vanishes_in_fp32(kernel):
+    q, k, v = _inputs(37, 16, 40, 64)
+    for scale in (1e-46, 0.0, -1e-46, math.inf):
+        r = forward(q, k, v, kernel=kernel, softmax_scale=scale)
+        b = attention_error_bound(q, k, v, kernel=kernel, softmax_scale=scale)
+        c = check(q, k, v, r.out, r.lse, kernel=kernel, softmax_scale=scale, bound=b)
+        assert (c.out_violations, c.lse_violations) == (0, 0), (scale, c)
+        assert np.isinf(b.out).all() and np.isinf(b.lse).all()
+    assert np.isnan(np.asarray(forward(q, k, v, kernel=kernel, softmax_scale=1e-46).out, np.float64)).any()
+    # the smallest scales whose fp32 scale_log2 is nonzero keep a finite, holding bound
+    r = forward(q, k, v, kernel=kernel, softmax_scale=1e-40)
+    c = check(q, k, v, r.out, r.lse, kernel=kernel, softmax_scale=1e-40)
+    assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
+
+
+@pytest.mark.parametrize("kernel", ["fa4-sm90", "fa4-sm100"])
+def test_attention_bound_with_a_sink_on_rows_without_keys_at_a_tiny_scale(kernel):
+    # causal, seqlen_q = 64 > seqlen_k = 16: 48 rows see no key (and the last-key index is below -sk);
+    # SM100 computes such a row's max as RN(sink RN(LOG2_E / scale_log2)), which overflows at scale 1e-40
+    q, k, v = _inputs(41, 64, 16, 64)
+    sink = np.array([3.0], np.float32)
+    for scale in (1e-40, 1e-30):
+        r = forward(q, k, v, kernel=kernel, causal=True, softmax_scale=scale, learnable_sink=sink)
+        b = attention_error_bound(q, k, v, kernel=kernel, causal=True, softmax_scale=scale, learnable_sink=sink)
+        c = check(q, k, v, r.out, r.lse, bound=b)
+        assert (c.out_violations, c.lse_violations) == (0, 0), (scale, c)
+        empty = np.arange(64) < 48
+        overflow = kernel == "fa4-sm100" and scale == 1e-40
+        assert np.isinf(b.lse[0, 0, empty]).all() == overflow and np.isfinite(b.lse[0, 0, ~empty]).all()
+
+
+def test_row_sum_depth_is_the_emulators_combine_order():
+    """Lemma 3 (docs/bounds.md, section 5.5), SM100: the depth of every P in the row sum, counted by replaying
+    the emulator's own row-sum code (fa4num.softmax.sm100) on values that count their roundings."""
+    from fa4num.bounds.attention import _row_sum_depth
+    from fa4num.softmax import sm100
+
+    class Depth:
+        """A value that records the most roundings any of its inputs went through (adding 0 is exact)."""
+        def __init__(self, d):
+            self.d = d
+
+        def __add__(self, o):
+            if not isinstance(o, Depth):
+                return self if o == 0 else Depth(self.d + 1)
+            return Depth(max(self.d, o.d) + 1)
+
+        __radd__ = __add__
+
+        def __mul__(self, o):
+            return Depth(self.d + 1)
+
+        __rmul__ = __mul__
+
+    for tn in (64, 128):
+        for blocks in (1, 2, 5):
+            rs = Depth(0)
+            for blk in range(blocks):
+                p = np.array([Depth(0) for _ in range(tn)], dtype=object)
+                rs = sm100._update_row_sum_row.py_func(p, rs, Depth(0), blk == 0)
+            assert rs.d == _row_sum_depth(True, blocks, tn), (tn, blocks, rs.d)
+            # the old count, blocks (tile_n/8 + 1) + 3, missed the per-block combine
+            assert blocks == 1 or rs.d > blocks * (tn // 8 + 1) + 3
+
+
+@pytest.mark.parametrize("kernel,dims", [("fa4-sm100", (192, 128)), ("fa4-sm90", (64, 32)),
+                                         ("fa4-sm90", (128, 256))])
+def test_attention_bound_with_head_dim_v_unlike_head_dim(kernel, dims):
+    d, dv = dims
+    q, k, _ = _inputs(43, 64, 200, d, qmult=2.0, outlier=True)
+    v = _inputs(44, 1, 200, dv)[2]
+    r = forward(q, k, v, kernel=kernel, causal=True)
+    b = attention_error_bound(q, k, v, kernel=kernel, causal=True)
+    assert b.out.shape == (1, 64, 1, dv)
+    c = check(q, k, v, r.out, r.lse, bound=b)
+    assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
+
+
+@pytest.mark.parametrize("kernel", ["fa4-sm90", "fa4-sm100"])
+def test_attention_bound_with_paged_kv_and_refusals(kernel):
+    rng = np.random.default_rng(47)
+    kp, vp = (rng.standard_normal((6, 64, 2, 64)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    q = rng.standard_normal((2, 50, 2, 64)).astype(ml_dtypes.bfloat16)
+    pt = np.array([[3, 1, 5], [0, 2, 4]], np.int32)
+    r = forward(q, kp, vp, kernel=kernel, page_table=pt, causal=True)
+    c = check(q, kp, vp, r.out, r.lse, kernel=kernel, page_table=pt, causal=True)
+    assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
+    # varlen q over paged KV
+    qv, cu_q = q[:, :45].reshape(90, 2, 64), np.array([0, 30, 90], np.int32)
+    r = forward(qv, kp, vp, kernel=kernel, page_table=pt, cu_seqlens_q=cu_q, causal=True)
+    c = check(qv, kp, vp, r.out, r.lse, kernel=kernel, page_table=pt, cu_seqlens_q=cu_q, causal=True)
+    assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
+    q, k, v = _inputs(0, 8, 300, 64)
+    if kernel == "fa4-sm100":      # split-KV runs in the forward; the bound refuses it by name
+        with pytest.raises(ValueError, match="num_splits"):
+            attention_error_bound(q, k, v, kernel=kernel, num_splits=2)
+    with pytest.raises(ValueError, match="head_dim"):   # what the kernel refuses, as forward does
+        attention_error_bound(q[..., :12], k[..., :12], v, kernel=kernel)
+
+
+def _peaked_rows(seed, rows=64, d=64, tn=128):
+    """The stale-max family (docs/bounds.md, section 5.9): softmax_scale ln 2 (scores in log2 units); block 1,
+    processed first, has max 0; block 0 holds one key 4-6 above it (per row), so a threshold of 8 keeps the
+    stale max and casts that key's P = 2^(4..6) to bf16, where threshold 0 rescales and casts it as 1."""
+    rng = np.random.default_rng(seed)
+    q, k = np.zeros((1, rows, 1, d), np.float32), np.zeros((1, 2 * tn, 1, d), np.float32)
+    q[0, :, 0, 0] = 1.0
+    q[0, :, 0, 1] = np.round(rng.uniform(4, 6, rows) * 64) / 64
+    k[0, :, 0, 0] = np.round(rng.uniform(-3, 0, 2 * tn) * 16) / 16
+    k[0, tn, 0, 0] = 0.0
+    peak = rng.integers(0, tn)
+    k[0, peak, 0, 0], k[0, peak, 0, 1] = 0.0, 1.0
+    v = rng.standard_normal((1, 2 * tn, 1, d), dtype=np.float32)
+    return q.astype(ml_dtypes.bfloat16), k.astype(ml_dtypes.bfloat16), v.astype(ml_dtypes.bfloat16)
+
+
+def test_attention_bound_sees_the_stale_max():
+    """Threshold 0 casts the arg-max's P exactly (it is 2^0 up to the exponent's roundings), threshold 8 casts
+    2^(4..6) with a bf16 rounding error: the bounds must differ (issue 24: they were identical), both holding."""
+    q, k, v = _peaked_rows(53)
+    worst = {}
+    for thr in (0.0, 8.0):
+        args = dict(kernel="fa4-sm100", softmax_scale=math.log(2), rescale_threshold=thr)
+        r = forward(q, k, v, **args)
+        b = attention_error_bound(q, k, v, **args)
+        c = check(q, k, v, r.out, r.lse, bound=b)
+        assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), (thr, c)
+        worst[thr] = (c.max_bound, c.max_observed)
+    assert worst[8.0][0] >= 1.2 * worst[0.0][0], worst
