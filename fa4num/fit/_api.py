@@ -144,7 +144,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
         p/f - 1 or p - f. Relative error of an f with a zero at x = 0 divides the zero out (p/f = P/g with
         p = x^s P, f = x^s g), as Sollya does, provided p vanishes there too (``fixed={0: 0.0}`` or a
         monomial list without 0).
-    coeff_format : {"fp32", "bf16", "fp16"}
+    coeff_format : {"fp32", "bf16", "fp16", "e4m3"}
     fixed : dict, optional
         {power: value} held fixed (exact in the format).
     weight : str or callable, optional
@@ -419,7 +419,7 @@ def fit_exp2(degree: int = 3, *, interval=(0.0, 1.0), error: str = "relative", c
     interval : (a, b)
         Default [0, 1], FA4's fraction range.
     error : {"relative", "absolute"}
-    coeff_format : {"fp32", "bf16", "fp16"} or int
+    coeff_format : {"fp32", "bf16", "fp16", "e4m3"} or int
         The coefficients' format (:func:`get_format`).
     objective : {"minimax", "evaluated", "bf16"}
         See above.

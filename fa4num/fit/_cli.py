@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("--weight", default=None, help="w(x) multiplying the error (an expression)")
     p.add_argument("--fixed", action="append", default=[], metavar="K=V",
                    help="hold c_K at V (repeatable); for 2^x, p(0) = 1 unless --free-c0")
-    p.add_argument("--format", dest="coeff_format", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--format", dest="coeff_format", default="fp32", choices=("fp32", "bf16", "fp16", "e4m3"))
     p.add_argument("--objective", default="minimax", choices=("minimax", "evaluated", "bf16"))
     p.add_argument("--method", default="auto", choices=("auto", "exact", "remez", "fpminimax", "fa4"),
                    help="auto (default): exact (proven optimal) up to 5 free coefficients, else remez")
