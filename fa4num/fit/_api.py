@@ -108,6 +108,24 @@ def _shift(target, a, b, fixed, degree, relative) -> int:
     return z
 
 
+def _check_origin(prob: Problem) -> None:
+    """Refuse a problem whose error at an interior x = 0 no free coefficient can move and the fixed ones do
+    not make 0 (odd powers only for an f with f(0) != 0, say): every polynomial then has the same error
+    there, a floor the exchange cannot level (Sollya: "degenerated system in a non Haar context")."""
+    if not prob.a < 0 < prob.b or min(k - prob.shift for k in prob.free) == 0:
+        return
+    with mpmath.workprec(PREC):
+        q = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
+        e0 = prob.error(q, mpmath.mpf(0))
+        scale = abs(prob.gw(mpmath.mpf(0))[0]) + abs(prob.gw(mpmath.mpf(prob.b))[0])
+        if abs(e0) <= mpmath.mpf(2) ** -100 * scale:
+            return
+    raise ValueError(f"degree: no free power is nonzero at x=0 (the lowest is x^{min(prob.free)}), so every "
+                     f"polynomial has the same error there, {float(e0):.6g}, set by the fixed coefficients; "
+                     f"include power {prob.shift} in the monomial list or fix c{prob.shift} to the value of "
+                     f"{prob.target.name} there")
+
+
 def _remez_checked(prob):
     """remez(), with the cause named when a double-precision callable stops it from levelling."""
     with mpmath.workprec(PREC):
@@ -122,7 +140,11 @@ def _remez_checked(prob):
                              f"(~1e-16 relative) is above what the Remez exchange must resolve here ({exc}); "
                              f"pass an mpmath callable (e.g. mpmath.sin) or an expression string "
                              f"(e.g. 'sin(x)'), which are evaluated at 128 bits") from None
-        raise
+        raise ValueError(f"degree: the Remez exchange for {prob.target.name} with the free powers {prob.free} on "
+                         f"[{prob.a:g}, {prob.b:g}] did not converge ({exc}): these powers are not a Haar system "
+                         f"there (a symmetric interval needs powers of one parity matching f's, a zero of the "
+                         f"error that no coefficient moves must be at x=0); change the monomial list or the "
+                         f"interval") from None
 
 
 def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format: str = "fp32",
@@ -203,6 +225,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     if weight_t is not None:
         check_target(weight_t, a, b, relative=False)
     prob = Problem(target, a, b, degree, fixed, relative, weight_t, shift)
+    _check_origin(prob)
     certifiable = takes_balls(target) and (weight_t is None or takes_balls(weight_t))
     auto = method == "auto"
     if auto:

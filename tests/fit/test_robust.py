@@ -182,3 +182,10 @@ def test_refusals_name_the_cause(f, interval, error, cause):
     with pytest.raises(ValueError, match="^f: ") as exc:
         fit(f, 3, interval, error=error)
     assert cause in str(exc.value)
+
+
+def test_fixed_error_at_interior_zero_refused():
+    """Odd powers only for exp on [-1, 1]: p(0) = 0 for every set, the error at 0 is -1 whatever is fitted
+    (it used to crash inside mpmath's solver)."""
+    with pytest.raises(ValueError, match="^degree: no free power is nonzero at x=0"):
+        fit("exp(x)", [1, 3], (-1.0, 1.0), error="absolute")
