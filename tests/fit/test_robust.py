@@ -189,3 +189,31 @@ def test_fixed_error_at_interior_zero_refused():
     (it used to crash inside mpmath's solver)."""
     with pytest.raises(ValueError, match="^degree: no free power is nonzero at x=0"):
         fit("exp(x)", [1, 3], (-1.0, 1.0), error="absolute")
+
+
+def _suite():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_suite.py"
+    spec = importlib.util.spec_from_file_location("fit_suite_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_suite_cases_and_a_sample():
+    """benchmarks/fit_cases.json: at least 80 distinct cases, each a valid fit call (checked by fa4num's own
+    argument checks on a sample run); two quick cases run end to end, fa4num's error measured independently
+    and, with Sollya, no worse than fpminimax's."""
+    suite = _suite()
+    cases = suite.load_cases()
+    assert len(cases) >= 80 and len({c["name"] for c in cases}) == len(cases)
+    sample = [c for c in cases if c["name"] in ("exp2 [-0.5,0.5] p(0)=1 n=3", "sin [-pi/4,pi/4] odd 5")]
+    assert len(sample) == 2
+    for case in sample:
+        row = suite.run_case(case, with_sollya=sollya.available())
+        ours = row["fa4num"]
+        assert ours["error"] is not None, ours.get("failed")
+        assert abs(ours["measured"] - ours["error"]) <= 1e-6 * ours["error"]
+        if sollya.available():
+            assert row["ok"], row
