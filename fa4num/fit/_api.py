@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -557,3 +559,124 @@ def _consistent(prob, coeffs, max_error, argmax, cert):
     width = (float(prob.b) - float(prob.a)) * 2.0 ** -20
     near = [min(max(x + d * width, float(prob.a)), float(prob.b)) for d in (-1, -0.5, 0, 0.5, 1)]
     return sup_error(prob, coeffs, extra=near)
+
+
+CERTIFICATE_SCHEMA = "fa4num-fit-certificate/1"
+
+
+def write_certificate(result: FitResult, path) -> Path:
+    """Write the proof that ``result`` is optimal in its format (method "exact") as a JSON file that
+    :func:`verify_certificate` re-checks with no LP solver: the problem, the winner, each rival with the
+    point its certified lower bound is taken at, and the enumeration's completeness witness (per node, the
+    grid constraints whose dual combination bounds it).
+
+    Parameters
+    ----------
+    result : FitResult
+        A proven fit (``result.proven_optimal``) of an expression string (a callable cannot be written).
+    path : str or Path
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ValueError
+        When the result is not proven optimal, carries no witness, or its f or weight is not an expression.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> r = fit_exp2(2)
+    >>> p = write_certificate(r, os.path.join(tempfile.mkdtemp(), "exp2-2.json"))
+    >>> verify_certificate(p).valid
+    True
+    """
+    exact = result.exact
+    if exact is None or not exact.proven or exact.witness is None:
+        raise ValueError("result: only a proven fit (method 'exact', no unresolved rival) has a certificate")
+    for what, name in (("f", result.function), ("weight", result.weight)):
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"{what}: a certificate needs an expression string, not a callable")
+    data = {"schema": CERTIFICATE_SCHEMA, "function": result.function, "degree": result.degree,
+            "interval": list(result.interval), "error": result.error, "coeff_format": result.coeff_format,
+            "fixed": {str(k): v for k, v in result.fixed.items()}, "weight": result.weight,
+            "coeffs": list(result.coeffs), "winner_upper": exact.winner_upper,
+            "rivals": [{"coeffs": list(r.coeffs), "certified_lower": r.certified_lower, "at": r.at}
+                       for r in exact.rivals],
+            "witness": exact.witness}
+    path = Path(path)
+    path.write_text(json.dumps(data) + "\n")
+    return path
+
+
+@dataclass(frozen=True)
+class CertificateCheck:
+    """What :func:`verify_certificate` found: ``valid`` and, when not, the ``reason``; ``nodes`` and ``points``
+    re-checked; ``winner_upper`` the winner's certified bound recomputed."""
+    valid: bool
+    reason: str
+    nodes: int = 0
+    points: int = 0
+    winner_upper: float | None = None
+
+
+def verify_certificate(path) -> CertificateCheck:
+    """Re-check a certificate written by :func:`write_certificate`, with no LP: rebuild the problem, certify
+    the winner's error in ball arithmetic, then walk the enumeration tree from the witness, proving each
+    node's range from its dual rows (ball arithmetic) and each rival's loss from its certified lower bound
+    (fa4num.fit._witness).
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    CertificateCheck
+        ``valid`` True when every step holds; else False with the ``reason`` (a file that cannot be read, a
+        problem that does not parse, a node whose witness fails, a format point not accounted for, ...).
+
+    Examples
+    --------
+    >>> import tempfile, os, json
+    >>> p = write_certificate(fit_exp2(2), os.path.join(tempfile.mkdtemp(), "c.json"))
+    >>> d = json.loads(open(p).read()); d["coeffs"][1] = float.fromhex("0x1.5p-1")
+    >>> _ = open(p, "w").write(json.dumps(d))
+    >>> verify_certificate(p).valid
+    False
+    """
+    from ._witness import Invalid, verify
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return CertificateCheck(False, f"cannot read {path}: {exc}")
+    if not isinstance(data, dict) or data.get("schema") != CERTIFICATE_SCHEMA:
+        return CertificateCheck(False, f"not a {CERTIFICATE_SCHEMA} file")
+    try:
+        target = make_target(data["function"])
+        weight = make_target(data["weight"]) if data["weight"] is not None else None
+        degree = int(data["degree"])
+        a, b = (float(v) for v in data["interval"])
+        fmt = get_format(data["coeff_format"])
+        fixed = {int(k): fmt.check(v, f"fixed[{k}]") for k, v in data["fixed"].items()}
+        coeffs = [float(c) for c in data["coeffs"]]
+        relative = data["error"] == "relative"
+        if len(coeffs) != degree + 1 or data["error"] not in ERRORS:
+            raise ValueError("coeffs: the degree, coefficients and error kind disagree")
+        for k, c in enumerate(coeffs):
+            if k in fixed and c != fixed[k]:
+                raise ValueError(f"coeffs: c{k} is not the fixed value")
+            fmt.check(c, f"c{k}")
+        rivals = {tuple(float(c) for c in r["coeffs"]): float(r["at"]) for r in data["rivals"]}
+        shift = _shift(target, a, b, fixed, degree, relative)
+        check_target(target, a, b, relative=relative, zero_at_origin=shift)
+        prob = Problem(target, a, b, degree, fixed, relative, weight, shift)
+        up = certify(prob, coeffs, extrema=[float(data["witness"]["grid"][0])], rel_tol=1e-9).upper
+        counts = verify(prob, fmt, coeffs, rivals, data["witness"], winner_upper=up)
+    except Invalid as exc:
+        return CertificateCheck(False, str(exc))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        return CertificateCheck(False, f"malformed certificate: {exc}")
+    return CertificateCheck(True, "", counts["nodes"], counts["points"], up)
