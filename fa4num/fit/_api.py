@@ -252,6 +252,18 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     if method == "fa4":
         coeffs, path, regeneration = _fa4_recipe(target, degree, (a, b), error, fmt, timings)
         prob = Problem(target, a, b, degree, {}, relative)   # FA4's recipe fixes nothing: c0 is a 1-bit number
+    elif (split := _parity_split(prob, opt, fmt) if method in ("exact", "remez") and objective == "minimax"
+          and weight is None else None) is not None:
+        # the other parity's part of f is a polynomial in the format: the best set has exactly it (see
+        # _parity_split), so the fit of the remaining powers alone (fewer coefficients: the exact search,
+        # usually) is the answer
+        rest = [k for k in prob.free if k not in split]
+        part = fit(f, rest, (a, b), error=error, coeff_format=coeff_format,
+                   fixed={**{k: v for k, v in prob.fixed.items() if v != 0.0}, **split},
+                   method="auto" if auto else method, certify_bound=certify_bound, radius=radius, bnb=bnb)
+        coeffs = list(part.coeffs) + [0.0] * (degree + 1 - len(part.coeffs))
+        fixed_text = ", ".join(f"c{k}={v:g}" for k, v in split.items())
+        path = f"parity split ({fixed_text}, f's part of that parity): {part.path} on the powers {rest}"
     else:
         formats = {k: fmt for k in prob.free}
         lat = lattice_round(prob, opt.coeffs, opt.zeros, formats)
@@ -350,6 +362,37 @@ def _lower_degree_seed(f, prob: Problem, interval, error, coeff_format, weight, 
     for k, c in enumerate(lower.coeffs):
         coeffs[k] = c
     return coeffs
+
+
+def _parity_split(prob: Problem, opt, fmt: Format) -> dict | None:
+    """{power: value} for the free powers of one parity when, on an interval symmetric about 0 with absolute
+    error, f's part of that parity, (f(x) -+ f(-x)) / 2, is exactly the polynomial of those powers with the
+    real optimum's coefficients rounded to the format (GELU's tanh form: x/2 plus an even function). Then
+    every set's error is e = e_even + e_odd and max(|e_even + e_odd|, |e_even - e_odd|) >= |e_even| at each
+    x and -x, so the best set takes that part exactly and only the other parity is left to fit. None when
+    there is no such split."""
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    if prob.relative or prob.shift or not (b > 0 and a == -b):
+        return None
+    for parity in (1, 0):
+        powers = [k for k in prob.free if k % 2 == parity]
+        if not powers or len(powers) == len(prob.free) or any(k % 2 == parity and v != 0
+                                                              for k, v in prob.fixed.items()):
+            continue
+        zero = _negligible(prob, opt)   # the optimum's rounding noise (1e-12) stands for 0
+        split = {k: 0.0 if k in zero else fmt.round(opt.coeffs[k]) for k in powers}
+        with mpmath.workprec(PREC):
+            ok = True
+            for t in (mpmath.mpf(1) / 7, mpmath.mpf(3) / 5, mpmath.mpf(1)):
+                x = b * t
+                part = (prob.target.mp(x) + (-1 if parity else 1) * prob.target.mp(-x)) / 2
+                poly = sum(mpmath.mpf(v) * x ** k for k, v in split.items())
+                if abs(part - poly) > mpmath.mpf(2) ** -100 * (1 + abs(part)):
+                    ok = False
+                    break
+        if ok:
+            return split
+    return None
 
 
 def _negligible(prob: Problem, opt) -> set:

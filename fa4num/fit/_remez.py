@@ -439,7 +439,7 @@ def _zero(prob, coeffs, lo, hi, flip: bool = False):
 def _fold(prob: Problem) -> Problem | None:
     """The same problem on [0, b] when the interval is [-b, b] and |e(-x)| = |e(x)| for every choice of the
     free coefficients (their powers x^(k - shift) of one parity, the reduced target g minus the fixed part
-    of that parity, |w| even): an odd f with odd powers, an even f with even powers. The system on [-b, b]
+    q of that parity, |w| even: GELU's tanh form less a fixed x/2 is even): an odd f with odd powers, an even f with even powers. The system on [-b, b]
     is not a Haar system (each basis function takes the same value, up to sign, at x and -x), so the
     exchange cannot level there; on [0, b] it is (x^2 is monotonic) and the best approximation is the
     same. None when the problem has no such symmetry."""
@@ -447,7 +447,7 @@ def _fold(prob: Problem) -> Problem | None:
     if not (b > 0 and a == -b):
         return None
     s = prob.shift
-    parity = {(k - s) % 2 for k in prob.free} | {(k - s) % 2 for k, v in prob.fixed.items() if v != 0 and k >= s}
+    parity = {(k - s) % 2 for k in prob.free}   # the fixed part is in h = g - q, checked below
     if len(parity) != 1:
         return None
     sign = -1 if parity.pop() else 1

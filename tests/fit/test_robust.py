@@ -53,14 +53,16 @@ def _mp_error(expr, coeffs, x, relative):
 
 
 def dense_error(expr, coeffs, interval, relative, points: int = 4001) -> float:
-    """max |e| over ``points`` equispaced points in mpmath (200 bits), then golden-section refinement of the
-    largest one within its grid neighbours: independent of fa4num's extremum search and certificate."""
+    """max |e| over ``points`` equispaced points in mpmath (200 bits), then golden-section refinement of each
+    local maximum within its grid neighbours: independent of fa4num's extremum search and certificate."""
     a, b = interval
     with mpmath.workprec(200):
         xs = [mpmath.mpf(a) + (mpmath.mpf(b) - a) * i / (points - 1) for i in range(points)]
         es = [abs(_mp_error(expr, coeffs, x, relative)) for x in xs]
         best = max(es)
-        for i in sorted(range(points), key=lambda j: -es[j])[:6]:
+        # every local maximum of the grid (the peaks of an equioscillating error are of nearly one height)
+        peaks = [i for i in range(points) if es[i] >= es[max(i - 1, 0)] and es[i] >= es[min(i + 1, points - 1)]]
+        for i in sorted(peaks, key=lambda j: -es[j])[:64]:
             lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, points - 1)]
             g = (mpmath.sqrt(5) - 1) / 2
             for _ in range(60):
