@@ -19,6 +19,7 @@ from fa4num.fit import fit, sollya
 needs_sollya = pytest.mark.skipif(not sollya.available(), reason="sollya not installed (apt-get install sollya)")
 
 PI4 = math.pi / 4
+GELU = "0.5*x*(1+tanh(0.7978845608028654*(x+0.044715*x^3)))"   # GELU's tanh form (1.000008x Sollya before)
 # name, f, Sollya's f, monomials, interval, Sollya's interval, error, fixed (Sollya's constrained part)
 CASES = [
     ("exp2-half-2", "2^x", "2^x", [1, 2], (-0.5, 0.5), "[-0.5;0.5]", "relative", {0: 1.0}),
@@ -30,6 +31,7 @@ CASES = [
     ("cos-even", "cos(pi*x/2)", "cos(pi*x/2)", [0, 2, 4, 6, 8], (0.0, 1.0), "[0;1]", "absolute", None),
     ("tanh-2", "tanh(x)", "tanh(x)", [1, 3, 5, 7], (0.0, 2.0), "[0;2]", "relative", None),
     ("tanh-3", "tanh(x)", "tanh(x)", [1, 2, 3, 4, 5], (0.0, 3.0), "[0;3]", "relative", None),
+    ("gelu-tanh-6", GELU, GELU, [0, 1, 2, 3, 4, 5, 6], (-3.0, 3.0), "[-3;3]", "absolute", None),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -39,7 +41,7 @@ def _mp_f(expr):
           "log1p": mpmath.log1p, "pi": mpmath.pi}
     if expr == "2^x":
         return lambda x: mpmath.mpf(2) ** x
-    return eval(f"lambda x: {expr}", ns)   # noqa: S307 -- the test's own expressions
+    return eval(f"lambda x: {expr.replace('^', '**')}", ns)   # noqa: S307 -- the test's own expressions
 
 
 def _mp_error(expr, coeffs, x, relative):
