@@ -34,7 +34,7 @@ from ._exact import TooManySets, bounded_search, exact_search
 from ._formats import FORMATS, Format, get_format
 from ._lattice import GridScorer, lattice_round, neighbourhood
 from ._records import FitResult, Optimum
-from ._remez import PREC, Problem, remez, sup_error
+from ._remez import PREC, Problem, folds, one_parity, remez, sup_error
 from ._target import EXP2, check_target, make_target, takes_balls, zero_order
 
 ERRORS = ("relative", "absolute")
@@ -111,9 +111,18 @@ def _shift(target, a, b, fixed, degree, relative) -> int:
 
 
 def _check_origin(prob: Problem) -> None:
-    """Refuse a problem whose error at an interior x = 0 no free coefficient can move and the fixed ones do
+    """Refuse powers of one parity around 0 for an f without that parity (not a Haar system), and a problem
+    whose error at an interior x = 0 no free coefficient can move and the fixed ones do
     not make 0 (odd powers only for an f with f(0) != 0, say): every polynomial then has the same error
     there, a floor the exchange cannot level (Sollya: "degenerated system in a non Haar context")."""
+    sign = one_parity(prob)
+    if sign is not None and not folds(prob):
+        kind = "even" if sign > 0 else "odd"
+        after = f" after dividing out x^{prob.shift}" if prob.shift else ""
+        raise ValueError(f"degree: the free powers {prob.free} are all {kind}{after}, so around x=0 each takes "
+                         f"the same magnitude at x and -x: not a Haar system for {prob.target.name}, which is not "
+                         f"{kind} there (less the fixed part), so no alternation characterises the best set; use "
+                         f"powers of both parities, or an interval on one side of 0")
     if not prob.a < 0 < prob.b or min(k - prob.shift for k in prob.free) == 0:
         return
     with mpmath.workprec(PREC):
@@ -248,10 +257,16 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     optimum = Optimum(tuple(mpmath.nstr(c, 30) for c in opt.coeffs), float(opt.max_error), opt.iterations)
 
     regeneration = exact = bounded = None
+    zero_error = False
     t0 = time.perf_counter()
     if method == "fa4":
         coeffs, path, regeneration = _fa4_recipe(target, degree, (a, b), error, fmt, timings)
         prob = Problem(target, a, b, degree, {}, relative)   # FA4's recipe fixes nothing: c0 is a 1-bit number
+    elif method != "fpminimax" and opt.max_error < 1e-30 and \
+            sup_error(prob, exact_set := [float(c) for c in prob.full([fmt.round(opt.coeffs[k]) for k in prob.free])])[0] < 1e-30:
+        # f is a polynomial of the format: the error is 0 (to the working precision's rounding, 1e-38), which
+        # no search improves and no relative tolerance certifies
+        coeffs, path, zero_error = exact_set, "exact (f is a polynomial of the format: the error is 0)", True
     elif (split := _parity_split(prob, opt, fmt) if method in ("exact", "remez") and objective == "minimax"
           and weight is None else None) is not None:
         # the other parity's part of f is a polynomial in the format: the best set has exactly it (see
@@ -309,7 +324,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     cert_up = cert_lo = None
     if exact is not None:
         cert_up, cert_lo = exact.winner_upper, exact.winner_lower
-    elif certify_bound and certifiable:
+    elif certify_bound and certifiable and not zero_error:
         t0 = time.perf_counter()
         cert = certify(prob, coeffs, extrema=[argmax])
         timings["certify"] = time.perf_counter() - t0

@@ -437,29 +437,46 @@ def _zero(prob, coeffs, lo, hi, flip: bool = False):
 
 
 def _fold(prob: Problem) -> Problem | None:
-    """The same problem on [0, b] when the interval is [-b, b] and |e(-x)| = |e(x)| for every choice of the
-    free coefficients (their powers x^(k - shift) of one parity, the reduced target g minus the fixed part
-    q of that parity, |w| even: GELU's tanh form less a fixed x/2 is even): an odd f with odd powers, an even f with even powers. The system on [-b, b]
-    is not a Haar system (each basis function takes the same value, up to sign, at x and -x), so the
-    exchange cannot level there; on [0, b] it is (x^2 is monotonic) and the best approximation is the
-    same. None when the problem has no such symmetry."""
+    """The same problem on [0, max(-a, b)] when a < 0 < b and |e(-x)| = |e(x)| for every choice of the free
+    coefficients (their powers x^(k - shift) of one parity, the reduced target g minus the fixed part q of
+    that parity, |w| even: an odd f with odd powers, an even f with even powers, GELU's tanh form less a
+    fixed x/2): then sup over [a, b] of |e| is its sup over [0, max(-a, b)]. The system around 0 is not a
+    Haar system (each basis function takes the same value, up to sign, at x and -x), so the exchange
+    cannot level there; on [0, c] it is (x^2 is monotonic) and the best approximation is the same. None
+    when the problem has no such symmetry (see one_parity)."""
     a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
-    if not (b > 0 and a == -b):
+    sign = one_parity(prob)
+    if sign is None:
         return None
-    s = prob.shift
-    parity = {(k - s) % 2 for k in prob.free}   # the fixed part is in h = g - q, checked below
-    if len(parity) != 1:
-        return None
-    sign = -1 if parity.pop() else 1
+    c = min(-a, b)
     q = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
     for t in (mpmath.mpf(1) / 7, mpmath.mpf(2) / 5, mpmath.mpf(5) / 8, mpmath.mpf(9) / 10, mpmath.mpf(1)):
-        x = b * t
+        x = c * t
         (gp, wp), (gm, wm) = prob.gw(x), prob.gw(-x)
         hp, hm = gp - prob.reduced(q, x), gm - prob.reduced(q, -x)
         tiny = mpmath.mpf(2) ** (-PREC + 24)
         if abs(hm - sign * hp) > tiny * (abs(gp) + abs(hp)) or abs(abs(wm) - abs(wp)) > tiny * abs(wp):
             return None
-    return replace(prob, a=mpmath.mpf(0), memo={})
+    return replace(prob, a=mpmath.mpf(0), b=max(-a, b), memo={})
+
+
+def one_parity(prob: Problem):
+    """+1 (even) or -1 (odd) when a < 0 < b and the free powers x^(k - shift) are all of that parity, else
+    None: the case where the basis is not a Haar system around 0 (_fold solves it when f has that parity
+    too; fa4num.fit refuses it otherwise)."""
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    if not a < 0 < b:
+        return None
+    parity = {(k - prob.shift) % 2 for k in prob.free}   # the fixed part is in h = g - q, checked by _fold
+    if len(parity) != 1:
+        return None
+    return -1 if parity.pop() else 1
+
+
+def folds(prob: Problem) -> bool:
+    """Whether remez() solves ``prob`` on its half interval (_fold)."""
+    with mpmath.workprec(PREC):
+        return _fold(prob) is not None
 
 
 def _flip(prob: Problem) -> bool:

@@ -188,11 +188,29 @@ def test_refusals_name_the_cause(f, interval, error, cause):
     assert cause in str(exc.value)
 
 
-def test_fixed_error_at_interior_zero_refused():
-    """Odd powers only for exp on [-1, 1]: p(0) = 0 for every set, the error at 0 is -1 whatever is fitted
-    (it used to crash inside mpmath's solver)."""
-    with pytest.raises(ValueError, match="^degree: no free power is nonzero at x=0"):
-        fit("exp(x)", [1, 3], (-1.0, 1.0), error="absolute")
+@pytest.mark.parametrize("f, monomials, interval, cause", [
+    # odd powers only for exp on [-1, 1] (it used to crash inside mpmath's solver)
+    ("exp(x)", [1, 3], (-1.0, 1.0), "^degree: the free powers \\[1, 3\\] are all odd"),
+    ("exp(x)", [0, 2, 4], (-1.0, 1.0), "^degree: the free powers \\[0, 2, 4\\] are all even"),
+    # p(0) = 0 for every set: the error at 0 is -1 whatever is fitted
+    ("2^x", [2, 3], (-0.5, 0.5), "^degree: no free power is nonzero at x=0"),
+])
+def test_non_haar_around_zero_refused(f, monomials, interval, cause):
+    with pytest.raises(ValueError, match=cause):
+        fit(f, monomials, interval, error="absolute")
+
+
+def test_even_f_even_powers_on_an_unsymmetric_interval():
+    """cos with even powers on [-0.5, 0.25]: the same problem as on [0, 0.5] (it used to crash)."""
+    r = fit("cos(x)", [0, 2, 4], (-0.5, 0.25), error="absolute")
+    half = fit("cos(x)", [0, 2, 4], (0.0, 0.5), error="absolute")
+    assert r.coeffs == half.coeffs and r.proven_optimal
+    assert abs(dense_error("cos(x)", r.coeffs, (-0.5, 0.25), False) - r.max_error) <= 1e-6 * r.max_error
+
+
+def test_exact_polynomial_has_error_zero():
+    r = fit("x^3", [1, 3], (-1.0, 1.0), error="absolute")
+    assert r.coeffs == (0.0, 0.0, 0.0, 1.0) and r.max_error < 1e-30
 
 
 def _suite():
