@@ -41,9 +41,9 @@ ERRORS = ("relative", "absolute")
 OBJECTIVES = ("minimax", "evaluated", "bf16")
 METHODS = ("auto", "exact", "remez", "fpminimax", "fa4")
 EXACT_AUTO_MAX_FREE = 5   # method="auto" runs the exact search up to this many free coefficients (seconds)
-MAX_DEGREE = 8
+MAX_DEGREE = 10
 # search radius in units of each coefficient's spacing, by degree: the neighbourhood has (2r+1)^n points
-SEARCH_RADIUS = {1: 8, 2: 6, 3: 4, 4: 3, 5: 2, 6: 2, 7: 1, 8: 1}
+SEARCH_RADIUS = {1: 8, 2: 6, 3: 4, 4: 3, 5: 2, 6: 2, 7: 1, 8: 1, 9: 1, 10: 1}
 
 
 def _check_args(degree, interval, error, coeff_format, objective, method):

@@ -57,7 +57,7 @@ def register(subparsers) -> None:
 
 
 
-_MAX_DEGREE = 8   # fa4num.fit._api.MAX_DEGREE, written here so that `fit --help` does not import the fitter
+_MAX_DEGREE = 10   # fa4num.fit._api.MAX_DEGREE, written here so that `fit --help` does not import the fitter
 
 
 def _degree(text: str) -> int:

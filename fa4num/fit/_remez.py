@@ -19,7 +19,7 @@ import numpy as np
 from ._series import err_series, gw_ball
 from ._target import Target, to_arb
 
-PREC = 128  # bits of working precision: 38 digits, far below any error a degree <= 8 fit can reach
+PREC = 128  # bits of working precision: 38 digits, far below any error a degree <= 10 fit can reach
 
 
 @dataclass(frozen=True)
