@@ -14,6 +14,8 @@ The table: error ratio fa4num / Sollya (<= 1 + 1e-6 is "ok") and time ratio, wit
 
     python benchmarks/fit_suite.py [--cases benchmarks/fit_cases.json] [--only SUBSTRING] [--out FILE]
 
+writes experiments/results/fit_suite_bench.json by default
+
 writes the JSON (rewritten after every case) and a Markdown table next to it (.md).
 """
 from __future__ import annotations
@@ -176,7 +178,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=str(CASES))
     ap.add_argument("--only", help="run the cases whose name contains this text")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fit_suite.json"))
+    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "fit_suite_bench.json"))
     args = ap.parse_args(argv)
     from fa4num.fit import sollya
     with_sollya = sollya.available()
