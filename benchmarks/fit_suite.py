@@ -14,9 +14,8 @@ The table: error ratio fa4num / Sollya (<= 1 + 1e-6 is "ok") and time ratio, wit
 
     python benchmarks/fit_suite.py [--cases benchmarks/fit_cases.json] [--only SUBSTRING] [--out FILE]
 
-writes experiments/results/fit_suite_bench.json by default
-
-writes the JSON (rewritten after every case) and a Markdown table next to it (.md).
+writes the JSON (default experiments/results/fit_suite_bench.json, rewritten after every case) and a Markdown
+table next to it (.md). tests/fit/test_robust.py runs two of the cases.
 """
 from __future__ import annotations
 
