@@ -7,9 +7,9 @@ For each case:
     time (the certificate included);
   * Sollya 8 (when installed): ``fpminimax(f, [|monomials|], [|P...|], I, error[, floating, constrained part])``
     then ``supnorm`` (accuracy 2^-30), the process's wall time. Sollya's precisions have no exponent range:
-    ``sollya_in_format`` says whether its coefficients are numbers of the format;
-  * both sets' errors measured independently of both tools: mpmath at 200 bits on a dense grid, the largest
-    points refined by golden section (``measured``).
+    ``in_format`` says whether its coefficients are numbers of the format;
+  * both sets' errors measured independently of both tools: mpmath at 200 bits on a dense grid, each local
+    maximum refined by golden section (``measured``).
 The table: error ratio fa4num / Sollya (<= 1 + 1e-6 is "ok") and time ratio, with the median time ratio.
 
     python benchmarks/fit_suite.py [--cases benchmarks/fit_cases.json] [--only SUBSTRING] [--out FILE]
