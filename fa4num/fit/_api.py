@@ -110,7 +110,7 @@ def _shift(target, a, b, fixed, degree, relative) -> int:
     return z
 
 
-def _check_origin(prob: Problem) -> None:
+def _check_haar(prob: Problem) -> None:
     """Refuse powers of one parity around 0 for an f without that parity (not a Haar system), and a problem
     whose error at an interior x = 0 no free coefficient can move and the fixed ones do
     not make 0 (odd powers only for an f with f(0) != 0, say): every polynomial then has the same error
@@ -171,7 +171,12 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
         ball arithmetic, so the bounds are rigorous; a float64 callable (``math.sin``) works only where
         its rounding noise is far below the error sought.
     degree : int or list of int
-        n (all powers 0..n) or a monomial list as Sollya's ``[|1,3,5|]``; powers left out are 0.
+        n (all powers 0..n, n <= 10) or a monomial list as Sollya's ``[|1,3,5|]``; powers left out are 0.
+        Powers of one parity on an interval around 0 need an f of that parity (less the fixed part): the
+        problem is then the same on [0, max(-a, b)], where it is solved; otherwise it is refused (not a
+        Haar system). With every power on a symmetric interval (absolute error), an f whose part of one
+        parity is a polynomial of the format (GELU's tanh form: x/2) gets that part exactly and the other
+        parity fitted alone, which is optimal by symmetry.
     interval : (a, b)
     error : {"relative", "absolute"}
         p/f - 1 or p - f. Relative error of an f with a zero at x = 0 divides the zero out (p/f = P/g with
@@ -236,7 +241,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     if weight_t is not None:
         check_target(weight_t, a, b, relative=False)
     prob = Problem(target, a, b, degree, fixed, relative, weight_t, shift)
-    _check_origin(prob)
+    _check_haar(prob)
     certifiable = takes_balls(target) and (weight_t is None or takes_balls(weight_t))
     auto = method == "auto"
     if auto:
@@ -257,25 +262,28 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     optimum = Optimum(tuple(mpmath.nstr(c, 30) for c in opt.coeffs), float(opt.max_error), opt.iterations)
 
     regeneration = exact = bounded = None
-    zero_error = False
     t0 = time.perf_counter()
-    if method == "fa4":
-        coeffs, path, regeneration = _fa4_recipe(target, degree, (a, b), error, fmt, timings)
-        prob = Problem(target, a, b, degree, {}, relative)   # FA4's recipe fixes nothing: c0 is a 1-bit number
-    elif method != "fpminimax" and opt.max_error < 1e-30 and \
-            sup_error(prob, exact_set := [float(c) for c in prob.full([fmt.round(opt.coeffs[k]) for k in prob.free])])[0] < 1e-30:
-        # f is a polynomial of the format: the error is 0 (to the working precision's rounding, 1e-38), which
-        # no search improves and no relative tolerance certifies
-        coeffs, path, zero_error = exact_set, "exact (f is a polynomial of the format: the error is 0)", True
-    elif (split := _parity_split(prob, opt, fmt) if method in ("exact", "remez") and objective == "minimax"
-          and weight is None else None) is not None:
+    exact_set = _exact_polynomial(prob, opt, fmt) if method not in ("fa4", "fpminimax") else None
+    part = None
+    split = _parity_split(prob, opt, fmt) if method in ("exact", "remez") and objective == "minimax" \
+        and weight is None and exact_set is None else None
+    if split is not None:
         # the other parity's part of f is a polynomial in the format: the best set has exactly it (see
         # _parity_split), so the fit of the remaining powers alone (fewer coefficients: the exact search,
         # usually) is the answer
         rest = [k for k in prob.free if k not in split]
-        part = fit(f, rest, (a, b), error=error, coeff_format=coeff_format,
-                   fixed={**{k: v for k, v in prob.fixed.items() if v != 0.0}, **split},
-                   method="auto" if auto else method, certify_bound=certify_bound, radius=radius, bnb=bnb)
+        try:
+            part = fit(f, rest, (a, b), error=error, coeff_format=coeff_format,
+                       fixed={**{k: v for k, v in prob.fixed.items() if v != 0.0}, **split},
+                       method="auto" if auto else method, certify_bound=certify_bound, radius=radius, bnb=bnb)
+        except (ValueError, RuntimeError):   # the reduced problem has no fit of its own: the full search
+            part = None
+    if method == "fa4":
+        coeffs, path, regeneration = _fa4_recipe(target, degree, (a, b), error, fmt, timings)
+        prob = Problem(target, a, b, degree, {}, relative)   # FA4's recipe fixes nothing: c0 is a 1-bit number
+    elif exact_set is not None:
+        coeffs, path = exact_set, "exact (f is a polynomial of the format: the error is 0)"
+    elif part is not None:
         coeffs = list(part.coeffs) + [0.0] * (degree + 1 - len(part.coeffs))
         fixed_text = ", ".join(f"c{k}={v:g}" for k, v in split.items())
         path = f"parity split ({fixed_text}, f's part of that parity): {part.path} on the powers {rest}"
@@ -324,7 +332,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     cert_up = cert_lo = None
     if exact is not None:
         cert_up, cert_lo = exact.winner_upper, exact.winner_lower
-    elif certify_bound and certifiable and not zero_error:
+    elif certify_bound and certifiable and exact_set is None:   # an error of 0 has no relative tolerance
         t0 = time.perf_counter()
         cert = certify(prob, coeffs, extrema=[argmax])
         timings["certify"] = time.perf_counter() - t0
@@ -377,6 +385,16 @@ def _lower_degree_seed(f, prob: Problem, interval, error, coeff_format, weight, 
     for k, c in enumerate(lower.coeffs):
         coeffs[k] = c
     return coeffs
+
+
+def _exact_polynomial(prob: Problem, opt, fmt: Format) -> list | None:
+    """The set itself when f is a polynomial of the format (x^3 with the powers 1, 3): the real optimum's
+    error is 0 and so is its rounding's (to the working precision's rounding, 1e-38), which no search
+    improves. None otherwise."""
+    if opt.max_error >= 1e-30:
+        return None
+    coeffs = [float(c) for c in prob.full([fmt.round(opt.coeffs[k]) for k in prob.free])]
+    return coeffs if sup_error(prob, coeffs)[0] < 1e-30 else None
 
 
 def _parity_split(prob: Problem, opt, fmt: Format) -> dict | None:
