@@ -538,10 +538,20 @@ def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int =
 
 def _witness(region: _Region, nodes: dict) -> dict:
     """The completeness witness of the last enumeration of ``region`` (fa4num.fit._witness): its coordinates,
-    the node records gathered by enumerate_region and the rows of the box."""
+    the node records gathered by enumerate_region, the rows of the box and the combinations bounding each
+    coefficient (which show that the lattice base + scale u holds every number of the format there)."""
+    m = len(region.free)
+    coeff_box = []   # the range of each coefficient over R, in u (c = base + scale u): two LPs each
+    for j in range(m):
+        perm = [j] + [i for i in range(m) if i != j]
+        sub = _Region.__new__(_Region)
+        sub.r, sub.A, sub.grid = region.r, region.A[:, perm], region.grid
+        rng = _last_range(sub, np.zeros(0)) if m == 1 else _lp_range(sub, 0, np.zeros(0))
+        coeff_box.append(node_record(sub.A, region.r, rng))
     return {"T": region.T.astype(int).tolist(), "base": [float(region.base[k]) for k in region.free],
             "scale": [float(region.scale[k]) for k in region.free], "grid": list(region.grid),
-            "bound": float(region.bound), "box": box_rows(region.A @ region.T), "nodes": nodes}
+            "bound": float(region.bound), "box": box_rows(region.A @ region.T), "coeff_box": coeff_box,
+            "nodes": nodes}
 
 
 def bounded_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int = 1500, max_sets: int = 4000,

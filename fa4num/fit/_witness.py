@@ -171,7 +171,12 @@ def verify(prob, fmt, winner, rivals, witness: dict, *, winner_upper: float) -> 
         full_base = [float(prob.fixed.get(k, 0.0)) for k in range(prob.degree + 1)]
         for k, v in zip(free, base):
             full_base[k] = v
-        rows_a, rows_b = [], []
+        rows_a, rows_b, rows_u = [], [], []   # a row in y = T^-1 u, its constant, the row in u
+        a, b = float(prob.a), float(prob.b)
+        if not all(a <= float(x) <= b for x in witness["grid"]):
+            raise Invalid("witness: a grid point lies outside the interval (its constraint would not hold)")
+        if abs(int(flint.fmpz_mat(T).det())) != 1:
+            raise Invalid("witness: T is not unimodular (its integer points would miss sets of the format)")
         for x in witness["grid"]:
             xb = to_arb(float(x))
             g, w = gw_ball(prob, xb)
@@ -179,6 +184,7 @@ def verify(prob, fmt, winner, rivals, witness: dict, *, winner_upper: float) -> 
             for c in reversed(full_base[s:]):
                 p = p * xb + to_arb(c)
             au = [to_arb(scale[i]) * xb ** (k - s) * w for i, k in enumerate(free)]
+            rows_u.append(au)
             rows_a.append([sum((au[i] * T[i][col] for i in range(m)), flint.arb(0)) for col in range(m)])
             rows_b.append(w * (p - g))
         Ub = to_arb(U)
@@ -213,6 +219,7 @@ def verify(prob, fmt, winner, rivals, witness: dict, *, winner_upper: float) -> 
         box = [abs(sum((Ninv[c, i] * t[i] for i in range(m)), flint.arb(0))).upper() for c in range(m)]
         if not all(v.is_finite() for v in box):
             raise Invalid("witness: the box is unbounded")
+        _check_lattice(witness, fmt, rows_u, rows_b, Ub, T, box, base, scale)
 
         def combination(comb, prefix):
             """(alpha, S'): alpha y_j <= S' for every y of R with the prefix fixed, from the stored multipliers:
@@ -277,6 +284,60 @@ def verify(prob, fmt, winner, rivals, witness: dict, *, winner_upper: float) -> 
         return counts
     finally:
         flint.ctx.prec = old
+
+
+def _u_combination(comb, k, rows_u, rows_b, Ub, ubox):
+    """(alpha, S'): alpha u_k <= S' over R from a combination of the rows in u (c = base + scale u), the
+    residual on the other u_l bounded by ``ubox``."""
+    rows = [(int(i), int(sd)) for i, sd in comb["rows"]]
+    lams = [to_arb_float(v) for v in comb["lam"]]
+    if any(not 0 <= i < len(rows_u) or sd not in (-1, 1) for i, sd in rows) or not all(v >= 0 for v in lams):
+        raise Invalid("witness: a malformed coefficient-range combination")
+    m = len(ubox)
+    alpha = sum((lv * sd * rows_u[i][k] for lv, (i, sd) in zip(lams, rows)), flint.arb(0))
+    S = sum((lv * (Ub - sd * rows_b[i]) for lv, (i, sd) in zip(lams, rows)), flint.arb(0))
+    for col in range(m):
+        if col != k:
+            rho = sum((lv * sd * rows_u[i][col] for lv, (i, sd) in zip(lams, rows)), flint.arb(0))
+            S += abs(rho).upper() * ubox[col]
+    return alpha, S
+
+
+def _check_lattice(witness, fmt, rows_u, rows_b, Ub, T, box, base, scale):
+    """Every number of the format that a coefficient takes over R is base_k + n scale_k, n an integer: the
+    range of c_k over R (proved from the witness's combinations) has one sign, scale_k divides the format's
+    spacing at its smallest magnitude and base_k is a multiple of scale_k. Then the integer points y (u = T y,
+    T unimodular) reach every set of the format in R."""
+    from fractions import Fraction as F
+    m = len(T)
+    ubox = [sum((abs(T[k][c]) * box[c] for c in range(m)), flint.arb(0)).upper() for k in range(m)]
+    recs = witness.get("coeff_box")
+    if not isinstance(recs, list) or len(recs) != m:
+        raise Invalid("witness: no coefficient ranges")
+    for k in range(m):
+        rec = recs[k]
+        if not isinstance(rec, dict) or "lo" not in rec or "hi" not in rec:
+            raise Invalid(f"witness: no range for free coefficient {k}")
+        a_lo, s_lo = _u_combination(rec["lo"], k, rows_u, rows_b, Ub, ubox)
+        a_hi, s_hi = _u_combination(rec["hi"], k, rows_u, rows_b, Ub, ubox)
+        if not (a_lo < 0 and a_hi > 0):
+            raise Invalid(f"witness: the range combinations do not bound free coefficient {k}")
+        q = to_arb_float(scale[k])
+        lo = to_arb_float(base[k]) + q * (s_lo / a_lo)
+        hi = to_arb_float(base[k]) + q * (s_hi / a_hi)
+        if not (lo > 0 or hi < 0):
+            raise Invalid(f"witness: free coefficient {k} may be 0 over the region (every binade's numbers)")
+        smallest = min(abs(lo).lower(), abs(hi).lower(), key=lambda v: _exact(v))
+        spacing = F(float(fmt.quantum(float(_exact(smallest)))))
+        if scale[k] <= 0 or (spacing / F(scale[k])).denominator != 1 or (F(base[k]) / F(scale[k])).denominator != 1:
+            raise Invalid(f"witness: free coefficient {k}'s lattice (base {base[k]!r}, step {scale[k]!r}) misses "
+                          f"numbers of the format")
+
+
+def to_arb_float(v: float) -> flint.arb:
+    """A float as an exact ball."""
+    from ._target import to_arb
+    return to_arb(float(v))
 
 
 def _ceil(v: flint.arb) -> int:

@@ -64,7 +64,7 @@ def _negative_multiplier(data):
 
 
 def _larger_cut(data):
-    data["witness"]["bound"] *= 4.0       # the region then holds sets the witness and the rivals do not cover
+    data["witness"]["bound"] *= 4.0       # the region then holds sets the witness does not cover
 
 
 def _smaller_cut(data):
@@ -75,14 +75,30 @@ def _other_function(data):
     data["function"] = "2^x + x^5"
 
 
+def _coarser_lattice(data):
+    data["witness"]["scale"][0] *= 2     # every other fp32 value of c1 would never be visited
+
+
+def _non_unimodular(data):
+    for row in data["witness"]["T"]:
+        row[0] *= 2
+
+
+def _grid_outside(data):
+    data["witness"]["grid"][1] = 2.0     # a constraint at x = 2, outside [0, 1]
+
+
 @pytest.mark.parametrize("change, reason", [
     (_worse_winner, "exceeds the region's cut"),
     (_drop_node, "no witness"),
     (_flip_side, "node"),
     (_negative_multiplier, "negative multiplier"),
-    (_larger_cut, "no witness"),
+    (_larger_cut, "misses numbers of the format"),   # the wider region reaches a finer binade of c3
     (_smaller_cut, "exceeds the region's cut"),
     (_other_function, "exceeds the region's cut"),
+    (_coarser_lattice, "misses numbers of the format"),
+    (_non_unimodular, "not unimodular"),
+    (_grid_outside, "outside the interval"),
     (lambda d: d.update(schema="other"), "not a fa4num-fit-certificate/1 file"),
     (lambda d: d.pop("witness"), "malformed certificate"),
 ])
