@@ -16,7 +16,10 @@ node, takes the stored multipliers as exact numbers (>= 0), computes the combina
 part of it that is not +-y_j) in balls and bounds rho . y by the box (Neumaier and Shcherbina's rigorous
 LP bound, so multipliers from a floating-point solver, or from a degenerate vertex, are enough); walks the
 same tree, and checks that every format point it reaches is the winner or a rival whose certified lower
-bound exceeds the winner's certified upper bound. No LP is solved, and nothing the prover computed in
+bound exceeds the winner's certified upper bound. That the integer points reach every set of the format is
+checked too: T unimodular, every grid point inside [a, b], and each coefficient's range over R (proved the
+same way from its own combinations) of one sign, where the format's numbers are multiples of the lattice's
+step from its base. No LP is solved, and nothing the prover computed in
 floating point is trusted: a wrong witness can only make the check fail.
 """
 from __future__ import annotations
