@@ -14,7 +14,7 @@ _EXPORTS = {
     "fit": "_api", "fit_exp2": "_api", "sup_norm": "_api", "FitResult": "_records", "Optimum": "_records",
     "SupNorm": "_api", "Certificate": "_certify", "FORMATS": "_formats", "Format": "_formats",
     "get_format": "_formats", "load_poly": "registry", "poly_entry": "registry", "describe": "registry",
-    "export": "registry", "evaluated_error": "_objectives", "bf16_mismatch_share": "_objectives",
+    "export": "registry", "write_certificate": "_api", "verify_certificate": "_api", "CertificateCheck": "_api", "evaluated_error": "_objectives", "bf16_mismatch_share": "_objectives",
 }
 
 __all__ = list(_EXPORTS)

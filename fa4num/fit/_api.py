@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -32,16 +34,16 @@ from ._exact import TooManySets, bounded_search, exact_search
 from ._formats import FORMATS, Format, get_format
 from ._lattice import GridScorer, lattice_round, neighbourhood
 from ._records import FitResult, Optimum
-from ._remez import PREC, Problem, remez, sup_error
+from ._remez import PREC, Problem, folds, one_parity, remez, sup_error
 from ._target import EXP2, check_target, make_target, takes_balls, zero_order
 
 ERRORS = ("relative", "absolute")
 OBJECTIVES = ("minimax", "evaluated", "bf16")
 METHODS = ("auto", "exact", "remez", "fpminimax", "fa4")
 EXACT_AUTO_MAX_FREE = 5   # method="auto" runs the exact search up to this many free coefficients (seconds)
-MAX_DEGREE = 8
+MAX_DEGREE = 10
 # search radius in units of each coefficient's spacing, by degree: the neighbourhood has (2r+1)^n points
-SEARCH_RADIUS = {1: 8, 2: 6, 3: 4, 4: 3, 5: 2, 6: 2, 7: 1, 8: 1}
+SEARCH_RADIUS = {1: 8, 2: 6, 3: 4, 4: 3, 5: 2, 6: 2, 7: 1, 8: 1, 9: 1, 10: 1}
 
 
 def _check_args(degree, interval, error, coeff_format, objective, method):
@@ -108,6 +110,33 @@ def _shift(target, a, b, fixed, degree, relative) -> int:
     return z
 
 
+def _check_haar(prob: Problem) -> None:
+    """Refuse powers of one parity around 0 for an f without that parity (not a Haar system), and a problem
+    whose error at an interior x = 0 no free coefficient can move and the fixed ones do
+    not make 0 (odd powers only for an f with f(0) != 0, say): every polynomial then has the same error
+    there, a floor the exchange cannot level (Sollya: "degenerated system in a non Haar context")."""
+    sign = one_parity(prob)
+    if sign is not None and not folds(prob):
+        kind = "even" if sign > 0 else "odd"
+        after = f" after dividing out x^{prob.shift}" if prob.shift else ""
+        raise ValueError(f"degree: the free powers {prob.free} are all {kind}{after}, so around x=0 each takes "
+                         f"the same magnitude at x and -x: not a Haar system for {prob.target.name}, which is not "
+                         f"{kind} there (less the fixed part), so no alternation characterises the best set; use "
+                         f"powers of both parities, or an interval on one side of 0")
+    if not prob.a < 0 < prob.b or min(k - prob.shift for k in prob.free) == 0:
+        return
+    with mpmath.workprec(PREC):
+        q = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
+        e0 = prob.error(q, mpmath.mpf(0))
+        scale = abs(prob.gw(mpmath.mpf(0))[0]) + abs(prob.gw(mpmath.mpf(prob.b))[0])
+        if abs(e0) <= mpmath.mpf(2) ** -100 * scale:
+            return
+    raise ValueError(f"degree: no free power is nonzero at x=0 (the lowest is x^{min(prob.free)}), so every "
+                     f"polynomial has the same error there, {float(e0):.6g}, set by the fixed coefficients; "
+                     f"include power {prob.shift} in the monomial list or fix c{prob.shift} to the value of "
+                     f"{prob.target.name} there")
+
+
 def _remez_checked(prob):
     """remez(), with the cause named when a double-precision callable stops it from levelling."""
     with mpmath.workprec(PREC):
@@ -122,7 +151,11 @@ def _remez_checked(prob):
                              f"(~1e-16 relative) is above what the Remez exchange must resolve here ({exc}); "
                              f"pass an mpmath callable (e.g. mpmath.sin) or an expression string "
                              f"(e.g. 'sin(x)'), which are evaluated at 128 bits") from None
-        raise
+        raise ValueError(f"degree: the Remez exchange for {prob.target.name} with the free powers {prob.free} on "
+                         f"[{prob.a:g}, {prob.b:g}] did not converge ({exc}): these powers are not a Haar system "
+                         f"there (a symmetric interval needs powers of one parity matching f's, a zero of the "
+                         f"error that no coefficient moves must be at x=0); change the monomial list or the "
+                         f"interval") from None
 
 
 def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format: str = "fp32",
@@ -138,13 +171,18 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
         ball arithmetic, so the bounds are rigorous; a float64 callable (``math.sin``) works only where
         its rounding noise is far below the error sought.
     degree : int or list of int
-        n (all powers 0..n) or a monomial list as Sollya's ``[|1,3,5|]``; powers left out are 0.
+        n (all powers 0..n, n <= 10) or a monomial list as Sollya's ``[|1,3,5|]``; powers left out are 0.
+        Powers of one parity on an interval around 0 need an f of that parity (less the fixed part): the
+        problem is then the same on [0, max(-a, b)], where it is solved; otherwise it is refused (not a
+        Haar system). With every power on a symmetric interval (absolute error), an f whose part of one
+        parity is a polynomial of the format (GELU's tanh form: x/2) gets that part exactly and the other
+        parity fitted alone, which is optimal by symmetry.
     interval : (a, b)
     error : {"relative", "absolute"}
         p/f - 1 or p - f. Relative error of an f with a zero at x = 0 divides the zero out (p/f = P/g with
         p = x^s P, f = x^s g), as Sollya does, provided p vanishes there too (``fixed={0: 0.0}`` or a
         monomial list without 0).
-    coeff_format : {"fp32", "bf16", "fp16"}
+    coeff_format : {"fp32", "bf16", "fp16", "e4m3"}
     fixed : dict, optional
         {power: value} held fixed (exact in the format).
     weight : str or callable, optional
@@ -203,6 +241,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     if weight_t is not None:
         check_target(weight_t, a, b, relative=False)
     prob = Problem(target, a, b, degree, fixed, relative, weight_t, shift)
+    _check_haar(prob)
     certifiable = takes_balls(target) and (weight_t is None or takes_balls(weight_t))
     auto = method == "auto"
     if auto:
@@ -224,9 +263,30 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
 
     regeneration = exact = bounded = None
     t0 = time.perf_counter()
+    exact_set = _exact_polynomial(prob, opt, fmt) if method not in ("fa4", "fpminimax") else None
+    part = None
+    split = _parity_split(prob, opt, fmt) if method in ("exact", "remez") and objective == "minimax" \
+        and weight is None and exact_set is None else None
+    if split is not None:
+        # the other parity's part of f is a polynomial in the format: the best set has exactly it (see
+        # _parity_split), so the fit of the remaining powers alone (fewer coefficients: the exact search,
+        # usually) is the answer
+        rest = [k for k in prob.free if k not in split]
+        try:
+            part = fit(f, rest, (a, b), error=error, coeff_format=coeff_format,
+                       fixed={**{k: v for k, v in prob.fixed.items() if v != 0.0}, **split},
+                       method="auto" if auto else method, certify_bound=certify_bound, radius=radius, bnb=bnb)
+        except (ValueError, RuntimeError):   # the reduced problem has no fit of its own: the full search
+            part = None
     if method == "fa4":
         coeffs, path, regeneration = _fa4_recipe(target, degree, (a, b), error, fmt, timings)
         prob = Problem(target, a, b, degree, {}, relative)   # FA4's recipe fixes nothing: c0 is a 1-bit number
+    elif exact_set is not None:
+        coeffs, path = exact_set, "exact (f is a polynomial of the format: the error is 0)"
+    elif part is not None:
+        coeffs = list(part.coeffs) + [0.0] * (degree + 1 - len(part.coeffs))
+        fixed_text = ", ".join(f"c{k}={v:g}" for k, v in split.items())
+        path = f"parity split ({fixed_text}, f's part of that parity): {part.path} on the powers {rest}"
     else:
         formats = {k: fmt for k in prob.free}
         lat = lattice_round(prob, opt.coeffs, opt.zeros, formats)
@@ -272,7 +332,7 @@ def fit(f, degree, interval=(0.0, 1.0), *, error: str = "relative", coeff_format
     cert_up = cert_lo = None
     if exact is not None:
         cert_up, cert_lo = exact.winner_upper, exact.winner_lower
-    elif certify_bound and certifiable:
+    elif certify_bound and certifiable and exact_set is None:   # an error of 0 has no relative tolerance
         t0 = time.perf_counter()
         cert = certify(prob, coeffs, extrema=[argmax])
         timings["certify"] = time.perf_counter() - t0
@@ -325,6 +385,47 @@ def _lower_degree_seed(f, prob: Problem, interval, error, coeff_format, weight, 
     for k, c in enumerate(lower.coeffs):
         coeffs[k] = c
     return coeffs
+
+
+def _exact_polynomial(prob: Problem, opt, fmt: Format) -> list | None:
+    """The set itself when f is a polynomial of the format (x^3 with the powers 1, 3): the real optimum's
+    error is 0 and so is its rounding's (to the working precision's rounding, 1e-38), which no search
+    improves. None otherwise."""
+    if opt.max_error >= 1e-30:
+        return None
+    coeffs = [float(c) for c in prob.full([fmt.round(opt.coeffs[k]) for k in prob.free])]
+    return coeffs if sup_error(prob, coeffs)[0] < 1e-30 else None
+
+
+def _parity_split(prob: Problem, opt, fmt: Format) -> dict | None:
+    """{power: value} for the free powers of one parity when, on an interval symmetric about 0 with absolute
+    error, f's part of that parity, (f(x) -+ f(-x)) / 2, is exactly the polynomial of those powers with the
+    real optimum's coefficients rounded to the format (GELU's tanh form: x/2 plus an even function). Then
+    every set's error is e = e_even + e_odd and max(|e_even + e_odd|, |e_even - e_odd|) >= |e_even| at each
+    x and -x, so the best set takes that part exactly and only the other parity is left to fit. None when
+    there is no such split."""
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    if prob.relative or prob.shift or not (b > 0 and a == -b):
+        return None
+    for parity in (1, 0):
+        powers = [k for k in prob.free if k % 2 == parity]
+        if not powers or len(powers) == len(prob.free) or any(k % 2 == parity and v != 0
+                                                              for k, v in prob.fixed.items()):
+            continue
+        zero = _negligible(prob, opt)   # the optimum's rounding noise (1e-12) stands for 0
+        split = {k: 0.0 if k in zero else fmt.round(opt.coeffs[k]) for k in powers}
+        with mpmath.workprec(PREC):
+            ok = True
+            for t in (mpmath.mpf(1) / 7, mpmath.mpf(3) / 5, mpmath.mpf(1)):
+                x = b * t
+                part = (prob.target.mp(x) + (-1 if parity else 1) * prob.target.mp(-x)) / 2
+                poly = sum(mpmath.mpf(v) * x ** k for k, v in split.items())
+                if abs(part - poly) > mpmath.mpf(2) ** -100 * (1 + abs(part)):
+                    ok = False
+                    break
+        if ok:
+            return split
+    return None
 
 
 def _negligible(prob: Problem, opt) -> set:
@@ -419,7 +520,7 @@ def fit_exp2(degree: int = 3, *, interval=(0.0, 1.0), error: str = "relative", c
     interval : (a, b)
         Default [0, 1], FA4's fraction range.
     error : {"relative", "absolute"}
-    coeff_format : {"fp32", "bf16", "fp16"} or int
+    coeff_format : {"fp32", "bf16", "fp16", "e4m3"} or int
         The coefficients' format (:func:`get_format`).
     objective : {"minimax", "evaluated", "bf16"}
         See above.
@@ -534,3 +635,124 @@ def _consistent(prob, coeffs, max_error, argmax, cert):
     width = (float(prob.b) - float(prob.a)) * 2.0 ** -20
     near = [min(max(x + d * width, float(prob.a)), float(prob.b)) for d in (-1, -0.5, 0, 0.5, 1)]
     return sup_error(prob, coeffs, extra=near)
+
+
+CERTIFICATE_SCHEMA = "fa4num-fit-certificate/1"
+
+
+def write_certificate(result: FitResult, path) -> Path:
+    """Write the proof that ``result`` is optimal in its format (method "exact") as a JSON file that
+    :func:`verify_certificate` re-checks with no LP solver: the problem, the winner, each rival with the
+    point its certified lower bound is taken at, and the enumeration's completeness witness (per node, the
+    grid constraints whose dual combination bounds it).
+
+    Parameters
+    ----------
+    result : FitResult
+        A proven fit (``result.proven_optimal``) of an expression string (a callable cannot be written).
+    path : str or Path
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ValueError
+        When the result is not proven optimal, carries no witness, or its f or weight is not an expression.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> r = fit_exp2(2)
+    >>> p = write_certificate(r, os.path.join(tempfile.mkdtemp(), "exp2-2.json"))
+    >>> verify_certificate(p).valid
+    True
+    """
+    exact = result.exact
+    if exact is None or not exact.proven or exact.witness is None:
+        raise ValueError("result: only a proven fit (method 'exact', no unresolved rival) has a certificate")
+    for what, name in (("f", result.function), ("weight", result.weight)):
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"{what}: a certificate needs an expression string, not a callable")
+    data = {"schema": CERTIFICATE_SCHEMA, "function": result.function, "degree": result.degree,
+            "interval": list(result.interval), "error": result.error, "coeff_format": result.coeff_format,
+            "fixed": {str(k): v for k, v in result.fixed.items()}, "weight": result.weight,
+            "coeffs": list(result.coeffs), "winner_upper": exact.winner_upper,
+            "rivals": [{"coeffs": list(r.coeffs), "certified_lower": r.certified_lower, "at": r.at}
+                       for r in exact.rivals],
+            "witness": exact.witness}
+    path = Path(path)
+    path.write_text(json.dumps(data) + "\n")
+    return path
+
+
+@dataclass(frozen=True)
+class CertificateCheck:
+    """What :func:`verify_certificate` found: ``valid`` and, when not, the ``reason``; ``nodes`` and ``points``
+    re-checked; ``winner_upper`` the winner's certified bound recomputed."""
+    valid: bool
+    reason: str
+    nodes: int = 0
+    points: int = 0
+    winner_upper: float | None = None
+
+
+def verify_certificate(path) -> CertificateCheck:
+    """Re-check a certificate written by :func:`write_certificate`, with no LP: rebuild the problem, certify
+    the winner's error in ball arithmetic, then walk the enumeration tree from the witness, proving each
+    node's range from its dual rows (ball arithmetic) and each rival's loss from its certified lower bound
+    (fa4num.fit._witness).
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    CertificateCheck
+        ``valid`` True when every step holds; else False with the ``reason`` (a file that cannot be read, a
+        problem that does not parse, a node whose witness fails, a format point not accounted for, ...).
+
+    Examples
+    --------
+    >>> import tempfile, os, json
+    >>> p = write_certificate(fit_exp2(2), os.path.join(tempfile.mkdtemp(), "c.json"))
+    >>> d = json.loads(open(p).read()); d["coeffs"][1] = float.fromhex("0x1.5p-1")
+    >>> _ = open(p, "w").write(json.dumps(d))
+    >>> verify_certificate(p).valid
+    False
+    """
+    from ._witness import Invalid, verify
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return CertificateCheck(False, f"cannot read {path}: {exc}")
+    if not isinstance(data, dict) or data.get("schema") != CERTIFICATE_SCHEMA:
+        return CertificateCheck(False, f"not a {CERTIFICATE_SCHEMA} file")
+    try:
+        target = make_target(data["function"])
+        weight = make_target(data["weight"]) if data["weight"] is not None else None
+        degree = int(data["degree"])
+        a, b = (float(v) for v in data["interval"])
+        fmt = get_format(data["coeff_format"])
+        fixed = {int(k): fmt.check(v, f"fixed[{k}]") for k, v in data["fixed"].items()}
+        coeffs = [float(c) for c in data["coeffs"]]
+        relative = data["error"] == "relative"
+        if len(coeffs) != degree + 1 or data["error"] not in ERRORS:
+            raise ValueError("coeffs: the degree, coefficients and error kind disagree")
+        for k, c in enumerate(coeffs):
+            if k in fixed and c != fixed[k]:
+                raise ValueError(f"coeffs: c{k} is not the fixed value")
+            fmt.check(c, f"c{k}")
+        rivals = {tuple(float(c) for c in r["coeffs"]): float(r["at"]) for r in data["rivals"]}
+        shift = _shift(target, a, b, fixed, degree, relative)
+        check_target(target, a, b, relative=relative, zero_at_origin=shift)
+        prob = Problem(target, a, b, degree, fixed, relative, weight, shift)
+        up = certify(prob, coeffs, extrema=[float(data["witness"]["grid"][0])], rel_tol=1e-9).upper
+        counts = verify(prob, fmt, coeffs, rivals, data["witness"], winner_upper=up)
+    except Invalid as exc:
+        return CertificateCheck(False, str(exc))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        return CertificateCheck(False, f"malformed certificate: {exc}")
+    return CertificateCheck(True, "", counts["nodes"], counts["points"], up)

@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("--weight", default=None, help="w(x) multiplying the error (an expression)")
     p.add_argument("--fixed", action="append", default=[], metavar="K=V",
                    help="hold c_K at V (repeatable); for 2^x, p(0) = 1 unless --free-c0")
-    p.add_argument("--format", dest="coeff_format", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--format", dest="coeff_format", default="fp32", choices=("fp32", "bf16", "fp16", "e4m3"))
     p.add_argument("--objective", default="minimax", choices=("minimax", "evaluated", "bf16"))
     p.add_argument("--method", default="auto", choices=("auto", "exact", "remez", "fpminimax", "fa4"),
                    help="auto (default): exact (proven optimal) up to 5 free coefficients, else remez")
@@ -48,11 +48,16 @@ def register(subparsers) -> None:
                    help="skip the new set's emulation metrics (exhaustive fp32 and bf16 sweeps, seconds; FA4's "
                         "come from the registry)")
     p.add_argument("--json", action="store_true", help="print the fit result as JSON instead of the table")
+    p.add_argument("--certificate", metavar="PATH",
+                   help="write the proof of optimality (method exact) to PATH, for --verify")
+    p.add_argument("--verify", metavar="CERT",
+                   help="re-check a certificate written by --certificate, with no LP solver, and fit nothing: "
+                        "exit 0 when it proves its set optimal, 1 with the reason otherwise")
     p.set_defaults(func=_cmd_fit)
 
 
 
-_MAX_DEGREE = 8   # fa4num.fit._api.MAX_DEGREE, written here so that `fit --help` does not import the fitter
+_MAX_DEGREE = 10   # fa4num.fit._api.MAX_DEGREE, written here so that `fit --help` does not import the fitter
 
 
 def _degree(text: str) -> int:
@@ -148,7 +153,20 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _cmd_verify(path: str) -> int:
+    from ._api import verify_certificate
+    check = verify_certificate(path)
+    if check.valid:
+        print(f"{path}: valid: the set is optimal in its format ({check.nodes} nodes, {check.points} points "
+              f"re-checked; winner's certified error <= {check.winner_upper:.6g})")
+        return 0
+    print(f"{path}: NOT valid: {check.reason}")
+    return 1
+
+
 def _cmd_fit(args) -> int:
+    if args.verify is not None:
+        return _cmd_verify(args.verify)
     from .. import provenance as _prov
     from . import _memo
     from ._memo import fit   # the fit through the user cache: a repeated command recomputes nothing
@@ -187,6 +205,14 @@ def _cmd_fit(args) -> int:
                      method=args.method)
     except ValueError as exc:
         raise _as_option(exc, args) from None
+    if args.certificate is not None:
+        from ._api import write_certificate
+        try:
+            write_certificate(result, args.certificate)
+        except ValueError as exc:
+            raise ValueError(f"--certificate: {str(exc).split(': ', 1)[-1]}") from None
+        except OSError as exc:
+            raise ValueError(f"--certificate: cannot write {args.certificate}: {exc.strerror}") from None
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
         return 0

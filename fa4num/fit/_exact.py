@@ -39,6 +39,7 @@ from ._records import CERT_TOL, LP_SLACK, RANGE_SLACK, BoundedSearch, ExactCerti
 from ._remez import PREC, Problem, gw_floats, sup_error
 from ._series import gw_ball
 from ._target import takes_balls
+from ._witness import box_rows, node_record
 
 class _Region:
     """The scaled constraints |r_i + A_i u| <= 1 of R(X, U), with c_k = base_k + scale_k u_k."""
@@ -295,8 +296,12 @@ def region_box(region: _Region, bases: dict | None = None, stats: dict | None = 
 
 
 def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: int, max_sets: int = 20_000,
-                     sublattice: bool = False, bases: dict | None = None, hint: dict | None = None):
+                     sublattice: bool = False, bases: dict | None = None, hint: dict | None = None,
+                     witness: dict | None = None):
     """Every format point in R(X, bound): (list of free-coefficient tuples, box, nodes, lps).
+
+    ``witness``: a dict that receives, per node (its prefix y_0..y_(j-1), comma-joined), the rows of the
+    dual combinations proving its range (fa4num.fit._witness.node_record).
 
     ``hint``: a dict filled by the enumeration of a region that contains this one (the previous round of
     exact_search: a finer grid and a cut no higher, same base and scale), and updated here. Its box then
@@ -373,6 +378,7 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
         if hint is not None:
             hint.update(T=T, order=order)
     T = T[:, order]
+    region.T = T   # the coordinates u = T y of the enumeration, for the completeness witness (_witness)
     B = region.A @ T
     sub = _Region.__new__(_Region)
     sub.r, sub.A, sub.grid = region.r, B, region.grid
@@ -390,6 +396,9 @@ def enumerate_region(region: _Region, fmt: Format, bound: float, *, max_nodes: i
         else:
             rng = _lp_range(sub, j, np.array(fixed_y, dtype=float), bases, ("node", j), start)
             stats["lps"] += 2
+        if witness is not None:
+            shift = sub.r + sub.A[:, :j] @ np.array(fixed_y, dtype=float)
+            witness[",".join(map(str, fixed_y))] = node_record(sub.A[:, j:], shift, rng)
         if rng is None:
             return
         # a lazy range: a region that is huge in some direction (a coefficient free to be 0) can hold more
@@ -441,8 +450,11 @@ def _fine_grid(prob: Problem, extrema, points: int = 1024):
 
 
 def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int = 20_000,
-                 max_rounds: int = 6):
+                 max_rounds: int = 6, with_witness: bool = True):
     """The proven best set in ``fmt`` (full list c0..cn) and its :class:`ExactCertificate`.
+
+    ``with_witness``: attach the completeness witness (the dual rows of every node's LPs, _witness.build),
+    which fa4num.fit.verify_certificate re-checks with no LP.
 
     ``opt``: the real-coefficient optimum (its extrema seed the grids); ``incumbent``: any set in the
     format (its certified error is the first cut)."""
@@ -481,7 +493,9 @@ def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int =
     prev = None
     for rnd in range(1, max_rounds + 1):
         region = _Region(prob, sorted(grid), base, scale)
-        found, box, nn, nl = enumerate_region(region, fmt, best_up, max_nodes=max_nodes, bases=bases, hint=hint)
+        nodes_w = {} if with_witness else None
+        found, box, nn, nl = enumerate_region(region, fmt, best_up, max_nodes=max_nodes, bases=bases, hint=hint,
+                                              witness=nodes_w)
         nodes, lps = nodes + nn, lps + nl
         cands = np.array([full(v) for v in found]) if found else np.zeros((0, prob.degree + 1))
         if best not in cands.tolist():
@@ -514,9 +528,30 @@ def exact_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int =
         rival = Rival(tuple(c), lo, x)
         (rivals if lo > best_up else unresolved).append(rival)
     rivals.sort(key=lambda r: r.certified_lower)
+    witness = None
+    if with_witness and not unresolved and None not in nodes_w.values():
+        witness = _witness(region, nodes_w)
     cert = ExactCertificate(tuple(region.grid), region.bound, box, len(found), best_up, best_lo, tuple(rivals),
-                            tuple(unresolved), nodes, lps, rnd, time.perf_counter() - t0)
+                            tuple(unresolved), nodes, lps, rnd, time.perf_counter() - t0, witness=witness)
     return best, cert
+
+
+def _witness(region: _Region, nodes: dict) -> dict:
+    """The completeness witness of the last enumeration of ``region`` (fa4num.fit._witness): its coordinates,
+    the node records gathered by enumerate_region, the rows of the box and the combinations bounding each
+    coefficient (which show that the lattice base + scale u holds every number of the format there)."""
+    m = len(region.free)
+    coeff_box = []   # the range of each coefficient over R, in u (c = base + scale u): two LPs each
+    for j in range(m):
+        perm = [j] + [i for i in range(m) if i != j]
+        sub = _Region.__new__(_Region)
+        sub.r, sub.A, sub.grid = region.r, region.A[:, perm], region.grid
+        rng = _last_range(sub, np.zeros(0)) if m == 1 else _lp_range(sub, 0, np.zeros(0))
+        coeff_box.append(node_record(sub.A, region.r, rng))
+    return {"T": region.T.astype(int).tolist(), "base": [float(region.base[k]) for k in region.free],
+            "scale": [float(region.scale[k]) for k in region.free], "grid": list(region.grid),
+            "bound": float(region.bound), "box": box_rows(region.A @ region.T), "coeff_box": coeff_box,
+            "nodes": nodes}
 
 
 def bounded_search(prob: Problem, fmt: Format, opt, incumbent, *, max_nodes: int = 1500, max_sets: int = 4000,

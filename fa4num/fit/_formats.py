@@ -2,7 +2,8 @@
 
 A format is a precision in bits (significand, hidden bit included) and a smallest normal exponent below
 which the spacing stops shrinking (subnormals). The exponent range above is checked against the largest
-finite value. "fp32", "bf16", "fp16" are the IEEE / bfloat16 formats a kernel loads its constants in; an
+finite value. "fp32", "bf16", "fp16" are the IEEE / bfloat16 formats a kernel loads its constants in, "e4m3" the
+fp8 format of the Blackwell fp8 path; an
 integer is a Sollya-style precision with unbounded exponent (FA4's recipe gives c0 the 1-bit format).
 """
 from __future__ import annotations
@@ -61,10 +62,12 @@ class Format:
         values = np.asarray(values, dtype=np.float64)
         if self.name in _NUMPY_DTYPES:
             return values.astype(_NUMPY_DTYPES[self.name]).astype(np.float64)
-        if self.name == "bf16":
+        if self.name in ("bf16", "e4m3"):
             # imported here: ml_dtypes 0.7 takes 0.7-1.5 s to import, and only a bf16 fit needs it
             import ml_dtypes
-            return values.astype(ml_dtypes.bfloat16).astype(np.float64)
+            # e4m3fn saturates nothing and has no inf: values beyond 448 become NaN, never a format number
+            dtype = ml_dtypes.bfloat16 if self.name == "bf16" else ml_dtypes.float8_e4m3fn
+            return values.astype(dtype).astype(np.float64)
         return np.vectorize(self.round, otypes=[np.float64])(values)
 
     def representable(self, value) -> bool:
@@ -81,6 +84,8 @@ FORMATS = {
     "fp32": Format("fp32", 24, -126, float.fromhex("0x1.fffffep127")),
     "bf16": Format("bf16", 8, -126, float.fromhex("0x1.fep127")),
     "fp16": Format("fp16", 11, -14, 65504.0),
+    # OCP fp8 E4M3 (Blackwell's fp8 path): 3 stored bits, subnormals below 2^-6, 448 the largest (no inf)
+    "e4m3": Format("e4m3", 4, -6, 448.0),
 }
 
 
@@ -91,7 +96,7 @@ def get_format(spec) -> Format:
     Parameters
     ----------
     spec : str, int or Format
-        A name of FORMATS, a precision of 1-53 bits, or a Format (returned as is).
+        A name of FORMATS (fp32, bf16, fp16, e4m3), a precision of 1-53 bits, or a Format (returned as is).
 
     Returns
     -------

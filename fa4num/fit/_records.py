@@ -31,6 +31,8 @@ class ExactCertificate:
     candidates    number of format points found in the region (the winner included)
     winner_upper  certified upper bound of the winner's sup error; winner_lower its certified lower bound
     nodes, lps    branch-and-bound nodes visited and LPs solved (all rounds); rounds: cutting-plane rounds
+    witness       what fa4num.fit.verify_certificate re-checks completeness from, with no LP (write it with
+                  fa4num.fit.write_certificate)
     """
     region_grid: tuple
     bound: float
@@ -46,6 +48,9 @@ class ExactCertificate:
     seconds: float
     slack: dict = field(default_factory=lambda: {"lp_relative": LP_SLACK, "range_spacings": RANGE_SLACK,
                                                  "certify_rel_tol": CERT_TOL})
+    # the completeness witness (fa4num.fit._witness): the enumeration's coordinates and, per node, the rows
+    # of its LPs' dual (or Farkas) combinations; None where it was not built (ties, unresolved rivals)
+    witness: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def proven(self) -> bool:
@@ -160,6 +165,8 @@ class FitResult:
         if self.exact is not None:
             d["exact"]["region_grid"] = len(self.exact.region_grid)   # the count; the points are in .exact
             d["exact"]["box"] = {str(k): v for k, v in self.exact.box.items()}
+            witness = self.exact.witness
+            d["exact"]["witness"] = None if witness is None else len(witness["nodes"])   # the node count
         d["coeffs_hex"] = [c.hex() for c in self.coeffs]
         d["fixed"] = {str(k): v for k, v in self.fixed.items()}
         return d

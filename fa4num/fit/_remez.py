@@ -10,7 +10,7 @@ exactly where Sollya's constrained fpminimax reports "degenerated system in a no
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import flint
 import mpmath
@@ -19,7 +19,7 @@ import numpy as np
 from ._series import err_series, gw_ball
 from ._target import Target, to_arb
 
-PREC = 128  # bits of working precision: 38 digits, far below any error a degree <= 8 fit can reach
+PREC = 128  # bits of working precision: 38 digits, far below any error a degree <= 10 fit can reach
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class RemezResult:
     coeffs: list          # mpf, c0..cn
     level: object         # |E| at the final reference (mpf)
     max_error: object     # sup |e| found by the final extremum search (mpf)
-    extrema: list         # the alternating reference points (mpf)
+    extrema: list         # the alternating reference points (mpf; mirrored to -x too for a folded problem)
     zeros: list           # the zeros of the error between them: p interpolates f there
     iterations: int
 
@@ -111,7 +111,7 @@ def _initial_reference(prob: Problem, m: int) -> list:
     return [a + (b - a) * (1 - mpmath.cos(mpmath.pi * t)) / 2 for t in ts]
 
 
-def _solve(prob: Problem, ref: list):
+def _solve(prob: Problem, ref: list, flip: bool = False):
     free = prob.free
     m = len(free)
     A = mpmath.matrix(m + 1, m + 1)
@@ -122,7 +122,9 @@ def _solve(prob: Problem, ref: list):
         gx, w = prob.gw(x)
         for j, k in enumerate(free):
             A[i, j] = x ** (k - s) * w
-        A[i, m] = (-1) ** i
+        # flip: the error has a forced zero of odd order at an interior x = 0, so it is sign(x) e that
+        # alternates (e = |x|^t w (Q - h) sign(x)^t with a Haar basis Q: the weighted Chebyshev problem)
+        A[i, m] = (-1) ** i * (-1 if flip and x < 0 else 1)
         qx = mpmath.polyval(q[s:][::-1], x)
         rhs[i] = (gx - qx) * w
     sol = mpmath.lu_solve(A, rhs)
@@ -180,8 +182,11 @@ def _brent_max(g, lo, hi, tol, maxiter: int = 200):
     return max([(-fx, x), (g(a), a), (g(b), b)])
 
 
-def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=()):
+def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=(), flip: bool = False):
     """Every local extremum of the error, one per sign segment: list of (x, e(x)) sorted by x.
+
+    ``flip``: the segments are those of sign(x) e (a forced zero of odd order at an interior x = 0, see
+    _solve); a segment across 0 gives the larger of its two peaks, one on each side.
 
     A scan on ``points`` equispaced points (plus ``extra``) brackets each segment's peak, which is then
     refined to 2^-60 of the interval width or closer (the peak value is then exact to ~1e-30 relative).
@@ -202,9 +207,9 @@ def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=())
         try:
             cs = [to_arb(c) for c in coeffs]
             out = []
-            for run in _sign_runs(es, noise):
+            for run in _sign_runs(_flipped(xs, es, flip), noise):
                 i = max(run, key=lambda j: abs(es[j]))
-                lo, hi = mpmath.mpf(xs[max(i - 1, 0)]), mpmath.mpf(xs[min(i + 1, len(xs) - 1)])
+                lo, hi = _side(xs, i, flip)
                 sign = 1 if es[i] > 0 else -1
                 # a scan point above both neighbours by more than the noise: the peak is inside the bracket
                 # (e unimodal there), and the parabola through the three points starts Newton next to it
@@ -224,13 +229,27 @@ def local_extrema(prob: Problem, coeffs, *, points: int | None = None, extra=())
     es = [prob.error(coeffs, x) for x in xs]
     tol = (b - a) * mpmath.mpf(2) ** -60
     out = []
-    for run in _sign_runs(es, [0] * len(es)):
+    for run in _sign_runs(_flipped(xs, es, flip), [0] * len(es)):
         i = max(run, key=lambda j: abs(es[j]))
-        lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
+        lo, hi = _side(xs, i, flip)
         sign = 1 if es[i] > 0 else -1
         val, x = _brent_max(lambda t: sign * prob.error(coeffs, t), lo, hi, tol)
         out.append((x, sign * val))
     return out
+
+
+def _flipped(xs, es, flip: bool) -> list:
+    """sign(x) e(x) where ``flip`` (see local_extrema), else e."""
+    return [-e if flip and x < 0 else e for x, e in zip(xs, es)]
+
+
+def _side(xs, i: int, flip: bool):
+    """The bracket [x_(i-1), x_(i+1)] of the scan's peak x_i as mpf, cut at 0 where ``flip`` (e vanishes
+    there and changes sign, so it is unimodal only on x_i's side)."""
+    lo, hi = mpmath.mpf(xs[max(i - 1, 0)]), mpmath.mpf(xs[min(i + 1, len(xs) - 1)])
+    if flip and lo < 0 < hi:
+        lo, hi = (lo, mpmath.mpf(0)) if xs[i] < 0 else (mpmath.mpf(0), hi)
+    return lo, hi
 
 
 def _sign_runs(es, noise) -> list:
@@ -391,13 +410,17 @@ def _pad(prob: Problem, coeffs, ext, count: int):
     return [(x, prob.error(coeffs, x)) for x in xs]
 
 
-def _zero(prob, coeffs, lo, hi):
-    """The sign change of the error in [lo, hi] (Illinois regula falsi)."""
-    flo, fhi = prob.error(coeffs, lo), prob.error(coeffs, hi)
+def _zero(prob, coeffs, lo, hi, flip: bool = False):
+    """The sign change of the error (of sign(x) e where ``flip``) in [lo, hi] (Illinois regula falsi)."""
+    def err(x):
+        e = prob.error(coeffs, x)
+        return -e if flip and x < 0 else e
+
+    flo, fhi = err(lo), err(hi)
     side = 0
     for _ in range(200):
         x = (lo * fhi - hi * flo) / (fhi - flo)
-        fx = prob.error(coeffs, x)
+        fx = err(x)
         if fx == 0 or hi - lo < abs(hi) * mpmath.mpf(2) ** -100:
             return x
         if (fx > 0) == (fhi > 0):
@@ -413,30 +436,101 @@ def _zero(prob, coeffs, lo, hi):
     return x
 
 
+def _fold(prob: Problem) -> Problem | None:
+    """The same problem on [0, max(-a, b)] when a < 0 < b and |e(-x)| = |e(x)| for every choice of the free
+    coefficients (their powers x^(k - shift) of one parity, the reduced target g minus the fixed part q of
+    that parity, |w| even: an odd f with odd powers, an even f with even powers, GELU's tanh form less a
+    fixed x/2): then sup over [a, b] of |e| is its sup over [0, max(-a, b)]. The system around 0 is not a
+    Haar system (each basis function takes the same value, up to sign, at x and -x), so the exchange
+    cannot level there; on [0, c] it is (x^2 is monotonic) and the best approximation is the same. None
+    when the problem has no such symmetry (see one_parity)."""
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    sign = one_parity(prob)
+    if sign is None:
+        return None
+    c = min(-a, b)
+    q = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
+    for t in (mpmath.mpf(1) / 7, mpmath.mpf(2) / 5, mpmath.mpf(5) / 8, mpmath.mpf(9) / 10, mpmath.mpf(1)):
+        x = c * t
+        (gp, wp), (gm, wm) = prob.gw(x), prob.gw(-x)
+        hp, hm = gp - prob.reduced(q, x), gm - prob.reduced(q, -x)
+        tiny = mpmath.mpf(2) ** (-PREC + 24)
+        if abs(hm - sign * hp) > tiny * (abs(gp) + abs(hp)) or abs(abs(wm) - abs(wp)) > tiny * abs(wp):
+            return None
+    return replace(prob, a=mpmath.mpf(0), b=max(-a, b), memo={})
+
+
+def one_parity(prob: Problem):
+    """+1 (even) or -1 (odd) when a < 0 < b and the free powers x^(k - shift) are all of that parity, else
+    None: the case where the basis is not a Haar system around 0 (_fold solves it when f has that parity
+    too; fa4num.fit refuses it otherwise)."""
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    if not a < 0 < b:
+        return None
+    parity = {(k - prob.shift) % 2 for k in prob.free}   # the fixed part is in h = g - q, checked by _fold
+    if len(parity) != 1:
+        return None
+    return -1 if parity.pop() else 1
+
+
+def folds(prob: Problem) -> bool:
+    """Whether remez() solves ``prob`` on its half interval (_fold)."""
+    with mpmath.workprec(PREC):
+        return _fold(prob) is not None
+
+
+def _flip(prob: Problem) -> bool:
+    """Whether the error has a zero at an interior x = 0 of odd order that no choice of the free
+    coefficients removes: the lowest free power t = min(k - shift) >= 1 and the error of the fixed part
+    alone, e_q = -w (g - q/x^shift), vanishes there to order z >= 1 (FA4's p(0) = 1 for 2^x on [-0.5, 0.5]:
+    t = z = 1), so every error vanishes to order min(t, z)."""
+    a, b = mpmath.mpf(prob.a), mpmath.mpf(prob.b)
+    t = min(k - prob.shift for k in prob.free)
+    if not a < 0 < b or t == 0:
+        return False
+    q = [mpmath.mpf(prob.fixed.get(k, 0)) for k in range(prob.degree + 1)]
+    d = mpmath.taylor(lambda x: prob.error(q, x), mpmath.mpf(0), t)
+    tiny = mpmath.mpf(2) ** (-PREC // 2) * (1 + max(abs(v) for v in d))
+    z = next((j for j in range(t) if abs(d[j]) > tiny), t)
+    return z % 2 == 1
+
+
 def remez(prob: Problem, *, tol: float = 1e-12, maxiter: int = 60) -> RemezResult:
-    """Best approximation (minimax) of ``prob`` with real coefficients."""
+    """Best approximation (minimax) of ``prob`` with real coefficients.
+
+    A problem symmetric about 0 is solved on its half interval (_fold; the extrema are mirrored back), a
+    forced zero of odd order at an interior 0 is levelled on sign(x) e (_flip)."""
     m = len(prob.free)
     if m == 0:
         raise ValueError("fixed: every coefficient is fixed, nothing to fit")
     with mpmath.workprec(PREC):
-        ref = _initial_reference(prob, m)
-        for it in range(1, maxiter + 1):
-            coeffs, level = _solve(prob, ref)
-            ext = local_extrema(prob, coeffs, extra=ref)
-            if len(ext) < m + 1:
-                ext = _pad(prob, coeffs, ext, m + 1)
-            window = _pick_alternating(ext, m)
-            emax = max(abs(e) for _, e in ext)
-            emin = min(abs(e) for _, e in window)
-            ref = [x for x, _ in window]
-            if emax - emin <= tol * emax:
-                break
-        else:
-            raise RuntimeError(f"Remez did not level the error in {maxiter} iterations "
-                               f"(spread {float((emax - emin) / emax):.2e})")
-        coeffs, level = _solve(prob, ref)
-        ext = local_extrema(prob, coeffs, extra=ref)
-        emax = max(abs(e) for _, e in ext)
+        half = _fold(prob)
+        if half is not None:
+            r = _remez(half, m, tol, maxiter, False)
+            mirrored = sorted({-x for x in r.extrema if x > 0} | set(r.extrema))
+            return RemezResult(r.coeffs, r.level, r.max_error, mirrored, r.zeros, r.iterations)
+        return _remez(prob, m, tol, maxiter, _flip(prob))
+
+
+def _remez(prob: Problem, m: int, tol, maxiter: int, flip: bool) -> RemezResult:
+    ref = _initial_reference(prob, m)
+    for it in range(1, maxiter + 1):
+        coeffs, level = _solve(prob, ref, flip)
+        ext = local_extrema(prob, coeffs, extra=ref, flip=flip)
+        if len(ext) < m + 1:
+            ext = _pad(prob, coeffs, ext, m + 1)
         window = _pick_alternating(ext, m)
-        zeros = [_zero(prob, coeffs, window[i][0], window[i + 1][0]) for i in range(m)]
-        return RemezResult(coeffs, abs(level), emax, [x for x, _ in window], zeros, it)
+        emax = max(abs(e) for _, e in ext)
+        emin = min(abs(e) for _, e in window)
+        ref = [x for x, _ in window]
+        if emax - emin <= tol * emax:
+            break
+    else:
+        raise RuntimeError(f"Remez did not level the error in {maxiter} iterations "
+                           f"(spread {float((emax - emin) / emax):.2e})")
+    coeffs, level = _solve(prob, ref, flip)
+    ext = local_extrema(prob, coeffs, extra=ref, flip=flip)
+    emax = max(abs(e) for _, e in ext)
+    window = _pick_alternating(ext, m)
+    zeros = [_zero(prob, coeffs, window[i][0], window[i + 1][0], flip) for i in range(m)]
+    return RemezResult(coeffs, abs(level), emax, [x for x, _ in window], zeros, it)

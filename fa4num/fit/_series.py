@@ -3,6 +3,7 @@ what the certificate (_certify) bounds and what the extremum search (_remez.loca
 method on. A leaf module (flint only), so that both can import it."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import flint
@@ -21,8 +22,8 @@ def g_series(prob: Problem, x: flint.arb, length: int) -> flint.arb_series:
     t = flint.arb_series([x, 1], prec=length)
     if not s:
         return prob.target.ball(t)
-    lo = x.lower()
-    if lo > 0 and x.rad() * 8 < lo:
+    # away from 0 on either side (a negative x too: its hull with 0 would be a wide ball, not g(x))
+    if not x.contains(0) and x.rad() * 8 < abs(x).lower():
         return prob.target.ball(t) / t ** s
     hull = x.union(flint.arb(0))
     fser = prob.target.ball(flint.arb_series([hull, 1], prec=length + s))
@@ -37,6 +38,10 @@ def err_series(prob: Problem, coeffs_arb, x: flint.arb, length: int) -> flint.ar
     for c in reversed(coeffs_arb[prob.shift:-1]):
         p = p * t + c
     g = g_series(prob, x, length)
+    if prob.relative and g[0].contains(0):
+        # over a wide ball the enclosure of g can reach 0 (tanh's through exp, the quotient's Taylor form
+        # near 0) where g does not: an unbounded error here, so the certificate bisects the piece
+        return flint.arb_series([flint.arb(0, math.inf)] * length, prec=length)
     e = p / g - 1 if prob.relative else p - g
     if prob.weight is not None:
         e = e * prob.weight.ball(t)

@@ -78,7 +78,9 @@ def _np_namespace():
 def _ball_namespace():
     import flint
     ns = {name: _ball_fn(name) for name in _UNARY}
-    ns.update(pi=flint.arb.pi(), e=flint.arb(1).exp(), ln2=flint.arb.const_log2(),
+    # the constants are functions, called where the expression names them (_ball_text): a ball made once
+    # would keep the precision of the first call (53 bits, say) in every later one
+    ns.update(pi=flint.arb.pi, e=lambda: flint.arb(1).exp(), ln2=flint.arb.const_log2,
               exp2=lambda v: (v * flint.arb.const_log2()).exp(),
               log2=lambda v: _ball_fn("log")(v) / flint.arb.const_log2(), abs=abs)
     return ns
@@ -113,7 +115,20 @@ def _compile(expr: str):
             raise ValueError(f"f: unknown name {node.id!r} in {expr!r}; allowed: x, {sorted(allowed - {'x'})}")
         if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.keywords):
             raise ValueError(f"f: {expr!r} may only call the allowed functions with positional arguments")
-    return tuple(_Lambda(text, ns) for ns in (_mp_namespace, _ball_namespace, _np_namespace))
+    return _Lambda(text, _mp_namespace), _Lambda(_ball_text(tree), _ball_namespace), _Lambda(text, _np_namespace)
+
+
+_BALL_CONSTANTS = ("pi", "e", "ln2")
+
+
+def _ball_text(tree) -> str:
+    """The expression with each constant name a call (pi -> pi()), for the ball namespace."""
+    class Calls(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if node.id in _BALL_CONSTANTS:
+                return ast.Call(func=ast.Name(id=node.id, ctx=ast.Load()), args=[], keywords=[])
+            return node
+    return ast.unparse(ast.fix_missing_locations(Calls().visit(tree)))
 
 
 class _Lambda:
@@ -238,8 +253,9 @@ def _check_target(target: Target, a, b, *, relative: bool, samples: int = 257, z
                     continue   # the divided-out zero; the certificate bounds f / x^s there
                 if not finite or (relative and y.contains(0)):
                     if hi - lo < width * 2.0 ** -40:
-                        kind = "a pole or non-finite value" if not finite else what
-                        if not finite and _finite_mp(target, mid, lo, hi):
+                        pole = not finite and _grows(target, mid, width)
+                        kind = "a pole" if pole else "a pole or non-finite value" if not finite else what
+                        if not finite and not pole and _finite_mp(target, mid, lo, hi):
                             raise ValueError(
                                 f"f: {target.name} is finite but not differentiable near x={float(mid)!r} in "
                                 f"interval [{a}, {b}] (a sqrt-type branch point: infinite derivative), so no "
@@ -250,6 +266,24 @@ def _check_target(target: Target, a, b, *, relative: bool, samples: int = 257, z
                     stack += [(lo, mid), (mid, hi)]
     finally:
         flint.ctx.prec = old
+
+
+def _grows(target: Target, x, width) -> bool:
+    """|f| grows without bound towards x (a pole: tan at pi/2), as opposed to a branch point where f stays
+    finite and only its derivative does not (sqrt at 0): |f| at distances 2^-12 and 2^-36 of the interval's
+    width from x, on the side where f is real, grows by more than 2^12."""
+    import mpmath
+    with mpmath.workprec(200):
+        for side in (1, -1):
+            try:
+                near, far = (abs(target.mp(mpmath.mpf(x) + side * width * mpmath.mpf(2) ** -k)) for k in (36, 12))
+            except (ZeroDivisionError, ValueError, OverflowError):
+                return True
+            if isinstance(near, mpmath.mpc) or isinstance(far, mpmath.mpc):
+                continue
+            if not mpmath.isfinite(near) or near > far * 2 ** 12:
+                return True
+    return False
 
 
 def _finite_mp(target: Target, *points) -> bool:
