@@ -111,26 +111,13 @@ def run_sollya(case: dict) -> dict:
     constrained = "" if not fixed else ", floating, " + " + ".join(f"{sollya.exact(v)}*x^{k}"
                                                                     for k, v in fixed.items())
     f = case["sollya_f"]
-    script = (f"display=hexadecimal!; prec=200!;\n"
-              f"p = fpminimax({f}, [|{mons}|], [|{PRECISION[case['format']]}...|], {interval}, {case['error']}"
-              f"{constrained});\n"
-              f"s = supnorm(p, {f}, {interval}, {case['error']}, 2^-30);\n"
-              f"print(sup(s)); for i from 0 to degree(p) do print(coeff(p, i));\n")
-    t0 = time.perf_counter()
-    try:
-        out = sollya.run(script, timeout=300)
-    except (RuntimeError, OSError) as exc:
-        return {"error": None, "seconds": time.perf_counter() - t0, "failed": str(exc)[:300]}
-    seconds = time.perf_counter() - t0
-    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
-    try:
-        err = float.fromhex(lines[0])
-        coeffs = [float.fromhex(c) if c != "0" else 0.0 for c in lines[1:]]
-    except (ValueError, IndexError):
-        return {"error": None, "seconds": seconds, "failed": f"unexpected output {lines[:3]!r}"}
+    r = sollya.fit_and_supnorm(f"fpminimax({f}, [|{mons}|], [|{PRECISION[case['format']]}...|], {interval}, "
+                               f"{case['error']}{constrained})", f, interval, case["error"])
+    if r["error"] is None:
+        return {"error": None, "seconds": r["seconds"], "failed": r["failed"]}
     fmt = get_format(case["format"])
-    return {"error": err, "seconds": seconds, "coeffs": [c.hex() for c in coeffs],
-            "in_format": all(fmt.representable(c) for c in coeffs)}
+    return {"error": r["error"], "seconds": r["seconds"], "coeffs": [c.hex() for c in r["coeffs"]],
+            "in_format": all(fmt.representable(c) for c in r["coeffs"])}
 
 
 def run_case(case: dict, *, with_sollya: bool) -> dict:

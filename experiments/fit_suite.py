@@ -52,25 +52,14 @@ def sollya_case(expr, interval, error, monomials, fmt, precisions=None):
     from fa4num.fit import sollya
     mon = ",".join(str(k) for k in monomials)
     prec = f"{PRECISION[fmt]}..." if precisions is None else ",".join(str(p) for p in precisions)
-    script = (f"display=hexadecimal!; prec=200!;\n"
-              f"t0 = time(p = fpminimax({expr}, [|{mon}|], [|{prec}|], {interval}, {error}));\n"
-              f"s = supnorm(p, {expr}, {interval}, {error}, 2^-30);\n"
-              f"print(sup(s)); for i from 0 to degree(p) do print(coeff(p, i));\n")
-    t0 = time.perf_counter()
-    try:
-        out = sollya.run(script, timeout=300)
-    except RuntimeError as exc:
-        return {"error": None, "seconds": time.perf_counter() - t0, "failed": str(exc)[:200]}
-    seconds = time.perf_counter() - t0
-    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
-    try:
-        err = float.fromhex(lines[0])
-        coeffs = [float.fromhex(c) if c != "0" else 0.0 for c in lines[1:]]
-    except (ValueError, IndexError):
-        return {"error": None, "seconds": seconds, "failed": f"unexpected output {lines[:3]!r}"}
+    r = sollya.fit_and_supnorm(f"fpminimax({expr}, [|{mon}|], [|{prec}|], {interval}, {error})", expr, interval,
+                               error)
+    if r["error"] is None:
+        return {"error": None, "seconds": r["seconds"], "failed": r["failed"][:200]}
     from fa4num.fit import get_format
-    in_format = all(get_format(fmt).representable(c) for c in coeffs)
-    return {"error": err, "seconds": seconds, "coeffs": [c.hex() for c in coeffs], "in_format": in_format}
+    in_format = all(get_format(fmt).representable(c) for c in r["coeffs"])
+    return {"error": r["error"], "seconds": r["seconds"], "coeffs": [c.hex() for c in r["coeffs"]],
+            "in_format": in_format}
 
 
 def sollya_in_format(expr, interval, error, monomials, fmt, first):

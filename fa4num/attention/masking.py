@@ -168,9 +168,33 @@ def visible(rows, cols, *, seqlen_q: int, seqlen_k: int, window: Window) -> np.n
     return ok
 
 
+def key_range(rows, *, seqlen_q: int, seqlen_k: int, window: Window) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) key each query row sees (bottom-right aligned, within [0, seqlen_k)), int64 arrays of rows'
+    shape: the visible keys of a row are one interval (:func:`visible`); a row with none has first > last.
+
+    Examples
+    --------
+    >>> w = resolve_window(False, (1, 0))
+    >>> [a.tolist() for a in key_range(np.arange(3), seqlen_q=3, seqlen_k=3, window=w)]
+    [[0, 0, 1], [0, 1, 2]]
+    """
+    rows = np.asarray(rows, np.int64)
+    diag = rows + (seqlen_k - seqlen_q)
+    first = np.zeros_like(rows)
+    last = np.full_like(rows, seqlen_k - 1)
+    if window.causal:
+        last = np.minimum(last, diag)
+    elif window.local:
+        if window.right is not None:
+            last = np.minimum(last, diag + window.right)
+        if window.left is not None:
+            first = np.maximum(first, diag - window.left)
+    return first, last
+
+
 def visible_count(rows, *, seqlen_q: int, seqlen_k: int, window: Window) -> np.ndarray:
     """How many keys each query row sees: ``visible(rows[:, None], arange(seqlen_k)[None, :], ...).sum(axis=1)``
-    in closed form (the visible keys of a row are one interval), O(rows) instead of O(rows * seqlen_k).
+    from :func:`key_range`, O(rows) instead of O(rows * seqlen_k).
 
     Examples
     --------
@@ -178,18 +202,8 @@ def visible_count(rows, *, seqlen_q: int, seqlen_k: int, window: Window) -> np.n
     >>> visible_count(np.arange(3), seqlen_q=3, seqlen_k=3, window=w).tolist()
     [1, 2, 2]
     """
-    rows = np.asarray(rows, np.int64)
-    diag = rows + (seqlen_k - seqlen_q)
-    lo = np.zeros_like(rows)
-    hi = np.full_like(rows, seqlen_k - 1)
-    if window.causal:
-        hi = np.minimum(hi, diag)
-    elif window.local:
-        if window.right is not None:
-            hi = np.minimum(hi, diag + window.right)
-        if window.left is not None:
-            lo = np.maximum(lo, diag - window.left)
-    return np.maximum(hi - lo + 1, 0)
+    first, last = key_range(rows, seqlen_q=seqlen_q, seqlen_k=seqlen_k, window=window)
+    return np.maximum(last - first + 1, 0)
 
 
 def _cdiv(a, b):

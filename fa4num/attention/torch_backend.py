@@ -156,22 +156,6 @@ def _stale_max(cur, blk, sl2, threshold, first=False):
         start = torch.where(moved, nxt + 1, torch.full_like(start, nb))
 
 
-def _visible_range(w, sq, sk):
-    """(first, last) key each query row may see under window ``w`` (bottom-right aligned, within
-    [0, seqlen_k)); as numpy int64 (sq,). A row with no visible key has first > last."""
-    diag = np.arange(sq, dtype=np.int64) + (sk - sq)
-    first = np.zeros(sq, np.int64)
-    last = np.full(sq, sk - 1, np.int64)
-    if w.causal:
-        last = np.minimum(last, diag)
-    elif w.local:
-        if w.right is not None:
-            last = np.minimum(last, diag + w.right)
-        if w.left is not None:
-            first = np.maximum(first, diag - w.left)
-    return first, last
-
-
 def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_descale=1.0):
     """One batch of equal-length sequences, q (b, sq, h, d), k/v (b, sk, hk, d[_v]) torch tensors on ``dev``.
     Returns (out (b, sq, h, dv), lse (b, h, sq) float32, dict of per-row counters (b, h, sq) numpy).
@@ -224,7 +208,7 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
     n_sat = torch.zeros_like(n_done)
     lag_all = torch.zeros((g, rep, sq), device=dev)
     r_pos, c_keys = _tile_sizes(g * rep, sq, sk, tn, max_tile_elems)
-    first, last_vis = _visible_range(w, sq, sk)
+    first, last_vis = masking.key_range(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
     for r0 in range(0, sq, r_pos):
         r1 = min(r0 + r_pos, sq)
         nr = r1 - r0
@@ -329,7 +313,7 @@ def _row_stats(setup, kernel, b, sq, sk, counters):
     emu = kernel.emulated_columns(opts)
     if emu is not None:
         n_emu = int(emu.sum())
-    first, last = _visible_range(w, sq, sk)
+    first, last = masking.key_range(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
     hidden = (sk - np.maximum(last - first + 1, 0)).astype(np.int32)          # keys the window hides
     return {"kv_blocks": kvb, "exp2_emulated": kvb * n_emu, "exp2_mufu": kvb * (opts.tile_n - n_emu),
             "masked_by_window": np.broadcast_to(hidden, (b, h, sq)).copy(), **counters}

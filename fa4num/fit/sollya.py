@@ -71,6 +71,50 @@ def run(script: str, *, timeout: float = 120.0) -> str:
     return proc.stdout
 
 
+def fit_and_supnorm(fpminimax: str, function: str, interval: str, error: str, *, timeout: float = 300.0) -> dict:
+    """Run Sollya's ``p = fpminimax(...)`` then ``supnorm(p, function, interval, error, 2^-30)`` and read back
+    the sup norm's upper end and p's coefficients (hexadecimal, c0 first).
+
+    Parameters
+    ----------
+    fpminimax : str
+        The call's text, e.g. ``"fpminimax(2^x, [|0,1,2,3|], [|24...|], [0;1], relative)"``.
+    function, interval, error : str
+        Sollya's texts for the supnorm (the same function, "[a;b]", "relative" or "absolute").
+    timeout : float
+        Seconds.
+
+    Returns
+    -------
+    dict
+        ``error`` (float or None), ``coeffs`` (floats, c0 first), ``seconds``, and ``failed`` (a reason) when
+        Sollya failed or printed something else.
+
+    Examples
+    --------
+    >>> call = "fpminimax(2^x, 1, [|24...|], [0;1], relative)"      # a line through 2^x on [0, 1]
+    >>> r = fit_and_supnorm(call, "2^x", "[0;1]", "relative") if available() else {"coeffs": [1.0, 1.0]}
+    >>> len(r["coeffs"])
+    2
+    """
+    import time
+    script = (f"display=hexadecimal!; prec=200!;\np = {fpminimax};\n"
+              f"s = supnorm(p, {function}, {interval}, {error}, 2^-30);\n"
+              f"print(sup(s)); for i from 0 to degree(p) do print(coeff(p, i));\n")
+    t0 = time.perf_counter()
+    try:
+        out = run(script, timeout=timeout)
+    except (RuntimeError, OSError) as exc:
+        return {"error": None, "coeffs": [], "seconds": time.perf_counter() - t0, "failed": str(exc)[:300]}
+    seconds = time.perf_counter() - t0
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+    try:
+        return {"error": float.fromhex(lines[0]), "seconds": seconds,
+                "coeffs": [float.fromhex(c) if c != "0" else 0.0 for c in lines[1:]]}
+    except (ValueError, IndexError):
+        return {"error": None, "coeffs": [], "seconds": seconds, "failed": f"unexpected output {lines[:3]!r}"}
+
+
 def exact(value: float) -> str:
     """A float as an exact Sollya constant expression m*2^e (decimal literals would be rounded)."""
     fr = Fraction(value)
