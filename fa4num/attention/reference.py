@@ -99,6 +99,11 @@ def _problem_only(who: str, problem, given: list, kernel_options: dict) -> None:
         raise TypeError(f"problem must be a Problem from fa4num.attention.plan, got {type(problem).__name__}")
 
 
+def _arrays(q, k, v) -> tuple:
+    """q, k, v as numpy arrays in their dtypes (torch inputs copied to the host)."""
+    return tuple(_to_numpy(x, n)[0] for x, n in ((q, "q"), (k, "k"), (v, "v")))
+
+
 def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, softmax_scale=None, causal=False,
                    softcap=0.0, window_size=(None, None), learnable_sink=None, cu_seqlens_q=None, cu_seqlens_k=None,
                    max_seqlen_q=None, max_seqlen_k=None, pack_gqa=None, page_table=None, q_descale=None,
@@ -137,9 +142,7 @@ def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, so
                  if x is not None] + [n for n, x, d0 in (("causal", causal, False), ("softcap", softcap, 0.0),
                                                          ("window_size", window_size, (None, None))) if x != d0]
         _problem_only("attention_fp64", problem, given, kernel_options)
-        qa, _ = _to_numpy(problem.q, "q")
-        ka, _ = _to_numpy(problem.k, "k")
-        va, _ = _to_numpy(problem.v, "v")
+        qa, ka, va = _arrays(problem.q, problem.k, problem.v)
         seqs = problem.seqs if qa is problem.q else problem.sequences(qa, ka, va)
         batch, window, scale, softcap = problem.batch, problem.window, problem.softmax_scale, problem.softcap
         sink = problem.sink
@@ -148,9 +151,7 @@ def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, so
     else:
         _check_kernel_options(kernel_options, pack_gqa)
         softcap = check_softcap(softcap)
-        qa, _ = _to_numpy(q, "q")
-        ka, _ = _to_numpy(k, "k")
-        va, _ = _to_numpy(v, "v")
+        qa, ka, va = _arrays(q, k, v)
         lay = layout(qa, ka, va, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, page_table=page_table,
                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
         seqs, batch = lay.seqs, lay.batch
@@ -385,9 +386,7 @@ def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None 
                           ("q_descale/k_descale/v_descale", problem.descaled)):
             if has:
                 raise ValueError(f"{name} is not supported by FA4's backward")
-        qa, _ = _to_numpy(problem.q, "q")
-        ka, _ = _to_numpy(problem.k, "k")
-        va, _ = _to_numpy(problem.v, "v")
+        qa, ka, va = _arrays(problem.q, problem.k, problem.v)
         cq, ck = problem.cu_seqlens_q, problem.cu_seqlens_k
         window, scale, softcap, sink = problem.window, problem.softmax_scale, problem.softcap, problem.sink
         if (cq is None) != (ck is None):
@@ -395,9 +394,7 @@ def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None 
     else:
         _check_kernel_options(kernel_options, pack_gqa)
         softcap = check_softcap(softcap)
-        qa, _ = _to_numpy(q, "q")
-        ka, _ = _to_numpy(k, "k")
-        va, _ = _to_numpy(v, "v")
+        qa, ka, va = _arrays(q, k, v)
         if (cu_seqlens_q is None) != (cu_seqlens_k is None):
             raise ValueError("cu_seqlens_q and cu_seqlens_k must be given together")
         lay = layout(qa, ka, va, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
