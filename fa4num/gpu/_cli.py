@@ -77,6 +77,85 @@ def _attention(args) -> int:
     return 0
 
 
+def _opt_value(text: str):
+    """KEY=VALUE's value: true/false, an int, a float, else the text (the twin's plan checks it)."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _twin(args) -> int:
+    from .twin import interpreted
+    if not interpreted() and not _check_gpu():
+        return 1
+    import json
+    import statistics
+
+    import numpy as np
+    import torch
+
+    from . import run_provenance, twin
+    opts = {}
+    for item in args.opt:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            print(f"fa4num gpu twin: --opt must be KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        opts[key] = _opt_value(val)
+    b, sq, h, d = args.shape
+    hk = h if args.kv_heads is None else args.kv_heads
+    if h % hk:
+        print(f"fa4num gpu twin: --kv-heads must divide heads={h}, got {hk}", file=sys.stderr)
+        return 2
+    sk = sq if args.seqlen_k is None else args.seqlen_k
+    dt = torch.bfloat16 if args.dtype == "bfloat16" else torch.float16
+    g = torch.Generator().manual_seed(args.seed)
+    q, k, v = (torch.randn(b, n, heads, d, generator=g).to(dt) for n, heads in ((sq, h), (sk, hk), (sk, hk)))
+    dev = "cpu" if interpreted() else "cuda"
+    kw = dict(kernel=args.kernel, causal=args.causal, **opts)
+    qd, kd, vd = (x.to(dev) for x in (q, k, v))
+    times = []
+    for _ in range(args.repeats):
+        t0 = __import__("time").perf_counter()
+        res = twin.forward(qd, kd, vd, **kw)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        times.append((__import__("time").perf_counter() - t0) * 1e3)
+    rec = {"shape": [b, sq, sk, h, hk, d], "dtype": args.dtype, "options": kw,
+           "median_ms": statistics.median(times), "stats": res.stats.summary()}
+    print(f"twin {args.kernel} {b}x{sq}x{h}x{d} (k {sk}, kv heads {hk}) {args.dtype}: "
+          f"{rec['median_ms']:.2f} ms (median of {args.repeats}, host work included)")
+    print("  " + ", ".join(f"{n} {v}" for n, v in rec["stats"].items()
+                           if n in ("kv_blocks", "rescale_events", "rescales_done", "rescales_warp",
+                                    "exp2_emulated", "exp2_mufu")))
+    code = 0
+    if args.check:
+        from fa4num.attention import forward
+        emu = forward(q, k, v, **kw)
+        diff = {"out": int((emu.out.view(torch.int16) != res.out.cpu().view(torch.int16)).sum()),
+                "lse": int((emu.lse.view(torch.int32) != res.lse.cpu().view(torch.int32)).sum())}
+        for n in ("rescale_events", "rescales_done", "max_lag", "rescales_warp", "events_tile"):
+            a, c = np.asarray(getattr(emu.stats, n)), np.asarray(getattr(res.stats, n))
+            diff[n] = int((a.view(np.int32) != c.view(np.int32)).sum())
+        rec["differing_bits_vs_emulator"] = diff
+        bad = {n: c for n, c in diff.items() if c}
+        print("  vs the CPU emulator: " + ("0 differing bits (out, LSE, counters)" if not bad else
+                                           f"DIFFERENT: {bad}"))
+        code = 1 if bad else 0
+    if args.json:
+        rec["provenance"] = run_provenance(tool="fa4num gpu twin")
+        with open(args.json, "w") as f:
+            json.dump(rec, f, indent=1, default=str)
+        print(f"wrote {args.json}")
+    return code
+
+
 def _mufu_info(args) -> int:
     from ..hw import tables
     from ..hw.mufu import TABLE_NAMES
@@ -174,6 +253,23 @@ def register(subparsers) -> None:
     q.add_argument("--repeats", type=positive_int, default=10)
     q.add_argument("--out", type=path_arg, default="experiments/results/attention_capture", help="path stem for .npz and .json")
     q.set_defaults(func=_attention)
+    from fa4num.attention.kernels import KERNELS
+    q = sub.add_parser("twin", help="the GPU twin: attention.forward's exact bits on the GPU, timed; --check compares "
+                                    "with the CPU emulator")
+    q.add_argument("--shape", type=int_tuple(("batch", "seqlen_q", "heads", "head_dim")), default=(1, 4096, 16, 128),
+                   help="batch,seqlen_q,heads,head_dim (default 1,4096,16,128)")
+    q.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
+    q.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
+    q.add_argument("--kernel", default="fa4-sm100", choices=sorted(KERNELS))
+    q.add_argument("--causal", action="store_true")
+    q.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    q.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="an FA4 argument or kernel knob (repeatable), e.g. rescale_threshold=4, softcap=30")
+    q.add_argument("--seed", type=nonneg_int, default=0)
+    q.add_argument("--repeats", type=positive_int, default=3)
+    q.add_argument("--check", action="store_true", help="also run the CPU emulator and compare the bits")
+    q.add_argument("--json", type=path_arg, default=None, help="write the record (with provenance) here")
+    q.set_defaults(func=_twin)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

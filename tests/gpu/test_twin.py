@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import json
 import lzma
 import subprocess
@@ -191,3 +192,28 @@ def test_twin_equals_the_emulator_on_the_gpu(kernel):
     assert torch.equal(e.lse.view(torch.int32), t.lse.cpu().view(torch.int32))
     for n in ("rescale_events", "rescales_done", "max_lag", "kv_blocks", "rescales_warp", "events_tile"):
         np.testing.assert_array_equal(np.asarray(getattr(e.stats, n)), np.asarray(getattr(t.stats, n)))
+
+
+@pytest.mark.skipif(gpu_missing() is None, reason="a GPU is present")
+def test_cli_without_a_gpu_says_so_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "fa4num.cli", "gpu", "twin", "--shape", "1,64,2,32"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, "TRITON_INTERPRET": "0"})
+    assert proc.returncode == 1
+    assert len(proc.stderr.strip().splitlines()) == 1 and "no usable GPU" in proc.stderr
+
+
+@pytest.mark.slow
+def test_cli_check_in_the_interpreter():
+    """``fa4num gpu twin --check``: the twin (Triton's interpreter here) against the CPU emulator, bit for bit."""
+    proc = subprocess.run([sys.executable, "-m", "fa4num.cli", "gpu", "twin", "--shape", "1,40,2,16",
+                           "--seqlen-k", "100", "--kv-heads", "1", "--causal", "--opt", "tile_m=32", "--opt",
+                           "tile_n=32", "--opt", "rescale_threshold=2", "--repeats", "1", "--check"],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "0 differing bits" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "fa4num.cli", "gpu", "twin", "--opt", "rescale_threshold"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
