@@ -108,6 +108,21 @@ def call_inputs(spec: CallSpec, *, store_len: int, seed: int = 0) -> dict:
     seeded logical sequences of ``store_len`` positions (the longest seqlen_k of the calls compared): calls
     built with the same store and seed hold the same values for the rows they share.
 
+    Parameters
+    ----------
+    spec : CallSpec
+        The call: batch, lengths, heads, head dim, dtype, its first logical position and FA4's arguments.
+    store_len : int
+        Positions of the seeded logical sequences (at least every compared call's seqlen_k).
+    seed : int
+        Seeds the sequences' values.
+
+    Returns
+    -------
+    dict
+        ``q``, ``k``, ``v`` (numpy, the call's dtype), ``cu_seqlens_q/k`` for varlen calls, and ``spec.fa4``'s
+        entries: keyword arguments for :func:`fa4num.attention.plan` / ``forward``.
+
     Examples
     --------
     >>> a = call_inputs(CallSpec(batch=2, seqlen_q=1, seqlen_k=5, heads=1, head_dim=8), store_len=5)
