@@ -151,8 +151,26 @@ def call_inputs(spec: CallSpec, *, store_len: int, seed: int = 0) -> dict:
 
 
 def plan_call(spec: CallSpec, *, store, seed: int = 0, mode: str = "bitexact") -> Problem:
-    """:func:`fa4num.attention.plan` of ``spec`` on :func:`call_inputs` (``store``: the specs compared, whose
-    longest seqlen_k sizes the logical sequences)."""
+    """:func:`fa4num.attention.plan` of ``spec`` on :func:`call_inputs`.
+
+    Parameters
+    ----------
+    spec : CallSpec
+    store : sequence of CallSpec
+        The specs compared; their longest seqlen_k sizes the logical sequences.
+    seed : int
+    mode : {"bitexact", "statistical"}
+
+    Returns
+    -------
+    Problem
+
+    Examples
+    --------
+    >>> s = CallSpec(batch=1, seqlen_q=4, seqlen_k=4, heads=1, head_dim=8)
+    >>> plan_call(s, store=[s]).max_seqlen_k
+    4
+    """
     longest = max(max(s.lengths_k, default=0) for s in store)
     return plan(**call_inputs(spec, store_len=longest, seed=seed), mode=mode)
 
@@ -160,7 +178,21 @@ def plan_call(spec: CallSpec, *, store, seed: int = 0, mode: str = "bitexact") -
 # ---------------------------------------------------------------------------------------------- comparison
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """|a - b| in ulps of their (same) float dtype, as int64: the distance between their bit patterns mapped
-    to a monotonic integer scale (+0 and -0 are 0 apart; NaN against anything else: the int64 maximum)."""
+    to a monotonic integer scale (+0 and -0 are 0 apart; NaN against anything else: the int64 maximum).
+
+    Parameters
+    ----------
+    a, b : arrays of one float dtype (8, 16 or 32 bits), same shape
+
+    Returns
+    -------
+    numpy.ndarray of int64
+
+    Examples
+    --------
+    >>> ulp_distance(np.float32([1.0, 0.0]), np.float32([np.nextafter(np.float32(1), np.float32(2)), -0.0])).tolist()
+    [1, 0]
+    """
     a, b = np.asarray(a), np.asarray(b)
     width = a.dtype.itemsize * 8
     ut = {16: np.uint16, 32: np.uint32, 8: np.uint8}[width]
@@ -179,7 +211,23 @@ _BINS = ((0, 0), (1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 64), (65, None))
 
 
 def ulp_histogram(d: np.ndarray) -> dict:
-    """Counts of ulp distances in the bins 0, 1, 2, 3-4, 5-8, 9-16, 17-64, >64."""
+    """Counts of ulp distances in the bins 0, 1, 2, 3-4, 5-8, 9-16, 17-64, >64.
+
+    Parameters
+    ----------
+    d : int array
+        From :func:`ulp_distance`.
+
+    Returns
+    -------
+    dict
+        bin name -> count.
+
+    Examples
+    --------
+    >>> ulp_histogram(np.array([0, 0, 1, 70]))["0"], ulp_histogram(np.array([0, 0, 1, 70]))[">64"]
+    (2, 1)
+    """
     out = {}
     for lo, hi in _BINS:
         name = str(lo) if lo == hi else (f"{lo}-{hi}" if hi is not None else f">{lo - 1}")

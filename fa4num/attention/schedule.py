@@ -35,7 +35,23 @@ from .problem import Problem
 # ---------------------------------------------------------------------------------------------- shared rules
 def head_groups(kv_head: int, *, qhead_per_kvhead: int, pack_gqa: bool) -> list:
     """The q heads of KV head ``kv_head`` that share M tiles: all of them under pack-GQA (packed row = query *
-    ratio + head offset, ``pack_gqa.py``), else one list per head."""
+    ratio + head offset, ``pack_gqa.py``), else one list per head.
+
+    Parameters
+    ----------
+    kv_head : int
+    qhead_per_kvhead : int
+    pack_gqa : bool
+
+    Returns
+    -------
+    list of lists of int
+
+    Examples
+    --------
+    >>> head_groups(1, qhead_per_kvhead=3, pack_gqa=True), head_groups(1, qhead_per_kvhead=3, pack_gqa=False)
+    ([[3, 4, 5]], [[3], [4], [5]])
+    """
     heads = list(range(kv_head * qhead_per_kvhead, (kv_head + 1) * qhead_per_kvhead))
     return [heads] if pack_gqa and qhead_per_kvhead > 1 else [[h] for h in heads]
 
@@ -44,7 +60,32 @@ def split_ranges(m_block: int, *, opts, seqlen_q: int, seqlen_k: int, window, gr
                  seqlen_k_per_split=None) -> tuple:
     """((n_block_min, n_block_max) per split) of M block ``m_block`` (``BlockInfo.get_n_block_min_max``,
     :func:`fa4num.attention.masking.n_block_range`); ``group`` q heads per packed row; ``seqlen_k_per_split``
-    fixes the blocks per split (FA4's ``num_n_blocks_per_split = seqlen_k_per_split // tile_n``)."""
+    fixes the blocks per split (FA4's ``num_n_blocks_per_split = seqlen_k_per_split // tile_n``).
+
+    Parameters
+    ----------
+    m_block : int
+    opts : the kernel's resolved options (tile_m, tile_n)
+    seqlen_q, seqlen_k : int
+    window : fa4num.attention.masking.Window
+    group : int
+        q heads per packed row (1 without pack-GQA).
+    num_splits : int
+    seqlen_k_per_split : int, optional
+
+    Returns
+    -------
+    tuple of (int, int)
+        One (n_block_min, n_block_max) per split.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from fa4num.attention.masking import resolve_window
+    >>> split_ranges(1, opts=SimpleNamespace(tile_m=128, tile_n=128), seqlen_q=512, seqlen_k=512,
+    ...              window=resolve_window(True), group=1, num_splits=1)
+    ((0, 2),)
+    """
     per = None if seqlen_k_per_split is None or num_splits == 1 else seqlen_k_per_split // opts.tile_n
     return tuple(_masking.n_block_range(m_block, tile_m=opts.tile_m, tile_n=opts.tile_n, seqlen_q=seqlen_q,
                                         seqlen_k=seqlen_k, window=window, qhead_per_kvhead_packgqa=group,
@@ -56,7 +97,24 @@ def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
     """The KV blocks an M block (or one split of it) visits, in order: ``n_hi - 1`` first (with the sequence
     mask), then right to left (``flash_fwd_sm90.py`` ``mma``, ``flash_fwd_sm100.py`` ``softmax_loop``). An empty
     range runs one fully masked iteration of block ``n_hi - 1`` (-1: a block of zeros), except a split of a
-    split-KV call, which ``has_kv_work`` skips (O = 0, LSE = -inf)."""
+    split-KV call, which ``has_kv_work`` skips (O = 0, LSE = -inf).
+
+    Parameters
+    ----------
+    n_lo, n_hi : int
+        (n_block_min, n_block_max).
+    split_kv : bool
+        The range is one split of a split-KV call.
+
+    Returns
+    -------
+    list of int
+
+    Examples
+    --------
+    >>> visit_order(0, 3, split_kv=False), visit_order(2, 2, split_kv=False), visit_order(2, 2, split_kv=True)
+    ([2, 1, 0], [1], [])
+    """
     if n_hi <= n_lo and split_kv:
         return []
     return [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
@@ -65,7 +123,21 @@ def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
 def combine_order(num_splits: int, head_dim_v: int) -> tuple[int, int, int]:
     """(tile_m, lanes, padded splits) of ``flash_fwd_combine.py``: 8 rows per CTA for head_dim_v > 64 (16
     otherwise), ``256 // tile_m`` lanes each summing splits lane, lane + lanes, ... before a shuffle butterfly,
-    splits padded to 2^max(ceil(log2 num_splits), 4, 5 with tile_m 8)."""
+    splits padded to 2^max(ceil(log2 num_splits), 4, 5 with tile_m 8).
+
+    Parameters
+    ----------
+    num_splits, head_dim_v : int
+
+    Returns
+    -------
+    (tile_m, lanes, padded splits) : (int, int, int)
+
+    Examples
+    --------
+    >>> combine_order(3, 128), combine_order(40, 64)
+    ((8, 32, 32), (16, 16, 64))
+    """
     tile_m = 8 if head_dim_v > 64 else 16
     lanes = 256 // tile_m
     log_max = max(math.ceil(math.log2(num_splits)), 4, 5 if tile_m == 8 else 0)

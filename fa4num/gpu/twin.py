@@ -46,6 +46,14 @@ _SKIPS = ("rescales_row", "rescales_warp", "rescales_tile", "events_row", "event
 def interpreted() -> bool:
     """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET`` set, not "0").
 
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> isinstance(interpreted(), bool)

@@ -179,6 +179,17 @@ def sm100_rows(q, k, *, causal: bool = False) -> KernelRows:
     """:class:`KernelRows` of FA4 SM100 for q (seqlen_q, heads, d) and k (seqlen_k, heads_kv, d): the tile and
     pack_gqa that ``fa4num.attention.plan`` resolves for ``kernel="fa4-sm100"`` (only shapes are read).
 
+    Parameters
+    ----------
+    q, k : torch.Tensor
+        (seqlen_q, heads, d) and (seqlen_k, heads_kv, d) of one sequence.
+    causal : bool
+
+    Returns
+    -------
+    KernelRows
+        The KV-head count, pack_gqa and tile_m that order the kernel's rows.
+
     Examples
     --------
     >>> import torch
@@ -285,6 +296,22 @@ def lazy_rescale_scan(bmax, *, scale_log2, rescale_threshold: float, layout: Ker
 
 def lazy_rescale_scans(bmax, *, scale_log2, thresholds, layout: KernelRows | None = None) -> dict:
     """:func:`lazy_rescale_scan` for several thresholds in one pass over the blocks: {threshold: scan}.
+
+    Parameters
+    ----------
+    bmax : torch.Tensor
+        Exact per-(row, KV block) maxima of S in visiting order (:func:`block_maxima`), rows first.
+    scale_log2 : float
+        softmax_scale * log2(e).
+    thresholds : iterable of float
+        FA4's ``rescale_threshold`` values, each finite and >= 0.
+    layout : KernelRows, optional
+        The kernel's row order, for the warp and tile counters.
+
+    Returns
+    -------
+    dict
+        threshold -> :class:`LazyRescaleScan`.
 
     Examples
     --------
