@@ -91,7 +91,7 @@ def _opt_value(text: str):
 
 
 def _twin(args) -> int:
-    from .twin import interpreted
+    from fa4num.attention.triton_backend import interpreted
     if not interpreted() and not _check_gpu():
         return 1
     import json

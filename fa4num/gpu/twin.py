@@ -31,6 +31,7 @@ from fa4num.attention import masking as _masking
 from fa4num.attention.config import GEMM_IMPL
 from fa4num.attention.forward import AttentionResult, AttentionStats
 from fa4num.attention.problem import NP_DTYPES, given_or_plan
+from fa4num.attention.triton_backend import interpreted
 from fa4num.attention.schedule import split_ranges, visit_order
 from fa4num.constants import LOG2_E_F32
 from fa4num.ex2 import poly_coeffs
@@ -41,26 +42,6 @@ from fa4num.softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
 _BALLOT_TILE = ballot.GRANULARITIES["tile"]    # 128 rows: the program height
 _SKIPS = ("rescales_row", "rescales_warp", "rescales_tile", "events_row", "events_warp", "events_tile")
-
-
-def interpreted() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET`` set, not "0").
-
-    Parameters
-    ----------
-    None
-
-    Returns
-    -------
-    bool
-
-    Examples
-    --------
-    >>> isinstance(interpreted(), bool)
-    True
-    """
-    import os
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def refusal(problem) -> str | None:
@@ -281,4 +262,4 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     return AttentionResult(out, lse, stats, kern.name, opts, setup.softmax_scale, 1)
 
 
-__all__ = ["forward", "refusal", "interpreted"]
+__all__ = ["forward", "refusal"]
