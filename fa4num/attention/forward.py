@@ -240,9 +240,11 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
         if not is_first:
             with np.errstate(invalid="ignore", over="ignore"):
                 votes, events = f32(scale) < 1, ex2(eager_arg) < 1
-                # groups never span two M tiles (a merged run holds several): count tile by tile
-                for a in range(0, r, opts.tile_m):
-                    sl = slice(a, a + opts.tile_m)
+                # groups never span two M tiles (a merged run holds several): with tile_m a multiple of 128
+                # the 32- and 128-row groups already end at tile edges (one count); else count tile by tile
+                per = r if opts.tile_m % _ballot.TILE_ROWS == 0 else opts.tile_m
+                for a in range(0, r, per):
+                    sl = slice(a, a + per)
                     _ballot.count_block({n: cnt[n][sl] for n in _ballot.COUNTERS}, step=True, votes=votes[sl],
                                         events=events[sl], row0=row0 + a)
         with np.errstate(invalid="ignore"):
