@@ -192,6 +192,25 @@ def key_range(rows, *, seqlen_q: int, seqlen_k: int, window: Window) -> tuple[np
     return first, last
 
 
+def window_offsets(window: Window, *, seqlen_q: int, seqlen_k: int) -> tuple[int, int]:
+    """(left, right): query i sees keys diag - left .. diag + right (diag = i + seqlen_k - seqlen_q, within
+    [0, seqlen_k)), as :func:`visible` says, for kernels that take the window as two offsets; an open side gets
+    seqlen_q + seqlen_k + 1, a width no key reaches.
+
+    Examples
+    --------
+    >>> window_offsets(resolve_window(True), seqlen_q=4, seqlen_k=6), window_offsets(resolve_window(False, (2, None)),
+    ...                                                                              seqlen_q=4, seqlen_k=6)
+    ((11, 0), (2, 11))
+    """
+    big = seqlen_q + seqlen_k + 1
+    if window.causal:
+        return big, 0
+    if window.local:
+        return (big if window.left is None else int(window.left)), (big if window.right is None else int(window.right))
+    return big, big
+
+
 def visible_count(rows, *, seqlen_q: int, seqlen_k: int, window: Window) -> np.ndarray:
     """How many keys each query row sees: ``visible(rows[:, None], arange(seqlen_k)[None, :], ...).sum(axis=1)``
     from :func:`key_range`, O(rows) instead of O(rows * seqlen_k).

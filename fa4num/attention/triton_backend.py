@@ -28,6 +28,7 @@ import os
 import numpy as np
 
 from ..softmax import scale_log2_of
+from .masking import window_offsets
 from ..softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -334,14 +335,7 @@ def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int =
     sm100 = kernel.lazy_rescale
     softcap = float(setup.softcap)
     sl2 = float(SCALE_LOG2_WITH_SCOREMOD) if softcap else float(scale_log2_of(setup.softmax_scale))
-    big = sq + sk + 1                                        # a side the window leaves open
-    if w.causal:
-        left, right = big, 0
-    elif w.local:
-        left = big if w.left is None else int(w.left)
-        right = big if w.right is None else int(w.right)
-    else:
-        left, right = big, big
+    left, right = window_offsets(w, seqlen_q=sq, seqlen_k=sk)
     dev = q.device
     emu_mask = torch.zeros(opts.tile_n, dtype=torch.int32, device=dev)
     coef = torch.zeros(8, dtype=torch.float32, device=dev)

@@ -95,17 +95,6 @@ def _pow2(n: int) -> int:
     return 1 << max(4, (int(n) - 1).bit_length())
 
 
-def _window_args(w, sq, sk) -> tuple[int, int]:
-    """(left, right): the visible keys of query i are diag - left .. diag + right (diag = i + sk - sq), as
-    :func:`fa4num.attention.masking.visible` says; an open side gets a width no key reaches."""
-    big = sq + sk + 1
-    if w.causal:
-        return big, 0
-    if w.local:
-        return (big if w.left is None else int(w.left)), (big if w.right is None else int(w.right))
-    return big, big
-
-
 def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = None, num_stages: int = 2,
             **fa4_args) -> AttentionResult:
     """FA4's forward on the GPU, with :func:`fa4num.attention.forward`'s exact bits.
@@ -202,7 +191,7 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     if sink is not None:
         sink_t = torch.from_numpy(np.asarray(sink, np.float32)).to(dev)
     max_offset = float(opts.max_offset) if kern.lazy_rescale else 0.0
-    left, right = _window_args(w, sq, sk)
+    left, right = _masking.window_offsets(w, seqlen_q=sq, seqlen_k=sk)
     qq, kk, vv = (x.float() if interp else x.contiguous() for x in (q, k, v))
     out = torch.zeros((b, sq, h, dvh), dtype=torch.float32 if interp else q.dtype, device=dev)
     lse = torch.full(shape_lse, -math.inf, dtype=torch.float32, device=dev)
