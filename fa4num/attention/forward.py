@@ -569,11 +569,7 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                         cnt_all[n][rs] = val
                 for j, hh in enumerate(grp):
                     sel = rows_h == hh
-                    o = o_all[sel]
-                    oc = o.astype(out_dt)
-                    # cvt.rn.{bf16,f16}.f32 turns every NaN into the canonical 0x7FFF
-                    oc.view(np.uint16)[np.isnan(o)] = 0x7FFF
-                    out[seq.out_index + (hh,)] = oc
+                    out[seq.out_index + (hh,)] = cast_out(o_all[sel], out_dt)
                     li = seq.lse_index(hh)
                     lse[li] = l_all[sel]
                     for n, val in cnt_all.items():
@@ -581,12 +577,60 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                     st["exp2_emulated"][li] = cnt_all["kv_blocks"][sel] * n_emu
                     st["exp2_mufu"][li] = cnt_all["kv_blocks"][sel] * (opts.tile_n - n_emu)
     if sink is not None:
-        sink_b = sink[:, None] if varlen_q else sink[None, :, None]
-        with np.errstate(invalid="ignore", over="ignore"):
-            share = np.exp(sink_b.astype(np.float64) - lse.astype(np.float64))
-        st["sink_share"] = np.where(np.isfinite(share), share, 0).astype(np.float32)
+        st["sink_share"] = sink_shares(sink, lse, varlen_q=varlen_q)
     stats = AttentionStats(**st, gemm=opts.gemm, tanh_exact=tanh_exact)
     return _wrap(out, lse, stats, kern.name, opts, scale, device, num_splits)
+
+
+def cast_out(o, out_dtype) -> np.ndarray:
+    """The normalised fp32 output in the output dtype as ``cvt.rn.{bf16,f16}.f32`` writes it: round to nearest
+    even, every NaN the canonical 0x7FFF.
+
+    Parameters
+    ----------
+    o : float32 array
+    out_dtype : numpy dtype
+        ml_dtypes bfloat16 or numpy float16.
+
+    Returns
+    -------
+    numpy.ndarray of out_dtype
+
+    Examples
+    --------
+    >>> hex(int(cast_out(np.float32([-np.nan]), ml_dtypes.bfloat16).view(np.uint16)[0]))
+    '0x7fff'
+    """
+    o = np.asarray(o, np.float32)
+    oc = o.astype(out_dtype)
+    oc.view(np.uint16)[np.isnan(o)] = 0x7FFF
+    return oc
+
+
+def sink_shares(sink, lse, *, varlen_q: bool = False) -> np.ndarray:
+    """``AttentionStats.sink_share``: exp(sink - LSE) per row, the softmax mass on the learnable sink (0 where
+    that is not finite).
+
+    Parameters
+    ----------
+    sink : float32 (heads,)
+    lse : float32 (batch, heads, seqlen_q), or (heads, total_q) with ``varlen_q``
+    varlen_q : bool
+
+    Returns
+    -------
+    float32 array of lse's shape
+
+    Examples
+    --------
+    >>> sink_shares(np.float32([0.0]), np.zeros((1, 1, 2), np.float32)).tolist()
+    [[[1.0, 1.0]]]
+    """
+    sink = np.asarray(sink, np.float64)
+    sink_b = sink[:, None] if varlen_q else sink[None, :, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        share = np.exp(sink_b - np.asarray(lse, np.float64))
+    return np.where(np.isfinite(share), share, 0).astype(np.float32)
 
 
 def _wrap(out, lse, stats, kernel, opts, scale, device, num_splits=1):

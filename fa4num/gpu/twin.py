@@ -29,7 +29,7 @@ import numpy as np
 
 from fa4num.attention import masking as _masking
 from fa4num.attention.config import GEMM_IMPL
-from fa4num.attention.forward import AttentionResult, AttentionStats
+from fa4num.attention.forward import AttentionResult, AttentionStats, cast_out, sink_shares
 from fa4num.attention.problem import NP_DTYPES, given_or_plan
 from fa4num.attention.triton_backend import interpreted
 from fa4num.attention.schedule import split_ranges, visit_order
@@ -229,18 +229,10 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     elif sq and sink is not None:
         # seqlen_k == 0 (interface.py): out = 0, LSE = the sink
         lse.copy_(sink_t.view(1, h, 1).expand(b, h, sq))
-    if interp:
-        o32 = out.numpy()
-        oc = o32.astype(out_dt)
-        oc.view(np.uint16)[np.isnan(o32)] = 0x7FFF      # cvt.rn: every NaN becomes the canonical 0x7FFF
-        out = torch.from_numpy(oc.view(np.int16)).view(torch.bfloat16 if dt == "bfloat16" else torch.float16)
-    lse_np = lse.cpu().numpy()
+    if interp:      # the interpreter's float32 output, cast as cvt.rn does on the GPU
+        out = torch.from_numpy(cast_out(out.numpy(), out_dt).view(np.int16)).view(torch.bfloat16 if dt == "bfloat16" else torch.float16)
     nvis = _masking.visible_count(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
-    share = np.zeros(shape_lse, np.float32)
-    if sink is not None:
-        with np.errstate(invalid="ignore", over="ignore"):
-            sh = np.exp(np.asarray(sink, np.float64)[None, :, None] - lse_np.astype(np.float64))
-        share = np.where(np.isfinite(sh), sh, 0).astype(np.float32)
+    share = np.zeros(shape_lse, np.float32) if sink is None else sink_shares(sink, lse.cpu().numpy())
     stats = AttentionStats(
         kv_blocks=kv_blocks, rescale_events=events.cpu().numpy(), rescales_done=done.cpu().numpy(),
         max_lag=lag.cpu().numpy(), exp2_emulated=kv_blocks * n_emu, exp2_mufu=kv_blocks * (tn - n_emu),
