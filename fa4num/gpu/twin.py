@@ -132,7 +132,6 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     (torch.Size([1, 256, 2, 64]), (1, 2, 256))
     """
     import torch
-    import triton
     import triton.language as tl
     setup = given_or_plan(problem, q, k, v, fa4_args, who="fa4num.gpu.twin.forward")
     why = refusal(setup)
@@ -225,7 +224,6 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
                 _twin_kernel.twin_fwd[grid](*args, **meta)
         else:
             _twin_kernel.twin_fwd[grid](*args, **meta)
-            del triton     # imported for its side effect of a clear ImportError when missing
     elif sq and sink is not None:
         # seqlen_k == 0 (interface.py): out = 0, LSE = the sink
         lse.copy_(sink_t.view(1, h, 1).expand(b, h, sq))
