@@ -114,6 +114,25 @@ def int_tuple(names: tuple, *, lo: int = 1):
     return parse
 
 
+def key_value(text: str) -> tuple:
+    """``KEY=VALUE`` (an ``--opt``): the value parsed as JSON where it is (numbers, true/false, lists), else
+    kept as text; the consumer checks it.
+
+    Examples
+    --------
+    >>> key_value("rescale_threshold=4"), key_value("gemm=wgmma")
+    (('rescale_threshold', 4), ('gemm', 'wgmma'))
+    """
+    import json
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def coeffs(text: str):
     """``--coeffs``: a set name (kept as text: it is looked up with the command's ``--registry``, see
     :func:`fa4num.polys.resolve`) or "c0,c1,..." of decimals / 0x fp32 bit patterns, each exact in fp32

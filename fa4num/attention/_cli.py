@@ -9,7 +9,7 @@ import pathlib
 import sys
 import time
 
-from fa4num.argtypes import (add_registry_option, any_int, coeffs, finite_float, int_tuple, nonneg_int,
+from fa4num.argtypes import (add_registry_option, any_int, coeffs, finite_float, int_tuple, key_value, nonneg_int,
                              not_nan_float, path_arg, positive_int)
 from fa4num.outputs import atomic_files, check_output_dir
 
@@ -50,18 +50,13 @@ def _parse_opt(text: str):
     """key=value with value parsed as JSON when possible (numbers, true/false, lists), else a string; the
     forward checks each value (fa4num.attention.config.apply_overrides)."""
     key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    if key == "coeffs":   # the --coeffs syntax (a set name or c0,c1,...), resolved with --registry by _run
+    if sep and key == "coeffs":   # the --coeffs syntax (a set name or c0,c1,...), resolved with --registry by _run
         try:
             coeffs(value)
         except argparse.ArgumentTypeError as err:
             raise argparse.ArgumentTypeError(f"coeffs: {err}") from None
         return key, value
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
+    return key_value(text)
 
 
 def _nonfinite(report: dict) -> list:

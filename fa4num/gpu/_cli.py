@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from fa4num.argtypes import finite_float, int_tuple, nonneg_int, path_arg, positive_int
+from fa4num.argtypes import finite_float, int_tuple, key_value, nonneg_int, path_arg, positive_int
 
 
 def _check_gpu() -> bool:
@@ -77,37 +77,19 @@ def _attention(args) -> int:
     return 0
 
 
-def _opt_value(text: str):
-    """KEY=VALUE's value: true/false, an int, a float, else the text (the twin's plan checks it)."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
-
-
 def _twin(args) -> int:
     from fa4num.attention.triton_backend import interpreted
     if not interpreted() and not _check_gpu():
         return 1
     import json
     import statistics
+    import time
 
     import numpy as np
     import torch
 
     from . import run_provenance, twin
-    opts = {}
-    for item in args.opt:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            print(f"fa4num gpu twin: --opt must be KEY=VALUE, got {item!r}", file=sys.stderr)
-            return 2
-        opts[key] = _opt_value(val)
+    opts = dict(args.opt)
     b, sq, h, d = args.shape
     hk = h if args.kv_heads is None else args.kv_heads
     if h % hk:
@@ -122,11 +104,11 @@ def _twin(args) -> int:
     qd, kd, vd = (x.to(dev) for x in (q, k, v))
     times = []
     for _ in range(args.repeats):
-        t0 = __import__("time").perf_counter()
+        t0 = time.perf_counter()
         res = twin.forward(qd, kd, vd, **kw)
         if dev == "cuda":
             torch.cuda.synchronize()
-        times.append((__import__("time").perf_counter() - t0) * 1e3)
+        times.append((time.perf_counter() - t0) * 1e3)
     rec = {"shape": [b, sq, sk, h, hk, d], "dtype": args.dtype, "options": kw,
            "median_ms": statistics.median(times), "stats": res.stats.summary()}
     print(f"twin {args.kernel} {b}x{sq}x{h}x{d} (k {sk}, kv heads {hk}) {args.dtype}: "
@@ -212,6 +194,17 @@ def _register_mufu(subparsers) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
+def _problem_args(q) -> None:
+    """The seeded problem's options that ``gpu attention`` and ``gpu twin`` share."""
+    q.add_argument("--shape", type=int_tuple(("batch", "seqlen_q", "heads", "head_dim")), default=(1, 4096, 16, 128),
+                   help="batch,seqlen_q,heads,head_dim (default 1,4096,16,128)")
+    q.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
+    q.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
+    q.add_argument("--causal", action="store_true")
+    q.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    q.add_argument("--seed", type=nonneg_int, default=0)
+
+
 def register(subparsers) -> None:
     _register_mufu(subparsers)
     p = subparsers.add_parser("gpu", help="run the real PTX on a GPU: capture golden vectors, verify emulators")
@@ -238,14 +231,8 @@ def register(subparsers) -> None:
     from .attention import BACKENDS
     q = sub.add_parser("attention", help="run FA4 and torch's SDPA back ends on one seeded problem: out, LSE, "
                                          "CUDA-event timings, errors vs fp64, saved with provenance")
-    q.add_argument("--shape", type=int_tuple(("batch", "seqlen_q", "heads", "head_dim")), default=(1, 4096, 16, 128),
-                   help="batch,seqlen_q,heads,head_dim (default 1,4096,16,128)")
-    q.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
-    q.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
-    q.add_argument("--causal", action="store_true")
-    q.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    _problem_args(q)
     q.add_argument("--scale", type=finite_float, default=None, help="softmax_scale (default 1/sqrt(head_dim))")
-    q.add_argument("--seed", type=nonneg_int, default=0)
     q.add_argument("--backends", nargs="*", default=list(BACKENDS), choices=BACKENDS)
     q.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                    help="cpu runs torch's 'flash' (CPU kernel) and 'math' back ends only")
@@ -256,16 +243,10 @@ def register(subparsers) -> None:
     from fa4num.attention.kernels import KERNELS
     q = sub.add_parser("twin", help="the GPU twin: attention.forward's exact bits on the GPU, timed; --check compares "
                                     "with the CPU emulator")
-    q.add_argument("--shape", type=int_tuple(("batch", "seqlen_q", "heads", "head_dim")), default=(1, 4096, 16, 128),
-                   help="batch,seqlen_q,heads,head_dim (default 1,4096,16,128)")
-    q.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
-    q.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
+    _problem_args(q)
     q.add_argument("--kernel", default="fa4-sm100", choices=sorted(KERNELS))
-    q.add_argument("--causal", action="store_true")
-    q.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
-    q.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+    q.add_argument("--opt", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="an FA4 argument or kernel knob (repeatable), e.g. rescale_threshold=4, softcap=30")
-    q.add_argument("--seed", type=nonneg_int, default=0)
     q.add_argument("--repeats", type=positive_int, default=3)
     q.add_argument("--check", action="store_true", help="also run the CPU emulator and compare the bits")
     q.add_argument("--json", type=path_arg, default=None, help="write the record (with provenance) here")
