@@ -56,7 +56,9 @@ def main(argv=None) -> int:
     from fa4num.gpu import twin
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"provenance": run_provenance(script="benchmarks/bench_twin.py"), "equality": [], "speed": []}
+    import os
+    doc = {"provenance": run_provenance(script="benchmarks/bench_twin.py"), "equality": [], "speed": [],
+           "load_average_start": os.getloadavg()}
 
     def fa4(q, k, v):
         return flash_attn_func(q, k, v, causal=True, return_lse=True)
@@ -88,6 +90,7 @@ def main(argv=None) -> int:
         doc["speed"].append(row)
         print("speed", json.dumps(row), flush=True)
         torch.cuda.empty_cache()
+    doc["load_average_end"] = os.getloadavg()
     (out / "twin_bench.json").write_text(json.dumps(doc, indent=1))
     return 0
 
