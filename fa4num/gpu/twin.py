@@ -95,8 +95,13 @@ def _pow2(n: int) -> int:
     return 1 << max(4, (int(n) - 1).bit_length())
 
 
-def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = None, num_stages: int = 2,
-            **fa4_args) -> AttentionResult:
+# row sums from P in registers (True) or through a per-program scratch tile (False): the same bits, set by the
+# speed probe (experiments/gpu/twin_speed_probe.py)
+ROW_SUMS_IN_REGISTERS = False
+
+
+def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_warps: int | None = None,
+            num_stages: int = 2, **fa4_args) -> AttentionResult:
     """FA4's forward on the GPU, with :func:`fa4num.attention.forward`'s exact bits.
 
     Parameters
@@ -106,6 +111,9 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
         Triton's interpreter).
     problem : fa4num.attention.Problem, optional
         ``plan(q, k, v, **fa4_args)`` instead of q, k, v and the arguments.
+    stats : bool, optional
+        Compute the per-row counters (default). ``False`` leaves them out of the kernel and returns
+        ``stats=None``: out and LSE have the same bits, sooner.
     num_warps, num_stages : int, optional
         Triton launch width (default 8; 16 with head dims above 128) and software pipelining depth; they
         change the speed, never the bits.
@@ -116,7 +124,7 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     -------
     AttentionResult
         ``out`` (torch, q's dtype and device), ``lse`` (torch float32 (batch, heads, seqlen_q)) and ``stats``
-        (:class:`fa4num.attention.AttentionStats`, numpy): the emulator's bits.
+        (:class:`fa4num.attention.AttentionStats`, numpy; None with ``stats=False``): the emulator's bits.
 
     Raises
     ------
@@ -201,7 +209,8 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     skips = torch.zeros((6, *shape_lse), dtype=torch.int32, device=dev)
     if sq and sk:
         grid = (len(progs), b * (h // group))
-        scr = torch.empty(grid[0] * grid[1] * bn * bm, dtype=torch.float32, device=dev)
+        scr = torch.empty(1 if ROW_SUMS_IN_REGISTERS else grid[0] * grid[1] * bn * bm, dtype=torch.float32,
+                          device=dev)
         args = (qq, kk, vv, out, lse, events, done, lag, sat, skips,
                 torch.from_numpy(np.asarray(progs, np.int32).reshape(-1)).to(dev),
                 torch.from_numpy(ranges.reshape(-1)).to(dev),
@@ -217,7 +226,7 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
         meta = dict(TILE_M=tm, TILE_N=tn, BLOCK_M=bm, BLOCK_N=bn, HEAD_D=_pow2(d), HEAD_DV=_pow2(dvh),
                     SM100=kern.lazy_rescale, HAS_EMU=n_emu > 0, POLY_DEG=deg, P_DTYPE=tl.bfloat16 if dt == "bfloat16" else tl.float16, UPCAST=interp,
                     num_warps=num_warps or (bm // 8 if max(d, dvh) > 128 else max(4, bm // 16)),
-                    num_stages=num_stages)
+                    STATS=bool(stats), RS_REG=ROW_SUMS_IN_REGISTERS, num_stages=num_stages)
         if interp:
             from ._twin_interp import cpu_instructions
             with cpu_instructions(dtype=dt, accumulator=GEMM_IMPL[opts.gemm][1]):
@@ -229,6 +238,8 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
         lse.copy_(sink_t.view(1, h, 1).expand(b, h, sq))
     if interp:      # the interpreter's float32 output, cast as cvt.rn does on the GPU
         out = torch.from_numpy(cast_out(out.numpy(), out_dt).view(np.int16)).view(torch.bfloat16 if dt == "bfloat16" else torch.float16)
+    if not stats:
+        return AttentionResult(out, lse, None, kern.name, opts, setup.softmax_scale, 1)
     nvis = _masking.visible_count(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
     share = np.zeros(shape_lse, np.float32) if sink is None else sink_shares(sink, lse.cpu().numpy())
     stats = AttentionStats(
