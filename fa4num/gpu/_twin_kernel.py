@@ -393,14 +393,15 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
         tl.store(optr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & (dv < dv_real)[None, :])
     stat = (bb * heads + head) * seqlen_q + qpos
     tl.store(Lse + stat, lse, mask=row_ok)
-    tl.store(Events + stat, events, mask=row_ok)
-    tl.store(Done + stat, done, mask=row_ok)
-    tl.store(Lag + stat, lag, mask=row_ok)
-    tl.store(Sat + stat, sat, mask=row_ok)
-    plane = tl.num_programs(1) // (heads // group) * heads * seqlen_q    # batch * heads * seqlen_q
-    tl.store(Skips + stat, r_row, mask=row_ok)
-    tl.store(Skips + plane + stat, r_warp, mask=row_ok)
-    tl.store(Skips + 2 * plane + stat, r_tile, mask=row_ok)
-    tl.store(Skips + 3 * plane + stat, e_row, mask=row_ok)
-    tl.store(Skips + 4 * plane + stat, e_warp, mask=row_ok)
-    tl.store(Skips + 5 * plane + stat, e_tile, mask=row_ok)
+    if STATS:
+        tl.store(Events + stat, events, mask=row_ok)
+        tl.store(Done + stat, done, mask=row_ok)
+        tl.store(Lag + stat, lag, mask=row_ok)
+        tl.store(Sat + stat, sat, mask=row_ok)
+        plane = tl.num_programs(1) // (heads // group) * heads * seqlen_q    # batch * heads * seqlen_q
+        tl.store(Skips + stat, r_row, mask=row_ok)
+        tl.store(Skips + plane + stat, r_warp, mask=row_ok)
+        tl.store(Skips + 2 * plane + stat, r_tile, mask=row_ok)
+        tl.store(Skips + 3 * plane + stat, e_row, mask=row_ok)
+        tl.store(Skips + 4 * plane + stat, e_warp, mask=row_ok)
+        tl.store(Skips + 5 * plane + stat, e_tile, mask=row_ok)

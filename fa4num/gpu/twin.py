@@ -23,6 +23,7 @@ tiny shapes.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
@@ -42,6 +43,42 @@ from fa4num.softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
 _BALLOT_TILE = ballot.GRANULARITIES["tile"]    # 128 rows: the program height
 _SKIPS = ("rescales_row", "rescales_warp", "rescales_tile", "events_row", "events_warp", "events_tile")
+# AttentionStats fields in the twin's counter block: the kernel writes rows 0-9, the host's schedule 10-14
+_COUNTER_ROWS = ("rescale_events", "rescales_done", "p_saturated", "max_lag", *_SKIPS, "kv_blocks",
+                 "masked_by_window", "rescale_steps", "exp2_emulated", "exp2_mufu")
+_SCHEDULES: dict = {}
+
+
+def _schedule(dev, *, sq, sk, tm, tn, window, group, bm):
+    """The launch tables, on ``dev``, cached by shape (a study calls the twin many times on one shape):
+    the program table (M block, first packed row of its 128-row group, rows [lo, hi)), each M block's first
+    KV block and count (visited right to left, from the emulator's ``split_ranges`` / ``visit_order``) and
+    the KV blocks of each packed row as (seqlen_q, group)."""
+    key = (str(dev), sq, sk, tm, tn, window, group, bm)
+    hit = _SCHEDULES.get(key)
+    if hit is not None:
+        return hit
+    nrows = sq * group
+    nmb = -(-nrows // tm) if nrows else 0
+    opts = SimpleNamespace(tile_m=tm, tile_n=tn)
+    ranges = np.zeros((max(nmb, 1), 2), np.int32)
+    for mb in range(nmb if sk else 0):
+        (lo, hi), = split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=window, group=group,
+                                 num_splits=1)
+        order = visit_order(lo, hi, split_kv=False)     # n_hi - 1 first, then right to left: consecutive
+        ranges[mb] = order[0], len(order)
+    per_row = ranges[np.arange(nrows) // tm, 1].reshape(sq, group) if sk else np.zeros((sq, group), np.int32)
+    # one program per (M block, 128-row group of packed rows) they share: whole warps and tiles in each
+    # (an M block of 32 or 64 rows is its own group: a program of its height)
+    progs = [(mb, base, max(base, mb * tm), min(base + bm, (mb + 1) * tm, nrows))
+             for mb in range(nmb) for base in range(mb * tm - mb * tm % bm, min((mb + 1) * tm, nrows), bm)]
+    import torch
+    hit = tuple(torch.from_numpy(np.ascontiguousarray(a, np.int32).reshape(shape)).to(dev) for a, shape in
+                ((np.asarray(progs, np.int32).reshape(-1, 4), (-1,)), (ranges, (-1,)), (per_row, per_row.shape)))
+    if len(_SCHEDULES) >= 64:
+        _SCHEDULES.pop(next(iter(_SCHEDULES)))
+    _SCHEDULES[key] = hit
+    return hit
 
 
 def refusal(problem) -> str | None:
@@ -93,11 +130,6 @@ def refusal(problem) -> str | None:
 
 def _pow2(n: int) -> int:
     return 1 << max(4, (int(n) - 1).bit_length())
-
-
-# row sums from P in registers (True) or through a per-program scratch tile (False): the same bits, set by the
-# speed probe (experiments/gpu/twin_speed_probe.py)
-ROW_SUMS_IN_REGISTERS = False
 
 
 def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_warps: int | None = None,
@@ -160,28 +192,16 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
     group = rep if (opts.pack_gqa and rep > 1) else 1
     nrows = sq * group
     tm, tn = opts.tile_m, opts.tile_n
-    nmb = -(-nrows // tm) if nrows else 0
     w = setup.window
     dev = q.device
     out_dt = NP_DTYPES[dt]
     shape_lse = (b, h, sq)
-    kv_blocks = np.zeros(shape_lse, np.int32)
-    ranges = np.zeros((max(nmb, 1), 2), np.int32)
-    for mb in range(nmb if sk else 0):
-        (lo, hi), = split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=w, group=group, num_splits=1)
-        order = visit_order(lo, hi, split_kv=False)     # n_hi - 1 first, then right to left: consecutive
-        ranges[mb] = order[0], len(order)
-    if sk and nrows:
-        per_row = ranges[np.arange(nrows) // tm, 1].reshape(sq, group)   # packed row = query * group + offset
-        kv_blocks[:] = np.tile(per_row.T, (h // group, 1))[None]
     emu = kern.emulated_columns(opts)
     n_emu = 0 if emu is None else int(emu.sum())
-    # one program per (M block, 128-row group of packed rows) they share: whole warps and tiles in each
-    # (an M block of 32 or 64 rows is its own group: a program of its height)
     bn = _pow2(tn)
     bm = tm if tm in (32, 64) else _BALLOT_TILE
-    progs = [(mb, base, max(base, mb * tm), min(base + bm, (mb + 1) * tm, nrows))
-             for mb in range(nmb) for base in range(mb * tm - mb * tm % bm, min((mb + 1) * tm, nrows), bm)]
+    nw = num_warps or (bm // 8 if max(d, dvh) > 128 else max(4, bm // 16))
+    progs_t, ranges_t, per_row_t = _schedule(dev, sq=sq, sk=sk, tm=tm, tn=tn, window=w, group=group, bm=bm)
     emu_mask = np.zeros(bn, np.int32)
     coef = np.zeros(8, np.float32)
     deg = 1
@@ -202,19 +222,17 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
     qq, kk, vv = (x.float() if interp else x.contiguous() for x in (q, k, v))
     out = torch.zeros((b, sq, h, dvh), dtype=torch.float32 if interp else q.dtype, device=dev)
     lse = torch.full(shape_lse, -math.inf, dtype=torch.float32, device=dev)
-    events = torch.zeros(shape_lse, dtype=torch.int32, device=dev)
-    done = torch.zeros_like(events)
-    sat = torch.zeros_like(events)
-    lag = torch.zeros(shape_lse, dtype=torch.float32, device=dev)
-    skips = torch.zeros((6, *shape_lse), dtype=torch.int32, device=dev)
+    # the per-row counters in one int32 block (one copy to the host): rows _COUNTER_ROWS, max_lag as float32 bits
+    cnt = torch.zeros((len(_COUNTER_ROWS), *shape_lse) if stats else (len(_COUNTER_ROWS), 1), dtype=torch.int32,
+                      device=dev)
     if sq and sk:
-        grid = (len(progs), b * (h // group))
-        scr = torch.empty(1 if ROW_SUMS_IN_REGISTERS else grid[0] * grid[1] * bn * bm, dtype=torch.float32,
-                          device=dev)
-        args = (qq, kk, vv, out, lse, events, done, lag, sat, skips,
-                torch.from_numpy(np.asarray(progs, np.int32).reshape(-1)).to(dev),
-                torch.from_numpy(ranges.reshape(-1)).to(dev),
-                torch.from_numpy(emu_mask).to(dev), torch.from_numpy(coef).to(dev), sink_t, scr,
+        grid = (progs_t.shape[0] // 4, b * (h // group))
+        # the row sums straight from P's registers need each row's columns in its own threads: wgmma puts a
+        # warp on 16 rows, so BLOCK_M >= 16 * num_warps keeps N whole per warp; else the scratch tile
+        in_regs = bm >= 16 * nw
+        scr = torch.empty(1 if in_regs else grid[0] * grid[1] * bn * bm, dtype=torch.float32, device=dev)
+        args = (qq, kk, vv, out, lse, cnt[0], cnt[1], cnt[3].view(torch.float32), cnt[2], cnt[4:10],
+                progs_t, ranges_t, torch.from_numpy(emu_mask).to(dev), torch.from_numpy(coef).to(dev), sink_t, scr,
                 sq, sk, h, rep, group, nrows, left, right, int(not getattr(opts, "is_sm103", False)),
                 int(bool(getattr(opts, "fused_bias", True))), int(sink is not None),
                 qq.stride(0), qq.stride(1), qq.stride(2), kk.stride(0), kk.stride(1), kk.stride(2),
@@ -225,8 +243,7 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
                 float(ml_dtypes.finfo(out_dt).max), d, dvh)
         meta = dict(TILE_M=tm, TILE_N=tn, BLOCK_M=bm, BLOCK_N=bn, HEAD_D=_pow2(d), HEAD_DV=_pow2(dvh),
                     SM100=kern.lazy_rescale, HAS_EMU=n_emu > 0, POLY_DEG=deg, P_DTYPE=tl.bfloat16 if dt == "bfloat16" else tl.float16, UPCAST=interp,
-                    num_warps=num_warps or (bm // 8 if max(d, dvh) > 128 else max(4, bm // 16)),
-                    STATS=bool(stats), RS_REG=ROW_SUMS_IN_REGISTERS, num_stages=num_stages)
+                    num_warps=nw, STATS=bool(stats), RS_REG=in_regs, num_stages=num_stages)
         if interp:
             from ._twin_interp import cpu_instructions
             with cpu_instructions(dtype=dt, accumulator=GEMM_IMPL[opts.gemm][1]):
@@ -240,15 +257,19 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
         out = torch.from_numpy(cast_out(out.numpy(), out_dt).view(np.int16)).view(torch.bfloat16 if dt == "bfloat16" else torch.float16)
     if not stats:
         return AttentionResult(out, lse, None, kern.name, opts, setup.softmax_scale, 1)
+    # the counters the schedule fixes, on the device too: KV blocks per packed row (query * group + offset),
+    # keys the mask hides per query
+    if sq and sk:
+        cnt[10] = per_row_t.t().repeat(h // group, 1)[None]
     nvis = _masking.visible_count(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
+    cnt[11] = torch.from_numpy((sk - nvis).astype(np.int32)).to(dev)
+    cnt[12] = (cnt[10] - 1).clamp_(min=0)
+    cnt[13] = cnt[10] * n_emu
+    cnt[14] = cnt[10] * (tn - n_emu)
+    host = dict(zip(_COUNTER_ROWS, cnt.cpu().numpy()))
+    host["max_lag"] = host["max_lag"].view(np.float32)
     share = np.zeros(shape_lse, np.float32) if sink is None else sink_shares(sink, lse.cpu().numpy())
-    stats = AttentionStats(
-        kv_blocks=kv_blocks, rescale_events=events.cpu().numpy(), rescales_done=done.cpu().numpy(),
-        max_lag=lag.cpu().numpy(), exp2_emulated=kv_blocks * n_emu, exp2_mufu=kv_blocks * (tn - n_emu),
-        p_saturated=sat.cpu().numpy(), masked_by_window=np.broadcast_to((sk - nvis).astype(np.int32),
-                                                                          shape_lse).copy(),
-        sink_share=share, gemm=opts.gemm, tanh_exact=True,
-        rescale_steps=np.maximum(kv_blocks - 1, 0), **dict(zip(_SKIPS, skips.cpu().numpy())))
+    stats = AttentionStats(sink_share=share, gemm=opts.gemm, tanh_exact=True, **host)
     return AttentionResult(out, lse, stats, kern.name, opts, setup.softmax_scale, 1)
 
 
