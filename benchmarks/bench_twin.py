@@ -3,7 +3,7 @@ its speed against that kernel, side by side in one run.
 
     . fa4num/gpu/fa4-env.sh && python benchmarks/bench_twin.py OUT_DIR [--quick]
 
-1. Equality: ``fa4num.gpu.twin.forward(kernel="fa4-sm90")`` vs ``flash_attn.cute.flash_attn_func`` (the real
+1. Equality: ``fa4num.attention.twin.forward(kernel="fa4-sm90")`` vs ``flash_attn.cute.flash_attn_func`` (the real
    kernel, b36) at (1, 32768, 16, 128) and (1, 131072, 8, 128) causal bf16: differing bits of out and LSE.
 2. Speed: CUDA-event medians of FA4 SM90, the twin with SM90 numerics and the twin with SM100 numerics (each
    with its per-row counters, the default, and with ``stats=False``), at
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     import torch
     from flash_attn.cute import flash_attn_func
     from fa4num.gpu import run_provenance
-    from fa4num.gpu import twin
+    from fa4num.attention import twin
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import os

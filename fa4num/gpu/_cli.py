@@ -88,7 +88,8 @@ def _twin(args) -> int:
     import numpy as np
     import torch
 
-    from . import run_provenance, twin
+    from fa4num.attention import twin
+    from . import run_provenance
     opts = dict(args.opt)
     b, sq, h, d = args.shape
     hk = h if args.kv_heads is None else args.kv_heads

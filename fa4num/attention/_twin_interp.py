@@ -3,7 +3,7 @@ evaluated by fa4num's instruction and tensor-core models.
 
 Triton's interpreter runs a kernel's Python source on numpy arrays but refuses inline assembly and computes
 ``tl.dot`` with numpy's matmul. :func:`cpu_instructions` patches both for the duration of a launch: every
-instruction string of :mod:`fa4num.gpu._twin_kernel` maps to the fa4num model that the H200 validated at the
+instruction string of :mod:`fa4num.attention._twin_kernel` maps to the fa4num model that the H200 validated at the
 instruction level (``fa4num.fp`` for IEEE operations, ``fa4num.hw`` for MUFU), and ``tl.dot`` to
 ``fa4num.hw.mma.mma_chain`` with the wgmma model on the problem's 16-bit operands. So the CPU tests run the twin's
 own kernel source, its orchestration and its order of operations, and compare its bits with the emulator's.

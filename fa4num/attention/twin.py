@@ -2,7 +2,7 @@
 
 ``twin.forward(q, k, v, **fa4_args)`` (or ``problem=plan(...)``) takes the same :class:`~fa4num.attention.Problem`
 as the CPU emulator, which stays the specification: one Triton program per FA4 M block runs the emulator's
-steps in FA4's order (:mod:`fa4num.gpu._twin_kernel` says how each step is kept exact), both kernels
+steps in FA4's order (:mod:`fa4num.attention._twin_kernel` says how each step is kept exact), both kernels
 (``fa4-sm90``, and ``fa4-sm100`` -- the Blackwell arithmetic, run on Hopper's instructions: never run on a
 Blackwell GPU). The M blocks' KV ranges come from the rule the emulator uses
 (:func:`fa4num.attention.masking.n_block_range`), the software-exp2 columns from the kernel object, the
@@ -17,7 +17,7 @@ the statistical mode (use ``fa4num.attention.forward_torch``), and GEMM or MUFU 
 (``gemm="wgmma"``, ``mufu_arch="sm90"``).
 
 On a machine without a GPU the same kernel runs in Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton
-is imported), each instruction evaluated by fa4num's models (:mod:`fa4num.gpu._twin_interp`): slow, for tests on
+is imported), each instruction evaluated by fa4num's models (:mod:`fa4num.attention._twin_interp`): slow, for tests on
 tiny shapes.
 """
 from __future__ import annotations
@@ -173,7 +173,7 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
     """
     import torch
     import triton.language as tl
-    setup = given_or_plan(problem, q, k, v, fa4_args, who="fa4num.gpu.twin.forward")
+    setup = given_or_plan(problem, q, k, v, fa4_args, who="fa4num.attention.twin.forward")
     why = refusal(setup)
     if why is not None:
         raise ValueError(why)

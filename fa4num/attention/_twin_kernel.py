@@ -7,7 +7,7 @@ Why inline PTX for every floating-point step: Triton contracts ``a * b + c`` int
 bits depend on where each rounding happens, so each step is the instruction the CPU emulator models
 (``fa4num.fp`` / ``fa4num.hw``): ``fma.rn.f32``, ``add/sub/mul.rn.f32`` (the explicit .rn forbids
 contraction), ``add.rm.f32``, ``max.f32`` and the MUFU forms ``ex2/rcp/lg2.approx.ftz.f32``, ``tanh.approx.f32``.
-On the CPU (Triton's interpreter) :mod:`fa4num.gpu._twin_interp` evaluates the same instructions with fa4num's
+On the CPU (Triton's interpreter) :mod:`fa4num.attention._twin_interp` evaluates the same instructions with fa4num's
 instruction models, and ``tl.dot`` with the tensor-core model, so the CPU tests run this very kernel source.
 
 The tensor-core steps are ``tl.dot`` on 16-bit operands: on the H200 Triton emits chained
@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 # PTX of each step (the interpreter maps these strings to fa4num's instruction models: keep them in sync with
-# fa4num.gpu._twin_interp.INSTRUCTIONS, which tests/gpu/test_twin.py checks)
+# fa4num.attention._twin_interp.INSTRUCTIONS, which tests/attention/test_twin.py checks)
 FMA = tl.constexpr("fma.rn.f32 $0, $1, $2, $3;")
 ADD = tl.constexpr("add.rn.f32 $0, $1, $2;")
 SUB = tl.constexpr("sub.rn.f32 $0, $1, $2;")
