@@ -129,7 +129,8 @@ def _feature_inputs(args, q, k, v):
 def _run(args) -> int:
     import numpy as np
 
-    from . import forward, inputs, plan
+    from . import inputs, plan
+    from .twin import forward_on
     from .reference import attention_fa_reference, attention_fp64, fa_rule, metrics, round_once
     b, s, h, d = args.shape
     json_path = None
@@ -156,7 +157,7 @@ def _run(args) -> int:
     q, k, v, fa = _feature_inputs(args, q, k, v)
     problem = plan(q, k, v, kernel=args.kernel, mode=args.mode, **fa, **kw)
     t0 = time.perf_counter()
-    res = forward(problem=problem)
+    res = forward_on(problem, device=args.device)
     seconds = time.perf_counter() - t0
     # the reference of the same planned call: every option (softcap, window, sink, varlen, pages, descales)
     ref, lse_ref = attention_fp64(problem=problem)
@@ -165,7 +166,8 @@ def _run(args) -> int:
                 if n not in ("softmax_scale", "causal")}
     if args.fp8:
         features["fp8"] = args.fp8
-    report = {"spec": spec.as_dict(), "kernel": args.kernel, "mode": args.mode, "options": opts,
+    report = {"spec": spec.as_dict(), "kernel": args.kernel, "mode": args.mode, "device": args.device,
+              "options": opts,
               "features": features, "num_splits": res.num_splits,
               "seconds": round(seconds, 3), "vs_fp64": metrics(res.out, ref).as_dict(),
               "floor_bf16_rounded_once": metrics(round_once(ref, res.out.dtype), ref).as_dict(),
@@ -334,6 +336,9 @@ def register(subparsers) -> None:
     r.add_argument("--causal", action="store_true")
     r.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
     r.add_argument("--mode", default="bitexact", choices=("bitexact", "statistical"))
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: the emulator; cuda: the GPU twin (bit-exact mode, the same bits) or the torch path "
+                        "(statistical mode) on the GPU")
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     r.add_argument("--inputs", default="normal", choices=("normal", "exact", "exact_onehot"))
     r.add_argument("--q-mult", type=finite_float, default=1.0, help="scale q (larger logits)")

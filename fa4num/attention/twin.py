@@ -273,4 +273,78 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
     return AttentionResult(out, lse, stats, kern.name, opts, setup.softmax_scale, 1)
 
 
-__all__ = ["forward", "refusal"]
+DEVICES = ("cpu", "cuda")
+
+
+def _to_torch(x, dev):
+    import torch
+    if x is None or type(x).__module__.startswith("torch"):
+        return x if x is None else x.to(dev)
+    x = np.asarray(x)
+    if x.dtype.itemsize == 2 and x.dtype != np.float16:     # bf16 (ml_dtypes): torch reads the bits
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).to(dev)
+    return torch.from_numpy(x).to(dev)
+
+
+def _to_numpy(x, np_dtype):
+    import torch
+    if not isinstance(x, torch.Tensor):
+        return x
+    x = x.detach().cpu()
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).numpy().view(np_dtype)
+    return x.numpy()
+
+
+def forward_on(problem, *, device: str = "cpu") -> AttentionResult:
+    """A planned forward run where ``device`` says, with numpy results (out in the problem's dtype, LSE
+    float32), so that callers compare them the same way whatever ran them.
+
+    ``"cpu"``: :func:`fa4num.attention.forward`, the specification. ``"cuda"``: in bit-exact mode the GPU twin
+    (:func:`forward`, the same bits; what it refuses it refuses, naming the argument), in statistical mode
+    :func:`fa4num.attention.forward_torch` on the GPU (today's faster path).
+
+    Parameters
+    ----------
+    problem : fa4num.attention.Problem
+        From :func:`fa4num.attention.plan` (numpy or torch inputs).
+    device : {"cpu", "cuda"}
+
+    Returns
+    -------
+    AttentionResult
+        out and LSE as numpy arrays, the stats as the path computes them.
+
+    Raises
+    ------
+    ValueError
+        For a device other than "cpu"/"cuda", or a problem the twin refuses.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> from fa4num.attention import plan
+    >>> q = (np.arange(64 * 2 * 32) % 7 - 3.0).reshape(1, 64, 2, 32).astype(ml_dtypes.bfloat16)
+    >>> res = forward_on(plan(q, q, q, causal=True), device="cpu")
+    >>> res.out.dtype, res.lse.shape
+    (dtype(bfloat16), (1, 2, 64))
+    """
+    from .forward import forward as cpu_forward
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "cpu":
+        return cpu_forward(problem=problem)
+    import dataclasses
+    dev = "cpu" if interpreted() else "cuda"     # under TRITON_INTERPRET=1 the interpreter stands in for the GPU
+    moved = dataclasses.replace(problem, q=_to_torch(problem.q, dev), k=_to_torch(problem.k, dev),
+                                v=_to_torch(problem.v, dev))
+    if problem.mode == "bitexact":
+        res = forward(problem=moved)
+    else:
+        from .torch_backend import forward_torch
+        res = forward_torch(problem=moved)
+    np_dt = NP_DTYPES[problem.dtype] if not problem.fp8 else NP_DTYPES["bfloat16"]
+    return dataclasses.replace(res, out=_to_numpy(res.out, np_dt), lse=_to_numpy(res.lse, np.float32))
+
+
+__all__ = ["forward", "forward_on", "refusal", "DEVICES"]
