@@ -120,6 +120,75 @@ def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
     return [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
 
 
+def sparse_visits(mask_list, full_list) -> list:
+    """The KV blocks a block-sparse M block visits: its mask blocks, then its full blocks, each list from its last
+    entry to its first (``block_sparse_utils.py`` ``consume_block_sparse_loads`` on SM90,
+    ``softmax_block_sparse_sm100`` on SM100), as (n, mask_mod applies, seqlen masked): the first block of each
+    list is visited with seqlen masking, the rest without; the mask_mod runs on the mask blocks only.
+
+    Parameters
+    ----------
+    mask_list, full_list : lists of int
+        The block indices of FA4's ``mask_block_idx`` / ``full_block_idx`` row, ``*_block_cnt`` long.
+
+    Returns
+    -------
+    list of (int, bool, bool)
+
+    Examples
+    --------
+    >>> sparse_visits([0, 2], [1, 3])
+    [(2, True, True), (0, True, False), (3, False, True), (1, False, False)]
+    """
+    out = []
+    for blocks, use_mod in ((mask_list, True), (full_list, False)):
+        out += [(n, use_mod, i == 0) for i, n in enumerate(reversed(blocks))]
+    return out
+
+
+def flex_visits(problem: Problem, m_block: int, *, batch: int, head: int, seqlen_q: int, seqlen_k: int,
+                group: int) -> tuple:
+    """The visits of M block ``m_block`` of one sequence and q head, one list per split: (n, mask_mod applies,
+    seqlen masked) per KV block in visiting order. Dense calls: :func:`split_ranges` visited by
+    :func:`visit_order`, the mask_mod on every block, seqlen masking on the first; block-sparse calls: the
+    M block's sparse query block (first query row // block rows, ``sparse_tensor_m_block``) visited by
+    :func:`sparse_visits`.
+
+    Parameters
+    ----------
+    problem : Problem
+    m_block, batch, head : int
+    seqlen_q, seqlen_k : int
+        The sequence's lengths.
+    group : int
+        q heads per packed row (1 without pack-GQA).
+
+    Returns
+    -------
+    tuple of lists of (int, bool, bool)
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> from fa4num.attention import plan
+    >>> q = np.zeros((1, 300, 1, 64), ml_dtypes.bfloat16)
+    >>> flex_visits(plan(q, q, q, kernel="fa4-sm100"), 0, batch=0, head=0, seqlen_q=300, seqlen_k=300, group=1)
+    ([(2, True, True), (1, True, False), (0, True, False)],)
+    """
+    opts = problem.opts
+    sparse = None if problem.flex is None else problem.flex.block_sparse
+    if sparse is not None:
+        row = m_block * opts.tile_m // group
+        return (sparse_visits(*sparse.lists(batch, head, row // sparse.block_size[0])),)
+    split = problem.kernel.split_kv and opts.num_splits > 1
+    out = []
+    for lo, hi in split_ranges(m_block, opts=opts, seqlen_q=seqlen_q, seqlen_k=seqlen_k, window=problem.window,
+                               group=group, num_splits=problem.num_splits,
+                               seqlen_k_per_split=problem.seqlen_k_per_split):
+        out.append([(n, True, i == 0) for i, n in enumerate(visit_order(lo, hi, split_kv=split))])
+    return tuple(out)
+
+
 def combine_order(num_splits: int, head_dim_v: int) -> tuple[int, int, int]:
     """(tile_m, lanes, padded splits) of ``flash_fwd_combine.py``: 8 rows per CTA for head_dim_v > 64 (16
     otherwise), ``256 // tile_m`` lanes each summing splits lane, lane + lanes, ... before a shuffle butterfly,

@@ -38,10 +38,22 @@ def softcap_scores(s, *, softcap: float, softmax_scale, arch: str = "sm90") -> n
     """
     if not softcap > 0:
         raise ValueError(f"softcap must be > 0, got {softcap}")
-    cap = np.float32(softcap)
-    x = f32(s) * np.float32(softmax_scale)
     with np.errstate(invalid="ignore", over="ignore"):
-        y = (x / cap).astype(np.float32)
+        return softcap_of(f32(s) * np.float32(softmax_scale), softcap=softcap, arch=arch)
+
+
+def softcap_of(x, *, softcap: float, arch: str = "sm90") -> np.ndarray:
+    """The soft cap of already scaled float32 scores ``x`` (the score_mod of ``create_softcap_scoremod``):
+    RN(softcap * tanh.approx(RN(x / softcap))).
+
+    Examples
+    --------
+    >>> float(softcap_of(np.float32([0.0]), softcap=30.0, arch="libm")[0])
+    0.0
+    """
+    cap = np.float32(softcap)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = (f32(x) / cap).astype(np.float32)
         return (cap * mufu("tanh", arch)(y)).astype(np.float32)
 
 
