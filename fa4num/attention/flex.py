@@ -206,6 +206,28 @@ def alibi_mod(*, aux_index: int = 0, contract: bool = True):
     return _name(mod, f"alibi_mod(aux_index={aux_index}, contract={contract})")
 
 
+def alibi_exp2_mod(*, contract: bool = True):
+    """Upstream's ``score_mod_alibi`` (tests/cute/score_mod_definitions.py): the slope computed in the kernel,
+    ``exp2(float(-8 (h + 1)) * RN(0.125 ln2 log2e))`` (``cute.math.exp2``: ``ex2.approx``), then
+    ``score - slope * |q_idx - kv_idx|``; ``contract`` as in :func:`alibi_mod`.
+
+    Examples
+    --------
+    >>> alibi_exp2_mod()(np.float32([[1.0]]), 0, np.int32([[0]]), q_idx=np.int32([[2]]), kv_idx=np.int32([[0]]),
+    ...                  seqlen_info=None, aux_tensors=()).tolist()
+    [[0.0]]
+    """
+    c = np.float32(0.125 * 0.6931471805599453 * 1.4426950408889634)
+
+    def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
+        expo = (np.asarray(h_idx, np.int32) + 1) * -8
+        slope = mufu("ex2", _ARCH.get(), ftz=False)((expo.astype(np.float32) * c).astype(np.float32))
+        dist = np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32)).astype(np.float32)
+        bias = -(slope * dist).astype(np.float32)
+        return scaled_add(score, bias) if contract else (f32(score) + bias).astype(np.float32)
+    return _name(mod, f"alibi_exp2_mod(contract={contract})")
+
+
 def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
     """Relative position bias ``score + min(|q_idx - kv_idx|, clamp)`` (upstream's ``score_mod_rel_bias`` and
     ``_clamped``); ``contract`` as in :func:`alibi_mod`.
@@ -274,7 +296,8 @@ def prefix_lm_mask(prefix: int):
 
 def document_mask(*, aux_index: int = 0):
     """Document (packed sequences) mask: ``doc[b, q_idx] == doc[b, kv_idx]``, the int document ids (batch,
-    seqlen) read from ``aux_tensors[aux_index]`` (seqlen_q == seqlen_k).
+    seqlen), or (batch, heads, seqlen) as upstream's ``cute_document_mask`` reads them (``doc[b, h, idx]``), from
+    ``aux_tensors[aux_index]`` (seqlen_q == seqlen_k).
 
     Examples
     --------
@@ -284,6 +307,8 @@ def document_mask(*, aux_index: int = 0):
     """
     def mask(b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         doc = np.asarray(aux_tensors[aux_index])
+        if doc.ndim == 3:
+            return doc[b_idx, h_idx, q_idx] == doc[b_idx, h_idx, kv_idx]
         return doc[b_idx, q_idx] == doc[b_idx, kv_idx]
     return _name(mask, f"document_mask(aux_index={aux_index})")
 
@@ -436,11 +461,13 @@ def dense_mask(mask_mod, *, batch: int, heads: int, seqlen_q: int, seqlen_k: int
 
 
 def block_sparse_tensors(mask_mod, *, batch: int, heads: int, seqlen_q: int, seqlen_k: int, block_size: tuple,
-                         aux_tensors=None, aux_scalars=None, full_blocks: bool = True) -> dict:
+                         aux_tensors=None, aux_scalars=None, full_blocks: bool = True,
+                         q_direction: bool = False) -> dict:
     """FA4's block-sparse tensors for ``mask_mod`` (what ``torch.nn.attention.flex_attention.create_block_mask``
     builds, block indices in ascending order): per query block, the KV blocks with some kept entry that are
     not full (mask blocks), and the full ones (every entry kept and inside both sequences); ``full_blocks=False``
-    lists every nonempty block as a mask block.
+    lists every nonempty block as a mask block. ``q_direction``: the backward's tensors (per KV block, its query
+    blocks: ``block_sparse_tensors_bwd``).
 
     Parameters
     ----------
@@ -450,6 +477,7 @@ def block_sparse_tensors(mask_mod, *, batch: int, heads: int, seqlen_q: int, seq
         Query rows and keys per sparse block.
     aux_tensors, aux_scalars : optional
     full_blocks : bool
+    q_direction : bool
 
     Returns
     -------
@@ -476,12 +504,15 @@ def block_sparse_tensors(mask_mod, *, batch: int, heads: int, seqlen_q: int, seq
     if not full_blocks:
         allk = np.zeros_like(allk)
     partial = anyk & ~allk
+    if q_direction:
+        partial, allk = partial.swapaxes(2, 3), allk.swapaxes(2, 3)
     out = {}
     for name, sel in (("mask", partial), ("full", allk)):
         cnt = sel.sum(axis=-1).astype(np.int32)
-        idx = np.zeros((batch, heads, nm, nn), np.int32)
+        nn_ = sel.shape[-1]
+        idx = np.zeros(sel.shape, np.int32)
         order = np.argsort(~sel, axis=-1, kind="stable")   # selected blocks first, ascending
-        idx[...] = np.where(np.arange(nn) < cnt[..., None], order, 0)
+        idx[...] = np.where(np.arange(nn_) < cnt[..., None], order, 0)
         out[f"{name}_block_cnt"], out[f"{name}_block_idx"] = cnt, idx
     out["block_size"] = (int(bq), int(bk))
     return out
@@ -551,6 +582,6 @@ def check_mod(fn, name: str):
 
 
 __all__ = ["SeqlenInfo", "BlockSparse", "Flex", "tanh_approx", "ex2_approx", "fma", "scaled_add", "softcap_mod",
-           "alibi_slopes", "alibi_mod", "rel_bias_mod", "causal_mask", "sliding_window_mask", "prefix_lm_mask",
+           "alibi_slopes", "alibi_mod", "alibi_exp2_mod", "rel_bias_mod", "causal_mask", "sliding_window_mask", "prefix_lm_mask",
            "document_mask", "apply_score_mod", "mask_mod_keep", "dense_mask", "block_sparse_tensors",
            "check_block_sparse", "check_mod"]
