@@ -91,6 +91,7 @@ class Flex:
     aux_tensors: tuple | None = None
     aux_scalars: tuple | None = None
     block_sparse: BlockSparse | None = None
+    score_mod_bwd: object = None
 
 
 # ---------------------------------------------------------------------------------------------- fp32 helpers
@@ -173,6 +174,40 @@ def softcap_mod(softcap: float):
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return _scoremod.softcap_of(score, softcap=softcap, arch=_ARCH.get())
     return _name(mod, f"softcap_mod({softcap})")
+
+
+def softcap_mod_bwd(softcap: float):
+    """The soft cap's score_mod_bwd (``utils.create_softcap_scoremod_bwd``): ``grad * (1 - t * t)`` with
+    ``t = tanh.approx(score / softcap)``, ``1 - t * t`` one FFMA.
+
+    Examples
+    --------
+    >>> m = softcap_mod_bwd(30.0)
+    >>> float(m(np.float32([[2.0]]), np.float32([[0.0]]), 0, 0, q_idx=0, kv_idx=0, seqlen_info=None,
+    ...         aux_tensors=())[0, 0])
+    2.0
+    """
+    if not (isinstance(softcap, (int, float)) and softcap > 0):
+        raise ValueError(f"softcap must be a float > 0, got {softcap!r}")
+
+    def mod_bwd(grad, score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
+        return _scoremod.softcap_grad_of(grad, score, softcap=softcap, arch=_ARCH.get())
+    return _name(mod_bwd, f"softcap_mod_bwd({softcap})")
+
+
+def passthrough_bwd():
+    """The score_mod_bwd of an additive mod (score + bias, ALiBi, relative bias): d(score + bias)/d score = 1, the
+    gradient passes through unchanged.
+
+    Examples
+    --------
+    >>> passthrough_bwd()(np.float32([[3.0]]), None, 0, 0, q_idx=0, kv_idx=0, seqlen_info=None,
+    ...                   aux_tensors=()).tolist()
+    [[3.0]]
+    """
+    def mod_bwd(grad, score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
+        return grad
+    return _name(mod_bwd, "passthrough_bwd()")
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -390,6 +425,57 @@ def apply_score_mod(acc, flex: Flex, *, softmax_scale, batch: int, heads, q_idx,
     return out
 
 
+def apply_score_mod_bwd(grad, acc, flex: Flex, *, softmax_scale, batch: int, heads, q_idx, kv_idx,
+                        seqinfo: SeqlenInfo, arch) -> np.ndarray:
+    """The score_mod_bwd on one block of the backward (``softmax.apply_score_mod_bwd_inner``): ``mod_bwd(dS,
+    RN(acc * softmax_scale), ...)`` -> the new dS, float32 (rows, keys); indices as :func:`apply_score_mod`.
+
+    Parameters
+    ----------
+    grad : float32 (rows, keys)
+        dS = P (dP - D).
+    acc : float32 (rows, keys)
+        The block's Q K^T before the score_mod.
+    flex, softmax_scale, batch, heads, q_idx, kv_idx, seqinfo, arch
+        As :func:`apply_score_mod`.
+
+    Returns
+    -------
+    float32 array (rows, keys)
+
+    Examples
+    --------
+    >>> fl = Flex(score_mod_bwd=passthrough_bwd())
+    >>> apply_score_mod_bwd(np.float32([[1.5]]), np.float32([[2.0]]), fl, softmax_scale=np.float32(1), batch=0,
+    ...                     heads=np.array([0]), q_idx=np.array([0]), kv_idx=np.array([0]),
+    ...                     seqinfo=SeqlenInfo(1, 1), arch="sm90").tolist()
+    [[1.5]]
+    """
+    acc = f32(acc)
+    with np.errstate(over="ignore", invalid="ignore"):
+        score = (acc * np.float32(softmax_scale)).astype(np.float32)
+    aux = flex.aux_tensors
+    r, n = acc.shape
+    kwargs = {"q_idx": _wrap(np.asarray(q_idx, np.int32)[:, None], seqinfo.seqlen_q, aux),
+              "kv_idx": _wrap(np.asarray(kv_idx, np.int32)[None, :], seqinfo.seqlen_k, aux),
+              "seqlen_info": seqinfo, "aux_tensors": () if aux is None else list(aux)}
+    if flex.aux_scalars is not None:
+        kwargs["aux_scalars"] = flex.aux_scalars
+    token = _ARCH.set(arch)
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            out = _call(flex.score_mod_bwd, "score_mod_bwd",
+                        (f32(grad), score, np.full((r, 1), batch, np.int32), np.asarray(heads, np.int32)[:, None]),
+                        kwargs)
+    finally:
+        _ARCH.reset(token)
+    out = np.asarray(out)
+    if out.dtype != np.float32 or out.shape != (r, n):
+        raise TypeError(f"score_mod_bwd must return float32 gradients of shape {(r, n)}, got dtype {out.dtype} "
+                        f"shape {out.shape}")
+    return out
+
+
 def mask_mod_keep(flex: Flex, *, batch: int, heads, q_idx, kv_idx, seqinfo: SeqlenInfo, wrap: bool,
                   arch="sm90") -> np.ndarray:
     """The mask_mod's verdict on one block (``AttentionMask.apply_mask``'s FlexAttention branch): bool (rows,
@@ -582,6 +668,7 @@ def check_mod(fn, name: str):
 
 
 __all__ = ["SeqlenInfo", "BlockSparse", "Flex", "tanh_approx", "ex2_approx", "fma", "scaled_add", "softcap_mod",
+           "softcap_mod_bwd", "passthrough_bwd", "apply_score_mod_bwd",
            "alibi_slopes", "alibi_mod", "alibi_exp2_mod", "rel_bias_mod", "causal_mask", "sliding_window_mask", "prefix_lm_mask",
            "document_mask", "apply_score_mod", "mask_mod_keep", "dense_mask", "block_sparse_tensors",
            "check_block_sparse", "check_mod"]

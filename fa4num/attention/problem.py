@@ -461,7 +461,7 @@ def plan(q, k, v, *, softmax_scale=None, causal=False, kernel=DEFAULT_KERNEL, so
          max_seqlen_k=None, num_splits=1, q_descale=None, k_descale=None, v_descale=None, page_table=None,
          seqused_q=None, seqused_k=None, seqlen_k_per_split=None, nonfinite="propagate", mode="bitexact",
          score_mod=None, mask_mod=None, aux_tensors=None, aux_scalars=None, block_sparse_tensors=None,
-         **options) -> Problem:
+         score_mod_bwd=None, **options) -> Problem:
     """Check FA4's arguments and resolve the kernel's options: the :class:`Problem` every consumer takes.
 
     Parameters
@@ -476,9 +476,10 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     seqused_q, seqused_k, seqlen_k_per_split
         FA4's ``seqused_q/k`` (int (batch,): the rows / keys of each sequence used) and ``seqlen_k_per_split``
         (split-KV kernels: the keys of every split fixed, a multiple of tile_n).
-    score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors
+    score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd
         FlexAttention's arguments (:mod:`fa4num.attention.flex`, docs/flex.md): Python callables with FA4's
-        calling convention, their side inputs, FA4's block-sparse tensors.
+        calling convention, their side inputs, FA4's block-sparse tensors, the score_mod's derivative for the
+        backward.
     mode : {"bitexact", "statistical"}
         "statistical": fp32 BLAS GEMMs and numpy's libm for the MUFU functions (fast, not bit-exact); the
         defaults of the ``gemm`` and ``mufu_arch`` knobs.
@@ -554,7 +555,8 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     _masking.check_window_range(window, seqlen_q=longest_q, seqlen_k=longest_k)
     if pack_gqa is not None and not _is_bool(pack_gqa):
         raise TypeError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
-    flex = _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, softcap=softcap,
+    flex = _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd,
+                       softcap=softcap,
                        window=window, batch=batch, heads=h, seqlen_q=longest_q, seqlen_k=longest_k,
                        varlen=cu_q is not None or cu_k is not None or lay.seqused_q is not None
                        or lay.seqused_k is not None, sink=sink, num_splits=num_splits)
@@ -584,13 +586,16 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     return replace(problem, opts=opts, num_splits=splits)
 
 
-def _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, *, softcap, window, batch,
-                heads, seqlen_q, seqlen_k, varlen, sink, num_splits):
+def _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd, *, softcap,
+                window, batch, heads, seqlen_q, seqlen_k, varlen, sink, num_splits):
     """The FlexAttention arguments as a :class:`fa4num.attention.flex.Flex` (None without any); ValueError
     naming the argument for what FA4 refuses or fa4num does not model."""
-    if all(x is None for x in (score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors)):
+    if all(x is None for x in (score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd)):
         return None
     score_mod = _flex.check_mod(score_mod, "score_mod")
+    score_mod_bwd = _flex.check_mod(score_mod_bwd, "score_mod_bwd")
+    if score_mod_bwd is not None and score_mod is None:
+        raise ValueError("score_mod_bwd needs a score_mod (it is the score_mod's derivative)")
     mask_mod = _flex.check_mod(mask_mod, "mask_mod")
     if score_mod is not None and softcap:
         raise ValueError("softcap and score_mod cannot be used together (FA4 asserts this); express the cap in "
@@ -616,7 +621,7 @@ def _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tens
                 raise ValueError(f"block_sparse_tensors with {why} is not modelled by fa4num")
         sparse = _flex.check_block_sparse(block_sparse_tensors, batch=batch, heads=heads, seqlen_q=seqlen_q,
                                           seqlen_k=seqlen_k)
-    return _flex.Flex(score_mod, mask_mod, aux_tensors, aux_scalars, sparse)
+    return _flex.Flex(score_mod, mask_mod, aux_tensors, aux_scalars, sparse, score_mod_bwd)
 
 
 def _check_sparse_tiles(sparse, opts, kern):
