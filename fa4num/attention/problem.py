@@ -449,6 +449,24 @@ class Problem:
         """The scale as the kernel's Float32 argument."""
         return np.float32(self.softmax_scale)
 
+    def flex_args(self) -> list:
+        """The FlexAttention arguments this call sets (``score_mod``, ``mask_mod``, ``block_sparse_tensors``,
+        ...), empty without any."""
+        fl = self.flex
+        if fl is None:
+            return []
+        return [n for n, x in (("score_mod", fl.score_mod), ("mask_mod", fl.mask_mod),
+                               ("block_sparse_tensors", fl.block_sparse), ("aux_tensors", fl.aux_tensors),
+                               ("aux_scalars", fl.aux_scalars), ("score_mod_bwd", fl.score_mod_bwd)) if x is not None]
+
+    def refuse_flex(self, who: str) -> None:
+        """ValueError naming the FlexAttention arguments that ``who`` does not model (a consumer that would
+        otherwise compute the call without them); nothing without any."""
+        names = self.flex_args()
+        if names:
+            raise ValueError(f"{'/'.join(names)}: {who} does not model FlexAttention's score_mod / mask_mod / "
+                             "block sparsity; use fa4num.attention.forward (and backward)")
+
     def sequences(self, q, k, v) -> list:
         """:func:`sequences` of other arrays of this problem's shapes (e.g. the numpy copy of torch inputs)."""
         return sequences(q, k, v, batch=self.batch, cu_seqlens_q=self.cu_seqlens_q,
