@@ -526,6 +526,50 @@ def mask_mod_keep(flex: Flex, *, batch: int, heads, q_idx, kv_idx, seqinfo: Seql
                          f"{out.shape}") from None
 
 
+def block_keep(flex: Flex, *, window, cols, seqlen_masked: bool, use_mod: bool, batch: int, heads, q_idx,
+               seqlen_q: int, seqlen_k: int, seqinfo: SeqlenInfo, arch="sm90") -> np.ndarray:
+    """Which entries of one visited KV block the kernel keeps (``mask.py`` ``AttentionMask.apply_mask``): without
+    a mask_mod or sparse tensors FA4's seqlen / causal / window mask (:func:`fa4num.attention.masking.visible`,
+    the same bits on every block); else keys >= seqlen_k only when the block is visited with seqlen masking, and
+    the mask_mod on the blocks that take it (the dense path's, a sparse call's mask blocks).
+
+    Parameters
+    ----------
+    flex : Flex or None
+    window : fa4num.attention.masking.Window
+    cols : int array (keys,)
+        The block's key indices.
+    seqlen_masked, use_mod : bool
+        The visit's flags (:func:`fa4num.attention.schedule.flex_visits`).
+    batch, heads, q_idx, seqinfo, arch
+        As :func:`mask_mod_keep`.
+    seqlen_q, seqlen_k : int
+
+    Returns
+    -------
+    bool array (rows, keys)
+
+    Examples
+    --------
+    >>> from fa4num.attention.masking import resolve_window
+    >>> block_keep(Flex(mask_mod=causal_mask()), window=resolve_window(False), cols=np.arange(3), seqlen_masked=True,
+    ...            use_mod=True, batch=0, heads=np.array([0]), q_idx=np.array([0]), seqlen_q=2, seqlen_k=2,
+    ...            seqinfo=SeqlenInfo(2, 2)).tolist()
+    [[True, False, False]]
+    """
+    from .masking import visible
+    cols = np.asarray(cols)
+    if flex is None or (flex.mask_mod is None and flex.block_sparse is None):
+        return visible(np.asarray(q_idx)[:, None], cols[None, :], seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                       window=window)
+    keep = np.broadcast_to((cols < seqlen_k)[None, :] if seqlen_masked else np.ones((1, cols.size), bool),
+                           (len(q_idx), cols.size))
+    if use_mod and flex.mask_mod is not None:
+        keep = keep & mask_mod_keep(flex, batch=batch, heads=heads, q_idx=q_idx, kv_idx=cols, seqinfo=seqinfo,
+                                    wrap=seqlen_masked, arch=arch)
+    return keep
+
+
 def dense_mask(mask_mod, *, batch: int, heads: int, seqlen_q: int, seqlen_k: int, aux_tensors=None,
                aux_scalars=None) -> np.ndarray:
     """The mask_mod on the whole (batch, heads, seqlen_q, seqlen_k) grid: bool, True = kept.
@@ -670,5 +714,5 @@ def check_mod(fn, name: str):
 __all__ = ["SeqlenInfo", "BlockSparse", "Flex", "tanh_approx", "ex2_approx", "fma", "scaled_add", "softcap_mod",
            "softcap_mod_bwd", "passthrough_bwd", "apply_score_mod_bwd",
            "alibi_slopes", "alibi_mod", "alibi_exp2_mod", "rel_bias_mod", "causal_mask", "sliding_window_mask", "prefix_lm_mask",
-           "document_mask", "apply_score_mod", "mask_mod_keep", "dense_mask", "block_sparse_tensors",
+           "document_mask", "apply_score_mod", "mask_mod_keep", "block_keep", "dense_mask", "block_sparse_tensors",
            "check_block_sparse", "check_mod"]

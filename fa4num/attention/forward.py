@@ -227,15 +227,9 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, visits, ctx, sink_rows, v_descale=1.0, 
         elif ctx.softcap:
             s = _scoremod.softcap_scores(s, softcap=ctx.softcap, softmax_scale=ctx.softmax_scale,
                                          arch=ctx.tanh_arch)
-        if fl is None or (fl.mask_mod is None and fl.block_sparse is None):
-            vis = _masking.visible(qpos[:, None], cols[None, :], seqlen_q=sq, seqlen_k=sk, window=ctx.window)
-        else:
-            # mask.py apply_mask: keys >= seqlen_k only where the block is visited with mask_seqlen, the
-            # mask_mod only on the blocks that take it (the dense path's, a sparse call's mask blocks)
-            vis = np.broadcast_to((cols < sk)[None, :] if seqlen_masked else np.ones((1, tn), bool), s.shape)
-            if use_mod and fl.mask_mod is not None:
-                vis = vis & _flex.mask_mod_keep(fl, batch=batch, heads=heads, q_idx=qpos, kv_idx=cols,
-                                                seqinfo=seqinfo, wrap=seqlen_masked, arch=ctx.tanh_arch)
+        vis = _flex.block_keep(fl, window=ctx.window, cols=cols, seqlen_masked=seqlen_masked, use_mod=use_mod,
+                               batch=batch, heads=heads, q_idx=qpos, seqlen_q=sq, seqlen_k=sk, seqinfo=seqinfo,
+                               arch=ctx.tanh_arch)
         if vis.all():
             s = np.asarray(s, np.float32)
         else:

@@ -322,6 +322,17 @@ def plan_of(problem: Problem) -> Plan:
     reasons["tile"] = f"{kern.name} tile for head dims ({problem.head_dim}, {problem.head_dim_v}) with {mask}" + (
         f", overridden by {sorted(set(problem.overrides) & {'tile_m', 'tile_n'})}"
         if set(problem.overrides) & {"tile_m", "tile_n"} else "")
+    fl = problem.flex
+    if fl is not None and fl.block_sparse is not None:
+        reasons["visits"] = ("block-sparse: each M block visits its mask blocks, then its full blocks, each list "
+                             "from its last entry to its first (block_sparse_utils.py), the mask_mod on mask blocks "
+                             "only; the dense call of the same mask_mod visits every KV block right to left with "
+                             "the mask_mod. Their bits differ where a row's nonempty blocks come in another order "
+                             "(full blocks left of a mask block: document masks), or a listed full block is not "
+                             "full; fa4num.attention.same_bits compares the two per row")
+    elif fl is not None and fl.mask_mod is not None:
+        reasons["visits"] = ("dense mask_mod: every KV block right to left with the mask_mod (causal and "
+                             "window_size do not prune blocks; FA4 drops them with a mask_mod)")
     tiles = []
     split = kern.split_kv and ns > 1
     for seq in problem.seqs:
@@ -336,9 +347,10 @@ def plan_of(problem: Problem) -> Plan:
                     r0, r1 = mb * opts.tile_m, min((mb + 1) * opts.tile_m, nrows)
                     rngs = split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=problem.window, group=ng,
                                         num_splits=ns, seqlen_k_per_split=problem.seqlen_k_per_split)
+                    visits = flex_visits(problem, mb, batch=seq.batch, head=grp[0], seqlen_q=sq, seqlen_k=sk,
+                                         group=ng)
                     tiles.append(TilePlan(seq.batch, kvh, tuple(grp), mb, (r0, r1), (r0 // ng, -(-r1 // ng)),
-                                          rngs, tuple(tuple(visit_order(lo, hi, split_kv=split))
-                                                      for lo, hi in rngs)))
+                                          rngs, tuple(tuple(n for n, _, _ in v) for v in visits)))
     return Plan(kernel=kern.name, tile_m=opts.tile_m, tile_n=opts.tile_n, q_stage=q_stage, ctas=ctas,
                 pack_gqa=bool(opts.pack_gqa), num_splits=ns, seqlen_k_per_split=problem.seqlen_k_per_split,
                 emulated_columns=cols, ex2_emu_freq=getattr(opts, "ex2_emu_freq", 0),
@@ -347,4 +359,5 @@ def plan_of(problem: Problem) -> Plan:
                 reasons=reasons, tiles=tuple(tiles))
 
 
-__all__ = ["Plan", "TilePlan", "plan_of", "head_groups", "split_ranges", "visit_order", "combine_order"]
+__all__ = ["Plan", "TilePlan", "plan_of", "head_groups", "split_ranges", "visit_order", "combine_order",
+           "sparse_visits", "flex_visits"]
