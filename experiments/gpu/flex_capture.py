@@ -188,6 +188,33 @@ def emulator_score_mod(case, *, contract=True):
     raise ValueError(f"unknown score_mod {m!r}")
 
 
+def emulator_score_mod_bwd(case):
+    """fa4num's version of the case's score_mod_bwd (the soft cap's derivative, else the additive mods' 1)."""
+    if case["score_mod"] is None:
+        return None
+    if case["score_mod"] == "softcap":
+        return flex.softcap_mod_bwd(case["params"]["cap"])
+    return flex.passthrough_bwd()
+
+
+def emulate(case, arrs, *, sparse: bool = True, contract: bool = True) -> dict:
+    """fa4num's bits for a case: out and LSE, and dq/dk/dv for a dense backward case (the block-sparse
+    backward is not modelled)."""
+    from fa4num.attention import backward, forward
+    kw = dict(softmax_scale=case["softmax_scale"], softcap=case["softcap"] or 0.0, kernel="fa4-sm90",
+              score_mod=emulator_score_mod(case, contract=contract), mask_mod=emulator_mask_mod(case),
+              aux_tensors=arrs["aux"] or None, pack_gqa=case["pack_gqa"])
+    if sparse and "bs" in arrs:
+        kw["block_sparse_tensors"] = arrs["bs"]
+    r = forward(arrs["q"], arrs["k"], arrs["v"], **kw)
+    res = {"out": r.out.view(np.uint16), "lse": r.lse}
+    if case["backward"] and "block_sparse_tensors" not in kw:
+        g = backward(arrs["q"], arrs["k"], arrs["v"], r.out, arrs["dout"], r.lse, deterministic=True,
+                     score_mod_bwd=emulator_score_mod_bwd(case), **kw)
+        res.update(dq=g.dq.view(np.uint16), dk=g.dk.view(np.uint16), dv=g.dv.view(np.uint16))
+    return res
+
+
 # ---------------------------------------------------------------------------------------------- CuTe DSL mods
 def cute_mods():
     """The CuTe DSL mods, written as upstream's tests write them; built only on the device machine."""
@@ -375,21 +402,11 @@ class GpuRunner:
 
 
 class EmulatorRunner:
-    """``--dry-run``: fa4num's emulator stands in for the kernel (forward only; the backward's arrays are the
-    forward's output bits, to exercise the bookkeeping)."""
+    """``--dry-run``: fa4num's emulator stands in for the kernel (:func:`emulate`; no gradients for the
+    block-sparse backward cases, which fa4num does not model)."""
 
     def run(self, case, arrs, *, sparse: bool = True) -> dict:
-        from fa4num.attention import forward
-        kw = dict(softmax_scale=case["softmax_scale"], softcap=case["softcap"] or 0.0, kernel="fa4-sm90",
-                  score_mod=emulator_score_mod(case), mask_mod=emulator_mask_mod(case),
-                  aux_tensors=arrs["aux"] or None, pack_gqa=case["pack_gqa"])
-        if sparse and "bs" in arrs:
-            kw["block_sparse_tensors"] = arrs["bs"]
-        r = forward(arrs["q"], arrs["k"], arrs["v"], **kw)
-        res = {"out": r.out.view(np.uint16), "lse": r.lse}
-        if case["backward"]:
-            res.update(dq=res["out"], dk=res["out"], dv=res["out"])
-        return res
+        return emulate(case, arrs, sparse=sparse)
 
 
 def _same(a: dict, b: dict) -> bool:

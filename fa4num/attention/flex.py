@@ -165,7 +165,7 @@ def softcap_mod(softcap: float):
     Examples
     --------
     >>> m = softcap_mod(30.0)
-    >>> float(m(np.float32([[0.0]]), 0, 0, q_idx=0, kv_idx=0, seqlen_info=None, aux_tensors=()))
+    >>> float(m(np.float32([[0.0]]), 0, 0, q_idx=0, kv_idx=0, seqlen_info=None, aux_tensors=())[0, 0])
     0.0
     """
     if not (isinstance(softcap, (int, float)) and softcap > 0):
@@ -648,8 +648,13 @@ def block_sparse_tensors(mask_mod, *, batch: int, heads: int, seqlen_q: int, seq
     return out
 
 
+ARRAY_FIELDS = ("mask_block_cnt", "mask_block_idx", "full_block_cnt", "full_block_idx")
+UNMODELLED_FIELDS = ("cu_total_m_blocks", "cu_block_idx_offsets", "dq_write_order", "dq_write_order_full")
+
+
 def check_block_sparse(tensors, *, batch: int, heads: int, seqlen_q: int, seqlen_k: int) -> BlockSparse:
-    """``block_sparse_tensors`` (FA4's ``BlockSparseTensorsTorch``, or the dict of :func:`block_sparse_tensors`)
+    """``block_sparse_tensors`` (FA4's ``BlockSparseTensorsTorch`` or a dict with its fields, the
+    :data:`ARRAY_FIELDS` as numpy arrays: :func:`fa4num.attention.plan` copies torch tensors to the host first)
     as a :class:`BlockSparse`; ValueError naming ``block_sparse_tensors`` for a missing block size, wrong shapes
     or indices out of range.
 
@@ -659,9 +664,8 @@ def check_block_sparse(tensors, *, batch: int, heads: int, seqlen_q: int, seqlen
     >>> check_block_sparse(t, batch=1, heads=1, seqlen_q=128, seqlen_k=128).block_size
     (128, 128)
     """
-    from .problem import plain
     get = tensors.get if isinstance(tensors, dict) else (lambda n, d=None: getattr(tensors, n, d))
-    for extra in ("cu_total_m_blocks", "cu_block_idx_offsets", "dq_write_order", "dq_write_order_full"):
+    for extra in UNMODELLED_FIELDS:
         if get(extra, None) is not None:
             raise ValueError(f"block_sparse_tensors.{extra} is not modelled by fa4num (varlen / backward block "
                              "sparsity); pass the fixed-length fields only")
@@ -673,7 +677,7 @@ def check_block_sparse(tensors, *, batch: int, heads: int, seqlen_q: int, seqlen
     nm, nn = -(-seqlen_q // bq), -(-seqlen_k // bk)
     arrs = {}
     for name in ("mask_block_cnt", "mask_block_idx", "full_block_cnt", "full_block_idx"):
-        a = plain(get(name, None))
+        a = get(name, None)
         arrs[name] = None if a is None else np.asarray(a)
     if arrs["mask_block_cnt"] is None or arrs["mask_block_idx"] is None:
         raise ValueError("block_sparse_tensors needs mask_block_cnt and mask_block_idx")
@@ -715,4 +719,4 @@ __all__ = ["SeqlenInfo", "BlockSparse", "Flex", "tanh_approx", "ex2_approx", "fm
            "softcap_mod_bwd", "passthrough_bwd", "apply_score_mod_bwd",
            "alibi_slopes", "alibi_mod", "alibi_exp2_mod", "rel_bias_mod", "causal_mask", "sliding_window_mask", "prefix_lm_mask",
            "document_mask", "apply_score_mod", "mask_mod_keep", "block_keep", "dense_mask", "block_sparse_tensors",
-           "check_block_sparse", "check_mod"]
+           "check_block_sparse", "check_mod", "ARRAY_FIELDS", "UNMODELLED_FIELDS"]

@@ -637,8 +637,11 @@ def _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tens
                          (sink is not None, "learnable_sink"), (num_splits != 1, "num_splits != 1")):
             if bad:
                 raise ValueError(f"block_sparse_tensors with {why} is not modelled by fa4num")
-        sparse = _flex.check_block_sparse(block_sparse_tensors, batch=batch, heads=heads, seqlen_q=seqlen_q,
-                                          seqlen_k=seqlen_k)
+        get = block_sparse_tensors.get if isinstance(block_sparse_tensors, dict) else \
+            (lambda n, d=None: getattr(block_sparse_tensors, n, d))
+        host = {n: get(n, None) for n in ("block_size", *_flex.UNMODELLED_FIELDS)}
+        host.update({n: plain(get(n, None)) for n in _flex.ARRAY_FIELDS})
+        sparse = _flex.check_block_sparse(host, batch=batch, heads=heads, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
     return _flex.Flex(score_mod, mask_mod, aux_tensors, aux_scalars, sparse, score_mod_bwd)
 
 

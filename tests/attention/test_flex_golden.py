@@ -15,8 +15,6 @@ import sys
 import numpy as np
 import pytest
 
-from fa4num.attention import forward
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "attention" / "fa4_sm90_flex_h200.npz"
 
@@ -38,18 +36,9 @@ def _records(path=GOLDEN):
     return [r for r in cap.read(path)[1]["cases"] if "error" not in r]
 
 
-def _emulate(case, arrs, *, sparse=True, contract=True):
-    kw = dict(softmax_scale=case["softmax_scale"], softcap=case["softcap"] or 0.0, kernel="fa4-sm90",
-              score_mod=cap.emulator_score_mod(case, contract=contract), mask_mod=cap.emulator_mask_mod(case),
-              aux_tensors=arrs["aux"] or None, pack_gqa=case["pack_gqa"])
-    if sparse and "bs" in arrs:
-        kw["block_sparse_tensors"] = arrs["bs"]
-    r = forward(arrs["q"], arrs["k"], arrs["v"], **kw)
-    return {"out": r.out.view(np.uint16), "lse": r.lse}
-
-
 def check_case(rec, arrays):
-    """Assert one captured case: inputs, the emulator's forward bits, and for sparse cases the dense twin."""
+    """Assert one captured case: inputs, the emulator's forward bits, for dense backward cases dq, dk, dv (the
+    block-sparse backward is not modelled: its forward is checked), and for sparse cases the dense twin."""
     case, name = rec["case"], rec["case"]["name"]
     arrs = cap.case_inputs(case)
     assert cap._sha(*(arrs[n] for n in ("q", "k", "v", "dout") if n in arrs)) == rec["input_sha256"], \
@@ -59,7 +48,7 @@ def check_case(rec, arrays):
     for f in ("mask_block_cnt", "mask_block_idx", "full_block_cnt", "full_block_idx"):
         if "bs" in arrs:
             assert np.array_equal(arrs["bs"][f], arrays[f"{name}.bs.{f}"]), f"{name}: block-sparse {f} differs"
-    got = _emulate(case, arrs)
+    got = cap.emulate(case, arrs)
     want = rec["sha256"]
     ok = cap._sha(got["out"]) == want["out"] and cap._sha(got["lse"]) == want["lse"]
     if not ok:
@@ -68,13 +57,18 @@ def check_case(rec, arrays):
         rows_bad = int((got["out"][:, idx] != arrays[f"{name}.out_rows"]).sum())
         hint = ""
         if case["score_mod"] in ("rel_bias", "rel_bias_clamped", "alibi_aux", "alibi_exp2"):
-            alt = _emulate(case, arrs, contract=False)
+            alt = cap.emulate(case, arrs, contract=False)
             if cap._sha(alt["out"]) == want["out"] and cap._sha(alt["lse"]) == want["lse"]:
                 hint = "; with contract=False (no FFMA of the bias add with the scale multiply) the bits match"
         pytest.fail(f"{name}: {lse_bad}/{got['lse'].size} LSE values and {rows_bad} sampled output elements "
                     f"differ; digest of all outputs differs{hint}")
+    for g in ("dq", "dk", "dv"):
+        if g in got:
+            if cap._sha(got[g]) != want[g]:
+                bad = int((got[g][:, cap.sample_index(got[g].shape[1])] != arrays[f"{name}.{g}_rows"]).sum())
+                pytest.fail(f"{name}: {g} differs ({bad} sampled elements)")
     if "equal_to_dense" in rec:
-        dense = _emulate(case, arrs, sparse=False)
+        dense = cap.emulate(case, arrs, sparse=False)
         assert cap._sha(dense["out"]) == rec["twin_sha256"]["out"], f"{name}: the dense twin's bits differ"
         same = cap._same(got, dense)
         assert same == rec["equal_to_dense"], (f"{name}: on the H200 sparse == dense is {rec['equal_to_dense']}, "
