@@ -355,8 +355,9 @@ class GpuRunner:
     def __init__(self):
         import torch
         from flash_attn.cute import flash_attn_func
-        from flash_attn.cute.block_sparsity import BlockSparseTensorsTorch
+        from flash_attn.cute.block_sparsity import BlockSparseTensorsTorch, compute_dq_write_order
         self.torch, self.fn, self.BS = torch, flash_attn_func, BlockSparseTensorsTorch
+        self.dq_write_order = compute_dq_write_order
         self.score, self.mask = cute_mods()
 
     def _t(self, a):
@@ -368,12 +369,21 @@ class GpuRunner:
     def _bits(self, t):
         return t.detach().contiguous().view(self.torch.int16).cpu().numpy().view(np.uint16)
 
-    def _bs(self, d):
+    def _bs(self, d, fwd=None):
+        """FA4's BlockSparseTensorsTorch of a dict; ``fwd``: the forward's dict, for the backward's tensors,
+        which the deterministic backward needs with their dQ write order (``compute_dq_write_order``, spt off:
+        the mask_mod call is neither causal nor local)."""
         if d is None:
             return None
-        return self.BS(mask_block_cnt=self._t(d["mask_block_cnt"]), mask_block_idx=self._t(d["mask_block_idx"]),
-                       full_block_cnt=self._t(d["full_block_cnt"]), full_block_idx=self._t(d["full_block_idx"]),
-                       block_size=tuple(d["block_size"]))
+        t = {n: self._t(d[n]) for n in ("mask_block_cnt", "mask_block_idx", "full_block_cnt", "full_block_idx")}
+        extra = {}
+        if fwd is not None:
+            f = {n: self._t(fwd[n]) for n in t}
+            order, order_full = self.dq_write_order(
+                f["mask_block_cnt"], f["mask_block_idx"], f["full_block_cnt"], f["full_block_idx"],
+                t["mask_block_cnt"], t["mask_block_idx"], t["full_block_cnt"], t["full_block_idx"], spt=False)
+            extra = dict(dq_write_order=order, dq_write_order_full=order_full, spt=False)
+        return self.BS(**t, block_size=tuple(d["block_size"]), **extra)
 
     def run(self, case, arrs, *, sparse: bool = True) -> dict:
         torch = self.torch
@@ -391,7 +401,7 @@ class GpuRunner:
             kw["pack_gqa"] = case["pack_gqa"]
         if sparse and "bs" in arrs:
             kw["block_sparse_tensors"] = self._bs(arrs["bs"])
-            kw["block_sparse_tensors_bwd"] = self._bs(arrs.get("bs_bwd"))
+            kw["block_sparse_tensors_bwd"] = self._bs(arrs.get("bs_bwd"), fwd=arrs["bs"])
         o, lse = self.fn(q, k, v, **kw)
         res = {"out": self._bits(o), "lse": lse.detach().float().cpu().numpy()}
         if grad:
