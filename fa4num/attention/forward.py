@@ -448,6 +448,11 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
         length pages_per_seq * page_size.
     nonfinite : {"propagate", "raise"}
         "propagate" (default): NaN/inf in q/k/v give the kernel's bits; "raise": ValueError naming the input.
+    score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors : optional
+        FlexAttention's arguments (:mod:`fa4num.attention.flex`, docs/flex.md): callables with FA4's calling
+        convention evaluated in fp32 where FA4 applies them (the score_mod on ``RN(S * scale)``, then the
+        mask), their side inputs, and FA4's block-sparse tensors (mask blocks, then full blocks, each list
+        right to left).
     **options
         ``mode`` = "bitexact" (default) or "statistical" (fp32 GEMMs through torch; numpy
         exp2/rcp/log2); kernel knobs (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``;
