@@ -65,6 +65,7 @@ from fa4num.hw.mma import mma_chain
 from fa4num.softmax import scoremod
 
 from . import config, masking
+from . import flex as _flex
 from .kernels import BwdTile, sm90_bwd_tile, sm100_bwd_tile
 from .problem import NP_DTYPES, Problem, check_bool, check_lse, given_or_plan, to_numpy
 
@@ -118,6 +119,7 @@ class _Run:
     spt: bool                  # dQ adds in decreasing n (deterministic and causal/local)
     dq_order: tuple | None     # an explicit order of the KV blocks' dQ adds (studies of deterministic=False)
     softcap: float             # 0: no score_mod
+    flex: object = None        # fa4num.attention.flex.Flex (score_mod / score_mod_bwd / mask_mod) or None
 
 
 def _ex2(x, arch):
@@ -269,8 +271,9 @@ def _gemm(a, b, run, c=None):
     return mma_chain(_pad16(a, 1), _pad16(b, 1), c, model=run.gemm, arch=run.arch)
 
 
-def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
-    """One sequence (all heads). qs (sq, h, d), ks/vs (sk, hk, d), lses (h, sq).
+def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offsets=(0, 0)):
+    """One sequence (all heads). qs (sq, h, d), ks/vs (sk, hk, d), lses (h, sq); ``batch`` and ``offsets``
+    (varlen starts) are what a score_mod / mask_mod sees.
     Returns dq, dk, dv (fp32 before the final conversion) and per-row/key stats."""
     sq, h, d = qs.shape
     sk, hk, dv_dim = vs.shape
@@ -294,6 +297,8 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
         if sorted(run.dq_order) != list(range(nblk)):
             raise ValueError(f"dq_order must be a permutation of range({nblk}) (the KV blocks), got {run.dq_order}")
         order = run.dq_order
+    fl = run.flex
+    seqinfo = _flex.SeqlenInfo(sq, sk, *offsets)
     with np.errstate(invalid="ignore", over="ignore"):
         for hh in range(h):
             kh = hh // g
@@ -322,16 +327,27 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
                 st["q_blocks"][hh, c0:c1] = m1 - m0
                 s = _gemm(qh[r0:r1], kb, run)
                 s_pre = s
-                if run.softcap:
+                # what a mod sees of this block (flash_bwd_sm90.py apply_score_mod / apply_mask: every block
+                # is masked with mask_seqlen=True, so indices wrap with aux tensors)
+                idx = dict(batch=batch, heads=np.full(r1 - r0, hh), q_idx=np.arange(r0, r1),
+                           kv_idx=np.arange(c0, c0 + tn), seqinfo=seqinfo)
+                if fl is not None and fl.score_mod is not None:
+                    s = _flex.apply_score_mod(s, fl, softmax_scale=run.scale, arch=run.mufu_arch, **idx)
+                elif run.softcap:
                     s = scoremod.softcap_scores(s, softcap=run.softcap, softmax_scale=run.scale,
                                                 arch=run.mufu_arch)
                 vis = masking.visible(np.arange(r0, r1)[:, None], np.arange(c0, c0 + tn)[None, :],
                                       seqlen_q=sq, seqlen_k=sk, window=run.window)
+                if fl is not None and fl.mask_mod is not None:
+                    vis = vis & _flex.mask_mod_keep(fl, wrap=True, arch=run.mufu_arch, **idx)
                 s = np.where(vis, s, np.float32(-np.inf))
                 p = _ex2(_ffma(s, run.scale_log2, -l2[r0:r1, None]), run.mufu_arch)
                 dp = _gemm(doh[r0:r1], vb, run)
                 ds = (p * (dp - dpsum[r0:r1, None])).astype(np.float32)
-                if run.softcap:
+                if fl is not None and fl.score_mod is not None:
+                    ds = _flex.apply_score_mod_bwd(ds, s_pre, fl, softmax_scale=run.scale, arch=run.mufu_arch,
+                                                   **idx)
+                elif run.softcap:
                     ds = scoremod.softcap_grad(ds, s_pre, softcap=run.softcap, softmax_scale=run.scale,
                                                arch=run.mufu_arch)
                 pq = p.astype(run.dt)
@@ -355,6 +371,27 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
     if g > 1:
         dk *= run.scale
     return dq, dk, dv, st
+
+
+def _check_flex_backward(problem: Problem):
+    """The problem's FlexAttention arguments for the backward, or None; ValueError naming the argument for what
+    the emulated backward does not model (``flash_bwd_sm90.py``'s mod path is emulated; the rest is refused)."""
+    fl = problem.flex
+    if fl is None:
+        return None
+    if fl.block_sparse is not None:
+        raise ValueError("block_sparse_tensors: the block-sparse backward (block_sparse_tensors_bwd, its query-block "
+                         "order) is not modelled by fa4num; run the backward of the dense call with the same mask_mod")
+    if (fl.score_mod is not None or fl.mask_mod is not None) and not problem.kernel.name.endswith("sm90"):
+        raise ValueError(f"score_mod/mask_mod in the backward are modelled for kernel='fa4-sm90' only, not "
+                         f"{problem.kernel.name!r}")
+    if fl.score_mod is not None and fl.score_mod_bwd is None:
+        raise ValueError("score_mod_bwd is required with a score_mod for the backward (FA4 asserts this)")
+    if fl.score_mod is not None and problem.qhead_per_kvhead > 1:
+        # flash_bwd_sm90.py passes qhead_per_kvhead to the score_mod's index math on unpacked query rows
+        raise ValueError("score_mod with GQA/MQA (heads != heads_kv) in the backward is not modelled by fa4num "
+                         "(FA4 b36's SM90 backward maps its indices as if the rows were packed)")
+    return fl
 
 
 def _validate(problem: Problem, oa, doa, lse) -> np.ndarray:
@@ -473,12 +510,15 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     s32 = problem.softmax_scale_f32
     # with a score_mod the kernel keeps softmax_scale apart and exponentiates with LOG2_E alone
     # (utils.compute_softmax_scale_log2 / flash_bwd_sm90.py __call__)
-    sl2 = scoremod.SCALE_LOG2_WITH_SCOREMOD if softcap else np.float32(s32 * LOG2_E_F32)
+    fl = _check_flex_backward(problem)
+    sl2 = scoremod.SCALE_LOG2_WITH_SCOREMOD if softcap or (fl is not None and fl.score_mod is not None) \
+        else np.float32(s32 * LOG2_E_F32)
     # the gemm option names the tensor-core model; the accumulator is always the kernel's own
     gemm = config.GEMM_IMPL[opts.gemm][0]
     mufu_arch = opts.mufu_arch
     run = _Run(tile=tile, arch=kern.accumulator, window=window, scale=s32, scale_log2=sl2, dt=qa.dtype, gemm=gemm,
-               mufu_arch=mufu_arch, spt=bool(deterministic and window.masked), dq_order=dq_order, softcap=softcap)
+               mufu_arch=mufu_arch, spt=bool(deterministic and window.masked), dq_order=dq_order, softcap=softcap,
+               flex=fl)
     varlen = problem.varlen
     sink = problem.sink
 
@@ -492,8 +532,9 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
         stats = {n: np.zeros((h, qa.shape[0]), t) for n, t in
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((h, ka.shape[0]), np.int32)
-        for sqs, sks in seqs:
-            r = _one_sequence(qa[sqs], ka[sks], va[sks], oa[sqs], doa[sqs], lsea[:, sqs], run)
+        for i, (sqs, sks) in enumerate(seqs):
+            r = _one_sequence(qa[sqs], ka[sks], va[sks], oa[sqs], doa[sqs], lsea[:, sqs], run, batch=i,
+                              offsets=(int(cq[i]), int(ck[i])))
             dq[sqs], dk[sks], dv[sks] = r[0], r[1], r[2]
             for n, a in r[3].items():
                 stats[n][:, sks if n == "q_blocks" else sqs] = a
@@ -504,7 +545,7 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((b, h, sk), np.int32)
         for bi in range(b):
-            r = _one_sequence(qa[bi], ka[bi], va[bi], oa[bi], doa[bi], lsea[bi], run)
+            r = _one_sequence(qa[bi], ka[bi], va[bi], oa[bi], doa[bi], lsea[bi], run, batch=bi)
             dq[bi], dk[bi], dv[bi] = r[0], r[1], r[2]
             for n, a in r[3].items():
                 stats[n][bi] = a

@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass, field, fields
 import ml_dtypes
 import numpy as np
 
+from . import flex as _flex
 from . import masking as _masking
 from .forward import forward
 from .problem import NP_DTYPES, Problem, plan
-from .schedule import plan_of
+from .schedule import flex_visits, plan_of
 
 # the options fields that only set how rows are tiled: their effect on a row's bits is in its visiting order
 _TILING = frozenset({"tile_m", "pack_gqa", "use_2cta_instrs", "num_splits"})
@@ -292,8 +293,13 @@ def _bits_key(problem: Problem, seq: int, head: int) -> dict:
     numeric knobs of the options, the head's sink and the descales of its KV head."""
     kvh = head // problem.qhead_per_kvhead
     opts = {f.name: getattr(problem.opts, f.name) for f in fields(problem.opts) if f.name not in _TILING}
+    fl = problem.flex
+    mods = {"score_mod": None if fl is None else fl.score_mod, "mask_mod": None if fl is None else fl.mask_mod,
+            "aux": None if fl is None or fl.aux_tensors is None else tuple(np.ascontiguousarray(a).tobytes()
+                                                                          for a in fl.aux_tensors),
+            "aux_scalars": None if fl is None else fl.aux_scalars}
     return {"kernel": problem.kernel.name, "dtype": problem.dtype, "softmax_scale": problem.softmax_scale,
-            "softcap": problem.softcap, **opts,
+            "softcap": problem.softcap, **opts, **mods,
             "sink": None if problem.sink is None else float(problem.sink[head]),
             "descales": tuple(float(x[seq, kvh]) for x in (problem.q_descale, problem.k_descale, problem.v_descale))}
 
@@ -301,8 +307,34 @@ def _bits_key(problem: Problem, seq: int, head: int) -> dict:
 def _row_key(plan, problem, seq, query, head) -> dict:
     t = plan.tile_of(seq, query, head)
     key = {"visits": t.visits, "combine": plan.combine}
+    if problem.flex is not None and (problem.flex.mask_mod is not None or problem.flex.block_sparse is not None):
+        key["visits"] = _row_visits(problem, t, seq, query, head)
     key.update(_bits_key(problem, seq, head))
     return key
+
+
+def _row_visits(problem, tile, seq, query, head) -> tuple:
+    """A masked call's visiting order as one row sees it: the blocks where the row keeps a key, in order, each
+    with the keys it keeps (blocks it sees none of add nothing to its O and row sum: a sparse call that skips
+    them and a dense call that masks them give the row the same bits when the rest agrees)."""
+    s = problem.seqs[seq]
+    sq, sk = s.q.shape[0], s.k.shape[0]
+    fl, tn = problem.flex, problem.opts.tile_n
+    info = _flex.SeqlenInfo(sq, sk, 0 if problem.cu_seqlens_q is None else int(problem.cu_seqlens_q[seq]),
+                            0 if problem.cu_seqlens_k is None else int(problem.cu_seqlens_k[seq]))
+    out = []
+    for split in flex_visits(problem, tile.m_block, batch=s.batch, head=head, seqlen_q=sq, seqlen_k=sk,
+                             group=len(tile.heads)):
+        row = []
+        for n, use_mod, seqlen_masked in split:
+            keep = _flex.block_keep(fl, window=problem.window, cols=n * tn + np.arange(tn),
+                                    seqlen_masked=seqlen_masked, use_mod=use_mod, batch=s.batch,
+                                    heads=np.array([head]), q_idx=np.array([query]), seqlen_q=sq, seqlen_k=sk,
+                                    seqinfo=info, arch=problem.opts.mufu_arch)[0]
+            if keep.any():
+                row.append((n, np.packbits(keep).tobytes()))
+        out.append(tuple(row))
+    return tuple(out)
 
 
 def same_bits(call_a: Problem, call_b: Problem, *, rows=None, outputs=None) -> SameBits:

@@ -43,6 +43,27 @@ def sm90_tile(head_dim: int, causal: bool, *, local: bool = False, head_dim_v: i
     return 128, 64 if local else 80
 
 
+def sm90_fit_block_sparse(tile_m: int, tile_n: int, *, head_dim: int, block_size: tuple) -> tuple[int, int]:
+    """The SM90 tile with block-sparse tensors of ``block_size`` (``interface.py`` ``_tile_size_fwd_sm90`` with
+    ``sparse_block_size_q``, then ``_fit_sm90_fwd_tile_to_block_sparsity``): head dims <= 96 fall back to 128
+    rows unless the sparse query block is a multiple of 192; then 64 rows if the query block is not a multiple of
+    the tile but of 64, and tile_n shrinks to a smaller KV block that is a multiple of 16.
+
+    Examples
+    --------
+    >>> sm90_fit_block_sparse(192, 128, head_dim=64, block_size=(128, 128)), sm90_fit_block_sparse(128, 128, head_dim=128, block_size=(64, 64))
+    ((128, 128), (64, 64))
+    """
+    bq, bk = block_size
+    if head_dim <= 96 and bq % 192:
+        tile_m, tile_n = 128, 128
+    if bq % tile_m and bq % 64 == 0:
+        tile_m = 64
+    if bk < tile_n and bk % 16 == 0:
+        tile_n = bk
+    return tile_m, tile_n
+
+
 def sm100_pack_gqa(*, qhead_per_kvhead: int, head_dim: int, head_dim_v: int, max_seqlen_q: int, num_splits: int,
                    batch: int, heads: int, num_sms: int = NUM_SMS_SM100, seqused_q: bool = False) -> bool:
     """FA4's SM100 pack_gqa when the caller passes None (``interface.py`` ``_flash_attn_fwd``, b36 ~lines

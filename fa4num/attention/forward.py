@@ -31,9 +31,10 @@ from fa4num.softmax import scoremod as _scoremod
 from fa4num.softmax import LOG2_E_F32, f32, ffma, lazy_rescale_rows, mufu, scale_log2_of
 
 from . import config
+from . import flex as _flex
 from . import masking as _masking
 from .problem import MAX_SPLITS, NP_DTYPES, Problem, given_or_plan, to_numpy
-from .schedule import combine_order, head_groups, split_ranges, visit_order
+from .schedule import combine_order, flex_visits, head_groups
 
 
 @dataclass
@@ -120,6 +121,7 @@ class _Ctx:
     accum: str
     emu: object
     tanh_arch: str
+    flex: object = None      # fa4num.attention.flex.Flex or None
 
 
 def _blas_gemm(a, b, c):
@@ -193,10 +195,13 @@ def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
     return tp.to(torch.bfloat16 if dt == "bfloat16" else torch.float16).float().numpy(), p > limit
 
 
-def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0, row0=0):
+def _run_mblock(qr, kv, qpos, *, sq, sk, visits, ctx, sink_rows, v_descale=1.0, row0=0, heads=None, batch=0,
+                seqinfo=None):
     """One M block of rows (a tile, or one split of it): returns (O normalised fp32 (R, dv), LSE (R,), row
     counters dict). qr: (R, d) q rows; kv: the head's :class:`_KVBlocks`; qpos: (R,) their query index in the
-    sequence; row0: the first row's index in the (packed) row sequence, for the warp and tile groups."""
+    sequence; visits: the KV blocks in visiting order, each (n, mask_mod applies, seqlen masked)
+    (:func:`fa4num.attention.schedule.flex_visits`); row0: the first row's index in the (packed) row sequence, for
+    the warp and tile groups; heads (R,), batch, seqinfo: what a score_mod / mask_mod is called with."""
     r, dv = qr.shape[0], kv.vh.shape[1]
     qop = _operand(qr, ctx, "a")
     opts = ctx.opts
@@ -209,17 +214,22 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
     state = kern.softmax_state(r)
     o = np.zeros((r, dv), np.float32)
     true_max = np.full(r, -np.inf, np.float32)
-    blocks = visit_order(n_lo, n_hi, split_kv=kern.split_kv and opts.num_splits > 1)
-    cnt["kv_blocks"][:] = len(blocks)
-    for i, n in enumerate(blocks):
+    fl = ctx.flex
+    cnt["kv_blocks"][:] = len(visits)
+    for i, (n, use_mod, seqlen_masked) in enumerate(visits):
         cols = n * tn + np.arange(tn)
         # n < 0: a tile with no KV block (n_block_max = 0), masked everywhere; its K/V loads read zeros
         kb, vbt = kv.block(n)
         s = _gemm(qop, kb, None, ctx)
-        if ctx.softcap:
+        if fl is not None and fl.score_mod is not None:
+            s = _flex.apply_score_mod(s, fl, softmax_scale=ctx.softmax_scale, batch=batch, heads=heads, q_idx=qpos,
+                                      kv_idx=cols, seqinfo=seqinfo, arch=ctx.tanh_arch)
+        elif ctx.softcap:
             s = _scoremod.softcap_scores(s, softcap=ctx.softcap, softmax_scale=ctx.softmax_scale,
                                          arch=ctx.tanh_arch)
-        vis = _masking.visible(qpos[:, None], cols[None, :], seqlen_q=sq, seqlen_k=sk, window=ctx.window)
+        vis = _flex.block_keep(fl, window=ctx.window, cols=cols, seqlen_masked=seqlen_masked, use_mod=use_mod,
+                               batch=batch, heads=heads, q_idx=qpos, seqlen_q=sq, seqlen_k=sk, seqinfo=seqinfo,
+                               arch=ctx.tanh_arch)
         if vis.all():
             s = np.asarray(s, np.float32)
         else:
@@ -438,6 +448,11 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
         length pages_per_seq * page_size.
     nonfinite : {"propagate", "raise"}
         "propagate" (default): NaN/inf in q/k/v give the kernel's bits; "raise": ValueError naming the input.
+    score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors : optional
+        FlexAttention's arguments (:mod:`fa4num.attention.flex`, docs/flex.md): callables with FA4's calling
+        convention evaluated in fp32 where FA4 applies them (the score_mod on ``RN(S * scale)``, then the
+        mask), their side inputs, and FA4's block-sparse tensors (mask blocks, then full blocks, each list
+        right to left).
     **options
         ``mode`` = "bitexact" (default) or "statistical" (fp32 GEMMs through torch; numpy
         exp2/rcp/log2); kernel knobs (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``;
@@ -496,6 +511,7 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
     st["max_lag"] = np.zeros(lse_shape, np.float32)
     st["sink_share"] = np.zeros(lse_shape, np.float32)
     tanh_exact = not softcap or _scoremod.tanh_is_exact(tanh_arch)
+    fl = setup.flex
     for seq in seqs:
         sq, sk = seq.q.shape[0], seq.k.shape[0]
         if sq == 0:
@@ -512,10 +528,13 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                 for hh in range(h):
                     lse[seq.lse_index(hh)] = sink[hh]
             continue
+        seqinfo = _flex.SeqlenInfo(sq, sk, 0 if setup.cu_seqlens_q is None else int(setup.cu_seqlens_q[seq.batch]),
+                                   0 if setup.cu_seqlens_k is None else int(setup.cu_seqlens_k[seq.batch]))
         for kvh in range(hk):
             qk_descale = np.float32(qd[seq.batch, kvh] * kd[seq.batch, kvh])
-            ctx = _Ctx(kern, opts, None, None, softcap, window, dt, model, accum, emu, tanh_arch)
-            if softcap:
+            ctx = _Ctx(kern, opts, None, None, softcap, window, dt, model, accum, emu, tanh_arch, fl)
+            if softcap or (fl is not None and fl.score_mod is not None):
+                # utils.compute_softmax_scale_log2: with a score_mod the scale is applied before it
                 ctx.sl2 = _scoremod.SCALE_LOG2_WITH_SCOREMOD
                 ctx.softmax_scale = np.float32(np.float32(scale) * qk_descale)
             else:
@@ -535,9 +554,8 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                                                                    *_ballot.COUNTERS)}
                 cnt_all["max_lag"] = np.zeros(nrows, np.float32)
 
-                def ranges(mb, sq=sq, sk=sk, ng=ng):
-                    return split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=window, group=ng,
-                                        num_splits=num_splits, seqlen_k_per_split=setup.seqlen_k_per_split)
+                def ranges(mb, sq=sq, sk=sk, ng=ng, grp=grp, b=seq.batch):
+                    return flex_visits(setup, mb, batch=b, head=grp[0], seqlen_q=sq, seqlen_k=sk, group=ng)
 
                 def run_mb(item):
                     # run to completion (below) before the loop variables it reads move on
@@ -546,10 +564,11 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
                     qr = seq.q[rows_q[rs], rows_h[rs]]
                     sink_rows = None if sink is None else sink[rows_h[rs]]
                     parts = []
-                    for split, (lo, hi) in enumerate(ranges(mb)):
-                        parts.append(_run_mblock(qr, kv, rows_q[rs], sq=sq, sk=sk, n_lo=lo, n_hi=hi, ctx=ctx,
+                    for split, visits in enumerate(ranges(mb)):
+                        parts.append(_run_mblock(qr, kv, rows_q[rs], sq=sq, sk=sk, visits=visits, ctx=ctx,
                                                  sink_rows=sink_rows if split == 0 else None,
-                                                 v_descale=vd[seq.batch, kvh], row0=rs.start))
+                                                 v_descale=vd[seq.batch, kvh], row0=rs.start, heads=rows_h[rs],
+                                                 batch=seq.batch, seqinfo=seqinfo))
                     if num_splits == 1:
                         return (rs, *parts[0])
                     o_mb, l_mb = combine_splits(np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts]),

@@ -160,6 +160,9 @@ class Sm90(Kernel):
         """The tile of ``_tile_size_fwd_sm90`` and FA4's pack_gqa default (or the caller's)."""
         tm, tn = config.sm90_tile(problem.head_dim, problem.window.causal, local=problem.window.local,
                                   head_dim_v=problem.head_dim_v)
+        if problem.flex is not None and problem.flex.block_sparse is not None:
+            tm, tn = config.sm90_fit_block_sparse(tm, tn, head_dim=problem.head_dim,
+                                                  block_size=problem.flex.block_sparse.block_size)
         pack = problem.pack_gqa_given
         if pack is None:
             pack = self.default_pack_gqa(qhead_per_kvhead=problem.qhead_per_kvhead)

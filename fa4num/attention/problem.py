@@ -37,6 +37,7 @@ import numpy as np
 from fa4num.fp.dtypes import DTYPES
 
 from . import config, kernels
+from . import flex as _flex
 from . import masking as _masking
 
 # FA4's input formats, from the one dtype table (fa4num.fp.dtypes): numpy/ml_dtypes dtypes and torch's names
@@ -417,6 +418,8 @@ class Problem:
     seqused_q: object = field(default=None, repr=False)   # int64 (batch,) or None: rows used per sequence
     seqused_k: object = field(default=None, repr=False)   # keys used per sequence
     seqlen_k_per_split: object = None    # split-KV: keys per split fixed (a multiple of tile_n), or None
+    flex: object = field(default=None, repr=False)   # fa4num.attention.flex.Flex (score_mod, mask_mod, aux,
+                                                     # block sparsity), None without any
 
     @property
     def mufu(self):
@@ -446,6 +449,24 @@ class Problem:
         """The scale as the kernel's Float32 argument."""
         return np.float32(self.softmax_scale)
 
+    def flex_args(self) -> list:
+        """The FlexAttention arguments this call sets (``score_mod``, ``mask_mod``, ``block_sparse_tensors``,
+        ...), empty without any."""
+        fl = self.flex
+        if fl is None:
+            return []
+        return [n for n, x in (("score_mod", fl.score_mod), ("mask_mod", fl.mask_mod),
+                               ("block_sparse_tensors", fl.block_sparse), ("aux_tensors", fl.aux_tensors),
+                               ("aux_scalars", fl.aux_scalars), ("score_mod_bwd", fl.score_mod_bwd)) if x is not None]
+
+    def refuse_flex(self, who: str) -> None:
+        """ValueError naming the FlexAttention arguments that ``who`` does not model (a consumer that would
+        otherwise compute the call without them); nothing without any."""
+        names = self.flex_args()
+        if names:
+            raise ValueError(f"{'/'.join(names)}: {who} does not model FlexAttention's score_mod / mask_mod / "
+                             "block sparsity; use fa4num.attention.forward (and backward)")
+
     def sequences(self, q, k, v) -> list:
         """:func:`sequences` of other arrays of this problem's shapes (e.g. the numpy copy of torch inputs)."""
         return sequences(q, k, v, batch=self.batch, cu_seqlens_q=self.cu_seqlens_q,
@@ -457,7 +478,8 @@ def plan(q, k, v, *, softmax_scale=None, causal=False, kernel=DEFAULT_KERNEL, so
          learnable_sink=None, pack_gqa=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
          max_seqlen_k=None, num_splits=1, q_descale=None, k_descale=None, v_descale=None, page_table=None,
          seqused_q=None, seqused_k=None, seqlen_k_per_split=None, nonfinite="propagate", mode="bitexact",
-         **options) -> Problem:
+         score_mod=None, mask_mod=None, aux_tensors=None, aux_scalars=None, block_sparse_tensors=None,
+         score_mod_bwd=None, **options) -> Problem:
     """Check FA4's arguments and resolve the kernel's options: the :class:`Problem` every consumer takes.
 
     Parameters
@@ -472,6 +494,10 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     seqused_q, seqused_k, seqlen_k_per_split
         FA4's ``seqused_q/k`` (int (batch,): the rows / keys of each sequence used) and ``seqlen_k_per_split``
         (split-KV kernels: the keys of every split fixed, a multiple of tile_n).
+    score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd
+        FlexAttention's arguments (:mod:`fa4num.attention.flex`, docs/flex.md): Python callables with FA4's
+        calling convention, their side inputs, FA4's block-sparse tensors, the score_mod's derivative for the
+        backward.
     mode : {"bitexact", "statistical"}
         "statistical": fp32 BLAS GEMMs and numpy's libm for the MUFU functions (fast, not bit-exact); the
         defaults of the ``gemm`` and ``mufu_arch`` knobs.
@@ -547,6 +573,14 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     _masking.check_window_range(window, seqlen_q=longest_q, seqlen_k=longest_k)
     if pack_gqa is not None and not _is_bool(pack_gqa):
         raise TypeError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
+    flex = _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd,
+                       softcap=softcap,
+                       window=window, batch=batch, heads=h, seqlen_q=longest_q, seqlen_k=longest_k,
+                       varlen=cu_q is not None or cu_k is not None or lay.seqused_q is not None
+                       or lay.seqused_k is not None, sink=sink, num_splits=num_splits)
+    if flex is not None and flex.block_sparse is not None and flex.block_sparse.per_head:
+        # interface.py _flash_attn_fwd: pack_gqa needs block-sparse tensors broadcast over heads, else it is off
+        pack_gqa = False
     overrides = dict(options)
     if mode == "statistical":
         # GEMMs through fp32 BLAS, MUFU through numpy's libm: vectorised and fast, not bit-exact
@@ -563,9 +597,66 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
         nonfinite=nonfinite, descaled=any(x is not None for x in (q_descale, k_descale, v_descale)),
         pack_gqa_given=None if pack_gqa is None else bool(pack_gqa),
         num_splits_given=num_splits if num_splits >= 1 else 0, overrides=MappingProxyType(overrides), seqs=seqs,
-        seqused_q=lay.seqused_q, seqused_k=lay.seqused_k, seqlen_k_per_split=seqlen_k_per_split)
+        seqused_q=lay.seqused_q, seqused_k=lay.seqused_k, seqlen_k_per_split=seqlen_k_per_split, flex=flex)
     opts, splits = kern.options(problem)
+    if flex is not None and flex.block_sparse is not None:
+        _check_sparse_tiles(flex.block_sparse, opts, kern)
     return replace(problem, opts=opts, num_splits=splits)
+
+
+def _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd, *, softcap,
+                window, batch, heads, seqlen_q, seqlen_k, varlen, sink, num_splits):
+    """The FlexAttention arguments as a :class:`fa4num.attention.flex.Flex` (None without any); ValueError
+    naming the argument for what FA4 refuses or fa4num does not model."""
+    if all(x is None for x in (score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd)):
+        return None
+    score_mod = _flex.check_mod(score_mod, "score_mod")
+    score_mod_bwd = _flex.check_mod(score_mod_bwd, "score_mod_bwd")
+    if score_mod_bwd is not None and score_mod is None:
+        raise ValueError("score_mod_bwd needs a score_mod (it is the score_mod's derivative)")
+    mask_mod = _flex.check_mod(mask_mod, "mask_mod")
+    if score_mod is not None and softcap:
+        raise ValueError("softcap and score_mod cannot be used together (FA4 asserts this); express the cap in "
+                         "the score_mod (fa4num.attention.flex.softcap_mod)")
+    if mask_mod is not None and window.masked:
+        # interface.py _resolve_causal_local_window drops causal and window_size when a mask_mod is given
+        raise ValueError("mask_mod cannot be combined with causal or window_size (FA4 silently drops them when a "
+                         "mask_mod is given); express them in the mask_mod (flex.causal_mask, "
+                         "flex.sliding_window_mask)")
+    if aux_tensors is not None:
+        if not isinstance(aux_tensors, (list, tuple)):
+            raise TypeError(f"aux_tensors must be a list of arrays, got {type(aux_tensors).__name__}")
+        aux_tensors = tuple(np.asarray(plain(a)) for a in aux_tensors)
+    if aux_scalars is not None:
+        if not isinstance(aux_scalars, (list, tuple)) or not all(_is_real(x) for x in aux_scalars):
+            raise TypeError(f"aux_scalars must be a tuple of numbers, got {aux_scalars!r}")
+        aux_scalars = tuple(aux_scalars) or None   # FA4: an empty tuple is None
+    sparse = None
+    if block_sparse_tensors is not None:
+        for bad, why in ((window.masked, "causal or window_size"), (varlen, "varlen (cu_seqlens / seqused)"),
+                         (sink is not None, "learnable_sink"), (num_splits != 1, "num_splits != 1")):
+            if bad:
+                raise ValueError(f"block_sparse_tensors with {why} is not modelled by fa4num")
+        get = block_sparse_tensors.get if isinstance(block_sparse_tensors, dict) else \
+            (lambda n, d=None: getattr(block_sparse_tensors, n, d))
+        host = {n: get(n, None) for n in ("block_size", *_flex.UNMODELLED_FIELDS)}
+        host.update({n: plain(get(n, None)) for n in _flex.ARRAY_FIELDS})
+        sparse = _flex.check_block_sparse(host, batch=batch, heads=heads, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+    return _flex.Flex(score_mod, mask_mod, aux_tensors, aux_scalars, sparse, score_mod_bwd)
+
+
+def _check_sparse_tiles(sparse, opts, kern):
+    """FA4's block-size rules (``block_sparsity.normalize_block_sparse_config``): KV blocks of tile_n keys
+    (fa4num models no KV sub-tiles), query blocks a multiple of the rows that share a KV range (``opts.tile_m``:
+    q_stage * 128 * CTAs on SM100)."""
+    bq, bk = sparse.block_size
+    rows = opts.tile_m
+    if bk != opts.tile_n:
+        raise ValueError(f"block_sparse_tensors.block_size[1] must equal the kernel's tile_n = {opts.tile_n} "
+                         f"({kern.name}; KV sub-tiles are not modelled), got {bk}")
+    if bq % rows:
+        raise ValueError(f"block_sparse_tensors.block_size[0] must be a multiple of the M block's rows = {rows} "
+                         f"({kern.name}), got {bq}")
 
 
 def given_or_plan(problem, q, k, v, fa4_args: dict, *, who: str) -> Problem:

@@ -142,6 +142,7 @@ def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, so
                  if x is not None] + [n for n, x, d0 in (("causal", causal, False), ("softcap", softcap, 0.0),
                                                          ("window_size", window_size, (None, None))) if x != d0]
         _problem_only("attention_fp64", problem, given, kernel_options)
+        problem.refuse_flex("attention_fp64")
         qa, ka, va = _arrays(problem.q, problem.k, problem.v)
         seqs = problem.seqs if qa is problem.q else problem.sequences(qa, ka, va)
         batch, window, scale, softcap = problem.batch, problem.window, problem.softmax_scale, problem.softcap
@@ -382,6 +383,7 @@ def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None 
                 [n for n, x, d0 in (("causal", causal, False), ("softcap", softcap, 0.0),
                                     ("window_size", window_size, (None, None))) if x != d0]
         _problem_only("backward_fp64", problem, given, kernel_options)
+        problem.refuse_flex("backward_fp64")
         for name, has in (("page_table", problem.page_table is not None),
                           ("q_descale/k_descale/v_descale", problem.descaled)):
             if has:

@@ -120,6 +120,75 @@ def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
     return [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
 
 
+def sparse_visits(mask_list, full_list) -> list:
+    """The KV blocks a block-sparse M block visits: its mask blocks, then its full blocks, each list from its last
+    entry to its first (``block_sparse_utils.py`` ``consume_block_sparse_loads`` on SM90,
+    ``softmax_block_sparse_sm100`` on SM100), as (n, mask_mod applies, seqlen masked): the first block of each
+    list is visited with seqlen masking, the rest without; the mask_mod runs on the mask blocks only.
+
+    Parameters
+    ----------
+    mask_list, full_list : lists of int
+        The block indices of FA4's ``mask_block_idx`` / ``full_block_idx`` row, ``*_block_cnt`` long.
+
+    Returns
+    -------
+    list of (int, bool, bool)
+
+    Examples
+    --------
+    >>> sparse_visits([0, 2], [1, 3])
+    [(2, True, True), (0, True, False), (3, False, True), (1, False, False)]
+    """
+    out = []
+    for blocks, use_mod in ((mask_list, True), (full_list, False)):
+        out += [(n, use_mod, i == 0) for i, n in enumerate(reversed(blocks))]
+    return out
+
+
+def flex_visits(problem: Problem, m_block: int, *, batch: int, head: int, seqlen_q: int, seqlen_k: int,
+                group: int) -> tuple:
+    """The visits of M block ``m_block`` of one sequence and q head, one list per split: (n, mask_mod applies,
+    seqlen masked) per KV block in visiting order. Dense calls: :func:`split_ranges` visited by
+    :func:`visit_order`, the mask_mod on every block, seqlen masking on the first; block-sparse calls: the
+    M block's sparse query block (first query row // block rows, ``sparse_tensor_m_block``) visited by
+    :func:`sparse_visits`.
+
+    Parameters
+    ----------
+    problem : Problem
+    m_block, batch, head : int
+    seqlen_q, seqlen_k : int
+        The sequence's lengths.
+    group : int
+        q heads per packed row (1 without pack-GQA).
+
+    Returns
+    -------
+    tuple of lists of (int, bool, bool)
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> from fa4num.attention import plan
+    >>> q = np.zeros((1, 300, 1, 64), ml_dtypes.bfloat16)
+    >>> flex_visits(plan(q, q, q, kernel="fa4-sm100"), 0, batch=0, head=0, seqlen_q=300, seqlen_k=300, group=1)
+    ([(2, True, True), (1, True, False), (0, True, False)],)
+    """
+    opts = problem.opts
+    sparse = None if problem.flex is None else problem.flex.block_sparse
+    if sparse is not None:
+        row = m_block * opts.tile_m // group
+        return (sparse_visits(*sparse.lists(batch, head, row // sparse.block_size[0])),)
+    split = problem.kernel.split_kv and opts.num_splits > 1
+    out = []
+    for lo, hi in split_ranges(m_block, opts=opts, seqlen_q=seqlen_q, seqlen_k=seqlen_k, window=problem.window,
+                               group=group, num_splits=problem.num_splits,
+                               seqlen_k_per_split=problem.seqlen_k_per_split):
+        out.append([(n, True, i == 0) for i, n in enumerate(visit_order(lo, hi, split_kv=split))])
+    return tuple(out)
+
+
 def combine_order(num_splits: int, head_dim_v: int) -> tuple[int, int, int]:
     """(tile_m, lanes, padded splits) of ``flash_fwd_combine.py``: 8 rows per CTA for head_dim_v > 64 (16
     otherwise), ``256 // tile_m`` lanes each summing splits lane, lane + lanes, ... before a shuffle butterfly,
@@ -253,6 +322,17 @@ def plan_of(problem: Problem) -> Plan:
     reasons["tile"] = f"{kern.name} tile for head dims ({problem.head_dim}, {problem.head_dim_v}) with {mask}" + (
         f", overridden by {sorted(set(problem.overrides) & {'tile_m', 'tile_n'})}"
         if set(problem.overrides) & {"tile_m", "tile_n"} else "")
+    fl = problem.flex
+    if fl is not None and fl.block_sparse is not None:
+        reasons["visits"] = ("block-sparse: each M block visits its mask blocks, then its full blocks, each list "
+                             "from its last entry to its first (block_sparse_utils.py), the mask_mod on mask blocks "
+                             "only; the dense call of the same mask_mod visits every KV block right to left with "
+                             "the mask_mod. Their bits differ where a row's nonempty blocks come in another order "
+                             "(full blocks left of a mask block: document masks), or a listed full block is not "
+                             "full; fa4num.attention.same_bits compares the two per row")
+    elif fl is not None and fl.mask_mod is not None:
+        reasons["visits"] = ("dense mask_mod: every KV block right to left with the mask_mod (causal and "
+                             "window_size do not prune blocks; FA4 drops them with a mask_mod)")
     tiles = []
     split = kern.split_kv and ns > 1
     for seq in problem.seqs:
@@ -267,9 +347,10 @@ def plan_of(problem: Problem) -> Plan:
                     r0, r1 = mb * opts.tile_m, min((mb + 1) * opts.tile_m, nrows)
                     rngs = split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=problem.window, group=ng,
                                         num_splits=ns, seqlen_k_per_split=problem.seqlen_k_per_split)
+                    visits = flex_visits(problem, mb, batch=seq.batch, head=grp[0], seqlen_q=sq, seqlen_k=sk,
+                                         group=ng)
                     tiles.append(TilePlan(seq.batch, kvh, tuple(grp), mb, (r0, r1), (r0 // ng, -(-r1 // ng)),
-                                          rngs, tuple(tuple(visit_order(lo, hi, split_kv=split))
-                                                      for lo, hi in rngs)))
+                                          rngs, tuple(tuple(n for n, _, _ in v) for v in visits)))
     return Plan(kernel=kern.name, tile_m=opts.tile_m, tile_n=opts.tile_n, q_stage=q_stage, ctas=ctas,
                 pack_gqa=bool(opts.pack_gqa), num_splits=ns, seqlen_k_per_split=problem.seqlen_k_per_split,
                 emulated_columns=cols, ex2_emu_freq=getattr(opts, "ex2_emu_freq", 0),
@@ -278,4 +359,5 @@ def plan_of(problem: Problem) -> Plan:
                 reasons=reasons, tiles=tuple(tiles))
 
 
-__all__ = ["Plan", "TilePlan", "plan_of", "head_groups", "split_ranges", "visit_order", "combine_order"]
+__all__ = ["Plan", "TilePlan", "plan_of", "head_groups", "split_ranges", "visit_order", "combine_order",
+           "sparse_visits", "flex_visits"]

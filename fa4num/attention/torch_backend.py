@@ -438,6 +438,7 @@ def forward_torch(q=None, k=None, v=None, *, problem: Problem | None = None, dev
         q, k, v = (_as_tensor(x, torch) for x in (q, k, v))
         fa4_args = {"mode": "statistical", "nonfinite": "raise", **fa4_args}
     setup = given_or_plan(problem, q, k, v, fa4_args, who="forward_torch")
+    setup.refuse_flex("forward_torch")
     if setup.mode != "statistical" or setup.opts.gemm != "blas" or setup.mufu.exact("ex2"):
         raise ValueError(f"forward_torch runs the statistical mode (gemm 'blas', mufu_arch 'libm'); got mode "
                          f"{setup.mode!r}, gemm {setup.opts.gemm!r}, mufu_arch {setup.opts.mufu_arch!r}")

@@ -329,6 +329,7 @@ def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int =
     import triton.language as tl
     if qk_descale != 1.0 or v_descale != 1.0:
         raise ValueError("fp8 descales are not supported by the Triton kernel (16-bit inputs only)")
+    setup.refuse_flex("the Triton kernel")
     opts, w, dt = setup.opts, setup.window, setup.dtype
     b, sq, h, d = q.shape
     sk, hk, dvh = k.shape[1], k.shape[2], v.shape[3]

@@ -103,6 +103,8 @@ def refusal(problem) -> str | None:
     'num_splits=2: split-KV is not in the GPU twin yet (use fa4num.attention.forward)'
     """
     p = problem
+    if p.flex_args():
+        return f"{'/'.join(p.flex_args())}: FlexAttention is not in the GPU twin (use fa4num.attention.forward)"
     if p.fp8:
         return (f"dtype {p.dtype}: FA4's SM100 fp8 path accumulates with F = 25 fraction bits and Hopper's fp8 "
                 f"wgmma with 13, so the twin refuses fp8 (use fa4num.attention.forward)")

@@ -206,6 +206,7 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
     True
     """
     problem = given_or_plan(problem, q, k, v, fa4_args, who="attention_error_bound")
+    problem.refuse_flex("attention_error_bound")
     if not (isinstance(delta, float) and 0.0 < delta < 1.0):
         raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
     # refused, not bounded: the fp8 descales and split-KV's combine kernel are outside this analysis (the

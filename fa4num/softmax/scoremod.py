@@ -38,10 +38,22 @@ def softcap_scores(s, *, softcap: float, softmax_scale, arch: str = "sm90") -> n
     """
     if not softcap > 0:
         raise ValueError(f"softcap must be > 0, got {softcap}")
-    cap = np.float32(softcap)
-    x = f32(s) * np.float32(softmax_scale)
     with np.errstate(invalid="ignore", over="ignore"):
-        y = (x / cap).astype(np.float32)
+        return softcap_of(f32(s) * np.float32(softmax_scale), softcap=softcap, arch=arch)
+
+
+def softcap_of(x, *, softcap: float, arch: str = "sm90") -> np.ndarray:
+    """The soft cap of already scaled float32 scores ``x`` (the score_mod of ``create_softcap_scoremod``):
+    RN(softcap * tanh.approx(RN(x / softcap))).
+
+    Examples
+    --------
+    >>> float(softcap_of(np.float32([0.0]), softcap=30.0, arch="libm")[0])
+    0.0
+    """
+    cap = np.float32(softcap)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = (f32(x) / cap).astype(np.float32)
         return (cap * mufu("tanh", arch)(y)).astype(np.float32)
 
 
@@ -49,8 +61,20 @@ def softcap_grad(grad, s, *, softcap: float, softmax_scale, arch: str = "sm90") 
     """``create_softcap_scoremod_bwd``: grad * (1 - t*t) with t = tanh.approx(RN(RN(s*softmax_scale)/softcap));
     1 - t*t is one FFMA (ptxas contracts the mul.f32 + sub.f32). The chain rule's softmax_scale factor is
     applied by the backward kernel, not here."""
-    cap = np.float32(softcap)
-    x = f32(s) * np.float32(softmax_scale)
     with np.errstate(invalid="ignore", over="ignore"):
-        t = mufu("tanh", arch)((x / cap).astype(np.float32))
+        return softcap_grad_of(grad, f32(s) * np.float32(softmax_scale), softcap=softcap, arch=arch)
+
+
+def softcap_grad_of(grad, x, *, softcap: float, arch: str = "sm90") -> np.ndarray:
+    """:func:`softcap_grad` of already scaled float32 scores ``x`` (the score_mod_bwd of
+    ``create_softcap_scoremod_bwd``): RN(grad * fma(-t, t, 1)), t = tanh.approx(RN(x / softcap)).
+
+    Examples
+    --------
+    >>> float(softcap_grad_of(np.float32([2.0]), np.float32([0.0]), softcap=30.0, arch="libm")[0])
+    2.0
+    """
+    cap = np.float32(softcap)
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = mufu("tanh", arch)((f32(x) / cap).astype(np.float32))
         return (f32(grad) * ffma(-t, t, np.float32(1))).astype(np.float32)
