@@ -209,7 +209,7 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
     state = kern.softmax_state(r)
     o = np.zeros((r, dv), np.float32)
     true_max = np.full(r, -np.inf, np.float32)
-    blocks = visit_order(n_lo, n_hi, split_kv=kern.split_kv and opts.num_splits > 1)
+    blocks = visit_order(n_lo, n_hi, split_kv=kern.split_kv and opts.num_splits > 1, ascending=kern.visit_ascending)
     cnt["kv_blocks"][:] = len(blocks)
     for i, n in enumerate(blocks):
         cols = n * tn + np.arange(tn)
@@ -257,7 +257,8 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
                 # in place (o is the last GEMM's fresh result): one pass instead of three
                 np.multiply(o, f32(scale)[:, None], out=o, where=rescale[:, None])
             o = _gemm(p_q, vbt, o, ctx)
-    rcp, lse = kern.finalize(state, scale_log2=ctx.sl2, opts=opts, sink=sink_rows, v_descale=v_descale)
+    rcp, lse = kern.finalize(state, scale_log2=ctx.sl2, opts=opts, sink=sink_rows, v_descale=v_descale,
+                             softmax_scale=ctx.softmax_scale)
     with np.errstate(invalid="ignore", over="ignore"):
         return (o * rcp[:, None]).astype(np.float32), lse, cnt
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from fa4num.fp.dtypes import DTYPES
 
-from . import config, kernels
+from . import config, kernels, releases
 from . import masking as _masking
 
 # FA4's input formats, from the one dtype table (fa4num.fp.dtypes): numpy/ml_dtypes dtypes and torch's names
@@ -417,6 +417,7 @@ class Problem:
     seqused_q: object = field(default=None, repr=False)   # int64 (batch,) or None: rows used per sequence
     seqused_k: object = field(default=None, repr=False)   # keys used per sequence
     seqlen_k_per_split: object = None    # split-KV: keys per split fixed (a multiple of tile_n), or None
+    release: object = field(default=None, repr=False)   # the FA4 release profile (fa4num.attention.releases)
 
     @property
     def mufu(self):
@@ -457,7 +458,7 @@ def plan(q, k, v, *, softmax_scale=None, causal=False, kernel=DEFAULT_KERNEL, so
          learnable_sink=None, pack_gqa=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
          max_seqlen_k=None, num_splits=1, q_descale=None, k_descale=None, v_descale=None, page_table=None,
          seqused_q=None, seqused_k=None, seqlen_k_per_split=None, nonfinite="propagate", mode="bitexact",
-         **options) -> Problem:
+         fa4_release=None, **options) -> Problem:
     """Check FA4's arguments and resolve the kernel's options: the :class:`Problem` every consumer takes.
 
     Parameters
@@ -472,6 +473,10 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     seqused_q, seqused_k, seqlen_k_per_split
         FA4's ``seqused_q/k`` (int (batch,): the rows / keys of each sequence used) and ``seqlen_k_per_split``
         (split-KV kernels: the keys of every split fixed, a multiple of tile_n).
+    fa4_release : str, optional
+        The flash-attn-4 release whose numerics to emulate: a profile of
+        :func:`fa4num.attention.releases.known` or a release it covers (default "4.0.0b36"); ValueError for
+        what that release computed differently and fa4num does not emulate.
     mode : {"bitexact", "statistical"}
         "statistical": fp32 BLAS GEMMs and numpy's libm for the MUFU functions (fast, not bit-exact); the
         defaults of the ``gemm`` and ``mufu_arch`` knobs.
@@ -500,6 +505,7 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     (False, 16, 6)
     """
     kern = kernels.get(kernel)
+    release = releases.get(None if fa4_release is None else releases.resolve_release(fa4_release))
     mode = _check_choice(mode, "mode", MODES)
     nonfinite = _check_choice(nonfinite, "nonfinite", NONFINITE)
     causal = check_bool(causal, "causal")
@@ -563,7 +569,15 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
         nonfinite=nonfinite, descaled=any(x is not None for x in (q_descale, k_descale, v_descale)),
         pack_gqa_given=None if pack_gqa is None else bool(pack_gqa),
         num_splits_given=num_splits if num_splits >= 1 else 0, overrides=MappingProxyType(overrides), seqs=seqs,
-        seqused_q=lay.seqused_q, seqused_k=lay.seqused_k, seqlen_k_per_split=seqlen_k_per_split)
+        seqused_q=lay.seqused_q, seqused_k=lay.seqused_k, seqlen_k_per_split=seqlen_k_per_split, release=release)
+    releases.check_problem(release, problem_fields={
+        "descales_given": sum(x is not None for x in (q_descale, k_descale, v_descale)),
+        "empty_kv": any(s.k.shape[0] == 0 for s in seqs),
+        "sm100_hd256": kern.arch == "sm100" and d == dv == 256,
+        "heuristic_splits_pack_gqa": kern.split_kv and num_splits < 1 and pack_gqa is not False
+        and h > hk})
+    kern = kern.for_release(problem)
+    problem = replace(problem, kernel=kern)
     opts, splits = kern.options(problem)
     return replace(problem, opts=opts, num_splits=splits)
 

@@ -93,7 +93,7 @@ def split_ranges(m_block: int, *, opts, seqlen_q: int, seqlen_k: int, window, gr
                  for split in range(num_splits))
 
 
-def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
+def visit_order(n_lo: int, n_hi: int, *, split_kv: bool, ascending: bool = False) -> list:
     """The KV blocks an M block (or one split of it) visits, in order: ``n_hi - 1`` first (with the sequence
     mask), then right to left (``flash_fwd_sm90.py`` ``mma``, ``flash_fwd_sm100.py`` ``softmax_loop``). An empty
     range runs one fully masked iteration of block ``n_hi - 1`` (-1: a block of zeros), except a split of a
@@ -105,6 +105,9 @@ def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
         (n_block_min, n_block_max).
     split_kv : bool
         The range is one split of a split-KV call.
+    ascending : bool
+        Left to right instead (the dedicated hd256 kernel of 4.0.0b22-b33, ``for step in range(start, end)``;
+        an empty range runs block ``n_hi - 1`` masked, as the generic kernel's does).
 
     Returns
     -------
@@ -117,7 +120,8 @@ def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
     """
     if n_hi <= n_lo and split_kv:
         return []
-    return [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
+    order = [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
+    return order[::-1] if ascending else order
 
 
 def combine_order(num_splits: int, head_dim_v: int) -> tuple[int, int, int]:
@@ -268,7 +272,8 @@ def plan_of(problem: Problem) -> Plan:
                     rngs = split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=problem.window, group=ng,
                                         num_splits=ns, seqlen_k_per_split=problem.seqlen_k_per_split)
                     tiles.append(TilePlan(seq.batch, kvh, tuple(grp), mb, (r0, r1), (r0 // ng, -(-r1 // ng)),
-                                          rngs, tuple(tuple(visit_order(lo, hi, split_kv=split))
+                                          rngs, tuple(tuple(visit_order(lo, hi, split_kv=split,
+                                                                            ascending=kern.visit_ascending))
                                                       for lo, hi in rngs)))
     return Plan(kernel=kern.name, tile_m=opts.tile_m, tile_n=opts.tile_n, q_stage=q_stage, ctas=ctas,
                 pack_gqa=bool(opts.pack_gqa), num_splits=ns, seqlen_k_per_split=problem.seqlen_k_per_split,
