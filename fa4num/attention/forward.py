@@ -267,7 +267,8 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, visits, ctx, sink_rows, v_descale=1.0, 
                 # in place (o is the last GEMM's fresh result): one pass instead of three
                 np.multiply(o, f32(scale)[:, None], out=o, where=rescale[:, None])
             o = _gemm(p_q, vbt, o, ctx)
-    rcp, lse = kern.finalize(state, scale_log2=ctx.sl2, opts=opts, sink=sink_rows, v_descale=v_descale)
+    rcp, lse = kern.finalize(state, scale_log2=ctx.sl2, opts=opts, sink=sink_rows, v_descale=v_descale,
+                             softmax_scale=ctx.softmax_scale)
     with np.errstate(invalid="ignore", over="ignore"):
         return (o * rcp[:, None]).astype(np.float32), lse, cnt
 

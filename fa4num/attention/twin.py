@@ -118,6 +118,9 @@ def refusal(problem) -> str | None:
         return "page_table: paged KV is not in the GPU twin yet (use fa4num.attention.forward)"
     if p.num_splits != 1:
         return f"num_splits={p.num_splits}: split-KV is not in the GPU twin yet (use fa4num.attention.forward)"
+    if p.kernel.visit_ascending:
+        return (f"fa4_release={p.release.name!r} with head dim 256: the dedicated hd256 kernel of that release is "
+                "not in the GPU twin (use fa4num.attention.forward)")
     model, acc = GEMM_IMPL[p.opts.gemm]
     if model != "wgmma" or ACCUMULATORS[acc] != ACCUMULATORS["sm90"]:
         return (f"gemm={p.opts.gemm!r}: the twin's GEMMs run on the H200's tensor cores, so it takes the GEMM "
