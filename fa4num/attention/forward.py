@@ -193,10 +193,12 @@ def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
     return tp.to(torch.bfloat16 if dt == "bfloat16" else torch.float16).float().numpy(), p > limit
 
 
-def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0, row0=0):
+def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1.0, row0=0, key_valid=None):
     """One M block of rows (a tile, or one split of it): returns (O normalised fp32 (R, dv), LSE (R,), row
     counters dict). qr: (R, d) q rows; kv: the head's :class:`_KVBlocks`; qpos: (R,) their query index in the
-    sequence; row0: the first row's index in the (packed) row sequence, for the warp and tile groups."""
+    sequence; row0: the first row's index in the (packed) row sequence, for the warp and tile groups.
+    key_valid: (n_hi * tile_n,) bool, replacing the positional mask: the keys every row of the block sees (sparse
+    MLA's validity bitmask, fa4num.attention.mla)."""
     r, dv = qr.shape[0], kv.vh.shape[1]
     qop = _operand(qr, ctx, "a")
     opts = ctx.opts
@@ -219,7 +221,10 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, n_lo, n_hi, ctx, sink_rows, v_descale=1
         if ctx.softcap:
             s = _scoremod.softcap_scores(s, softcap=ctx.softcap, softmax_scale=ctx.softmax_scale,
                                          arch=ctx.tanh_arch)
-        vis = _masking.visible(qpos[:, None], cols[None, :], seqlen_q=sq, seqlen_k=sk, window=ctx.window)
+        if key_valid is None:
+            vis = _masking.visible(qpos[:, None], cols[None, :], seqlen_q=sq, seqlen_k=sk, window=ctx.window)
+        else:
+            vis = key_valid[None, cols]
         if vis.all():
             s = np.asarray(s, np.float32)
         else:
