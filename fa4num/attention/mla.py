@@ -479,5 +479,65 @@ def mla_fp64(q=None, k=None, v=None, *, qv=None, gather_kv_indices=None, softmax
     return out, lse.transpose(0, 2, 1)
 
 
-__all__ = ["mla_forward", "mla_fp64", "mla_route", "MlaResult", "MlaKernel", "MLA_KERNELS", "MAINLOOPS",
+def peaked_rows(tokens: int = 4, heads: int = 64, blocks: int = 2, *, delta=(4.0, 6.0), background=(-12.0, -4.0),
+                noise: float = 0.25, seed: int = 0, dtype="bfloat16") -> dict:
+    """The stale-max family for MLA (after the bounds' family, docs/bounds.md section 5.9): rows whose one peak key
+    lies ``delta`` log2 units above the row max of the first block the kernel visits, so that a threshold of 8
+    keeps the stale max and casts the peak's P = 2^delta to bf16, where threshold 0 rescales and casts it as 1.
+
+    With ``softmax_scale`` ln 2 (in the returned dict) scores are in log2 units. The rope part carries the
+    structure: q[..., 0] = 1 and q[..., 1] = delta per row (U(delta), one per query token and head); key j has
+    k[j, 0] = its level, U(background) for every key but two: the first key of the last block (visited first) at
+    0, the row max of that block, and one peak key in another block at level 0 with k[peak, 1] = 1 (score =
+    delta). The latent part adds N(0, noise^2) to every score (qv ~ N(0, noise^2 / 512), v ~ N(0, 1), which is also
+    the value). One KV head; ``gather_kv_indices`` = the keys in order (sparse MLA over all of them).
+
+    Parameters
+    ----------
+    tokens, heads : int
+        Query tokens (seqlen_q) and heads.
+    blocks : int
+        KV blocks of 128 keys (>= 2).
+    delta, background : (float, float)
+        Ranges of the peak height above the first block's max and of the other keys' levels (log2 units).
+    noise : float
+        Standard deviation of the latent part of the scores (log2 units).
+    seed : int
+    dtype : str
+        "bfloat16" or "float16".
+
+    Returns
+    -------
+    dict
+        q, k, v, qv (FA4's MLA layouts), gather_kv_indices, softmax_scale, peak (the peak key's index).
+
+    Examples
+    --------
+    >>> c = peaked_rows(tokens=1, heads=2, blocks=2)
+    >>> c["q"].shape, c["v"].shape, c["gather_kv_indices"].shape, c["peak"] < 128
+    ((1, 1, 2, 64), (1, 256, 1, 512), (1, 1, 256), True)
+    """
+    if blocks < 2:
+        raise ValueError(f"blocks must be >= 2 (a first block and one holding the peak), got {blocks}")
+    if dtype not in DTYPES_MLA:
+        raise ValueError(f"dtype must be one of {DTYPES_MLA}, got {dtype!r}")
+    rng = np.random.default_rng(seed)
+    n = blocks * TILE_N
+    q = np.zeros((1, tokens, heads, HEAD_DIM), np.float32)
+    q[..., 0] = 1.0
+    q[..., 1] = rng.uniform(*delta, (tokens, heads))
+    k = np.zeros((1, n, 1, HEAD_DIM), np.float32)
+    k[0, :, 0, 0] = rng.uniform(*background, n)
+    k[0, (blocks - 1) * TILE_N, 0, 0] = 0.0
+    peak = int(rng.integers(0, (blocks - 1) * TILE_N))
+    k[0, peak, 0, :2] = 0.0, 1.0
+    v = rng.standard_normal((1, n, 1, HEAD_DIM_V), dtype=np.float32)
+    qv = rng.standard_normal((1, tokens, heads, HEAD_DIM_V), dtype=np.float32) * np.float32(noise / math.sqrt(512))
+    dt = NP_DTYPES[dtype]
+    gather = np.broadcast_to(np.arange(n, dtype=np.int32), (1, tokens, n)).copy()
+    return {"q": q.astype(dt), "k": k.astype(dt), "v": v.astype(dt), "qv": qv.astype(dt),
+            "gather_kv_indices": gather, "softmax_scale": math.log(2), "peak": peak}
+
+
+__all__ = ["mla_forward", "mla_fp64", "peaked_rows", "mla_route", "MlaResult", "MlaKernel", "MLA_KERNELS", "MAINLOOPS",
            "HEAD_DIM", "HEAD_DIM_V", "TILE_N"]
