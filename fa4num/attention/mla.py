@@ -539,5 +539,43 @@ def peaked_rows(tokens: int = 4, heads: int = 64, blocks: int = 2, *, delta=(4.0
             "gather_kv_indices": gather, "softmax_scale": math.log(2), "peak": peak}
 
 
-__all__ = ["mla_forward", "mla_fp64", "peaked_rows", "mla_route", "MlaResult", "MlaKernel", "MLA_KERNELS", "MAINLOOPS",
+def predicted_gain(case: dict, ref, lse) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The gain error the stale max predicts on a :func:`peaked_rows` case, to first order: P V takes the peak's
+    P = 2^delta rounded to bf16 (relative error e = bf16(2^delta) / 2^delta - 1) while the fp32 row sum takes it
+    unrounded, so out - ref = e w v_peak and the row's least-squares gain error is e w <v_peak, ref> / <ref, ref>
+    (w: the peak's softmax share; about e on rows the peak dominates). delta is the peak's fp64 score above the
+    max of the first block visited (the last), in log2 units.
+
+    Parameters
+    ----------
+    case : dict
+        From :func:`peaked_rows`.
+    ref, lse : float64 arrays
+        :func:`mla_fp64` of the case.
+
+    Returns
+    -------
+    (gain, delta, w) : float64 arrays of shape (batch, seqlen_q, heads)
+
+    Examples
+    --------
+    >>> c = peaked_rows(tokens=1, heads=2)
+    >>> ref, lse = mla_fp64(c["q"], c["k"], c["v"], qv=c["qv"], softmax_scale=c["softmax_scale"])
+    >>> g, delta, w = predicted_gain(c, ref, lse)
+    >>> g.shape, bool((abs(g) < 2 ** -7).all() and (delta > 3).all() and (w > 0.5).all())
+    ((1, 1, 2), True)
+    """
+    f = {n: case[n].astype(np.float64) for n in ("q", "k", "v", "qv")}
+    s = (np.einsum("bihd,bjd->bihj", f["q"], f["k"][:, :, 0])
+         + np.einsum("bihd,bjd->bihj", f["qv"], f["v"][:, :, 0])) * case["softmax_scale"]
+    peak = case["peak"]
+    delta = (s[..., peak] - s[..., s.shape[-1] - TILE_N:].max(-1)) / math.log(2)
+    p = 2.0 ** delta
+    e = p.astype(np.float32).astype(case["v"].dtype).astype(np.float64) / p - 1
+    w = np.exp(s[..., peak] - lse)
+    v_peak = f["v"][0, peak, 0]
+    return e * w * (ref @ v_peak) / (ref * ref).sum(-1), delta, w
+
+
+__all__ = ["mla_forward", "mla_fp64", "peaked_rows", "predicted_gain", "mla_route", "MlaResult", "MlaKernel", "MLA_KERNELS", "MAINLOOPS",
            "HEAD_DIM", "HEAD_DIM_V", "TILE_N"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fa4num.attention import forward, mla_forward, mla_fp64
-from fa4num.attention.mla import mla_route, peaked_rows
+from fa4num.attention.mla import mla_route, peaked_rows, predicted_gain
 
 BF = ml_dtypes.bfloat16
 
@@ -128,8 +128,8 @@ def _gains(out, ref):
 def test_lazy_rescale_gain_error_on_peaked_rows():
     """Upstream's comment (flash_fwd_mla_sm100.py __init__): with a stale max the peak's P = 2^delta is rounded to
     bf16 in P V but not in the fp32 row sum, a coherent gain error of the whole row; threshold 0 makes it 1 and
-    exact. The measured gain at threshold 8 follows the prediction w * (bf16(2^delta) / 2^delta - 1) (w: the
-    peak's softmax share), and threshold 0 is much smaller."""
+    exact. The measured gain at threshold 8 follows the first-order prediction of the peak's rounding
+    (predicted_gain), and threshold 0's is much smaller."""
     c = peaked_rows(tokens=2, heads=32, blocks=2, seed=11)
     args = {n: c[n] for n in ("qv", "gather_kv_indices", "softmax_scale")}
     ref, lse = mla_fp64(c["q"], c["k"], c["v"], **args)
@@ -137,14 +137,7 @@ def test_lazy_rescale_gain_error_on_peaked_rows():
     for thr in (8.0, 0.0):
         r = mla_forward(c["q"], c["k"], c["v"], rescale_threshold=thr, **args)
         g[thr] = _gains(r.out.astype(np.float64), ref)
-    # the prediction from fp64 scores: delta = (S_peak - max of the first block visited) in log2 units
-    f = {n: c[n].astype(np.float64) for n in ("q", "k", "v", "qv")}
-    s = (np.einsum("bihd,bjd->bhij", f["q"], f["k"][:, :, 0]) + np.einsum("bihd,bjd->bhij", f["qv"],
-                                                                           f["v"][:, :, 0])) * c["softmax_scale"]
-    s = s.transpose(0, 2, 1, 3)                        # (b, sq, h, keys)
-    delta = (s[..., c["peak"]] - s[..., 128:].max(-1)) / math.log(2)
-    p = 2.0 ** delta
-    pred = np.exp(s[..., c["peak"]] - lse) * (p.astype(np.float32).astype(BF).astype(np.float64) / p - 1)
+    pred, _, _ = predicted_gain(c, ref, lse)
     good = np.abs(g[8.0] - pred) <= 0.2 * np.abs(pred) + 2 ** -13
     assert good.mean() >= 0.9, (good.mean(), np.abs(g[8.0] - pred).max())
     assert np.median(np.abs(g[8.0])) >= 8 * np.median(np.abs(g[0.0]))
