@@ -441,42 +441,41 @@ def mla_fp64(q=None, k=None, v=None, *, qv=None, gather_kv_indices=None, softmax
     if scale is None:
         scale = 1.0 / math.sqrt(HEAD_DIM + HEAD_DIM_V) if "q" in f else 1.0 / math.sqrt(HEAD_DIM_V)
     scale = float(np.float32(scale))    # the kernel receives a Float32
-    hk_of = np.arange(h) // g
-    vx = f["v"][:, :, hk_of]                                     # (b, sk, h, 512): KV heads expanded
-    s = np.einsum("bihd,bjhd->bhij", f["qv"], vx)
+    # q heads grouped by KV head (b, sq, hk, g, d): no copy of K/V per q head
+    grp = {n: f[n].reshape(b, sq, hk, g, -1) for n in ("q", "qv") if n in f}
+    s = np.einsum("bikgd,bjkd->bkgij", grp["qv"], f["v"])
     if "q" in f:
-        s = s + np.einsum("bihd,bjhd->bhij", f["q"], f["k"][:, :, hk_of])
-    s = s * scale
+        s = s + np.einsum("bikgd,bjkd->bkgij", grp["q"], f["k"])
+    s = s * scale                                                # (b, hk, g, sq, keys)
     if gath is None:
         vis = _masking.visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk,
                                window=_masking.resolve_window(causal))
-        s = np.where(vis[None, None], s, -np.inf)
-        vals = vx
+        s = np.where(vis, s, -np.inf)
     else:
         limit = (np.arange(sq) + 1 + sk - sq)[None, :, None] if causal else sk
         valid = (gath >= 0) & (gath < limit)                     # (b, sq, topk)
         take = np.where(valid, gath, 0)
-        bidx = np.arange(b)[:, None, None]
-        s = np.take_along_axis(s, np.broadcast_to(take[:, None], (b, h, sq, take.shape[2])), axis=3)
-        s = np.where(valid[:, None], s, -np.inf)
-        vals = vx[bidx, take]                                    # (b, sq, topk, h, 512)
+        s = np.take_along_axis(s, np.broadcast_to(take[:, None, None], s.shape[:3] + take.shape[1:]), axis=4)
+        s = np.where(valid[:, None, None], s, -np.inf)
+    sink_b = None if sink is None else sink.reshape(1, hk, g, 1, 1)
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)
     if sink is not None:
-        m = np.maximum(m, sink[None, :, None, None])
+        m = np.maximum(m, sink_b)
     m_safe = np.where(np.isfinite(m), m, 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
         e = np.exp(s - m_safe)
     z = e.sum(axis=-1, keepdims=True)
     if sink is not None:
-        z = z + np.exp(sink[None, :, None, None] - m_safe)
+        z = z + np.exp(sink_b - m_safe)
     p = np.where(z > 0, e / np.where(z > 0, z, 1.0), 0.0)
     if gath is None:
-        out = np.einsum("bhij,bjhd->bihd", p, vals)
+        out = np.einsum("bkgij,bjkd->bikgd", p, f["v"])
     else:
-        out = np.einsum("bhij,bijhd->bihd", p, vals)
+        vals = f["v"][np.arange(b)[:, None, None], take]         # (b, sq, topk, hk, 512): hk == 1
+        out = np.einsum("bkgij,bijkd->bikgd", p, vals)
     with np.errstate(divide="ignore"):
-        lse = np.where(z[..., 0] > 0, m_safe[..., 0] + np.log(z[..., 0]), -np.inf)
-    return out, lse.transpose(0, 2, 1)
+        lse = np.where(z[..., 0] > 0, m_safe[..., 0] + np.log(z[..., 0]), -np.inf)   # (b, hk, g, sq)
+    return out.reshape(b, sq, h, -1), lse.transpose(0, 3, 1, 2).reshape(b, sq, h)
 
 
 def peaked_rows(tokens: int = 4, heads: int = 64, blocks: int = 2, *, delta=(4.0, 6.0), background=(-12.0, -4.0),

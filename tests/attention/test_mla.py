@@ -16,11 +16,11 @@ from fa4num.attention.mla import mla_route, peaked_rows, predicted_gain
 BF = ml_dtypes.bfloat16
 
 
-def _mla_inputs(seed, *, b=1, sq=3, h=16, sk=300, scale_qv=1.0):
+def _mla_inputs(seed, *, b=1, sq=3, h=16, sk=300, scale_qv=1.0, hk=1):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((b, sq, h, 64)).astype(BF)
-    k = rng.standard_normal((b, sk, 1, 64)).astype(BF)
-    v = rng.standard_normal((b, sk, 1, 512)).astype(BF)
+    k = rng.standard_normal((b, sk, hk, 64)).astype(BF)
+    v = rng.standard_normal((b, sk, hk, 512)).astype(BF)
     qv = (rng.standard_normal((b, sq, h, 512)) * scale_qv).astype(BF)
     return q, k, v, qv
 
@@ -107,17 +107,20 @@ def test_sparse_equals_dense_over_the_gathered_keys():
     assert int(c.stats.masked_by_window.sum()) == int(((cut != idx).sum(axis=2)[..., None] * np.ones(16)).sum())
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_mla_is_close_to_fp64(sparse):
-    q, k, v, qv = _mla_inputs(4, sq=3, h=8, sk=256, scale_qv=0.05)
+@pytest.mark.parametrize("sparse, hk, sink", [(False, 1, False), (True, 1, False), (False, 2, True)])
+def test_mla_is_close_to_fp64(sparse, hk, sink):
+    q, k, v, qv = _mla_inputs(4, b=2 if hk > 1 else 1, sq=3, h=8, sk=256, scale_qv=0.05, hk=hk)
     idx = None
     if sparse:
         idx = np.random.default_rng(1).integers(-1, 256, (1, 3, 256)).astype(np.int32)
-    r = mla_forward(q, k, v, qv=qv, gather_kv_indices=idx, causal=True)
-    ref, lse = mla_fp64(q, k, v, qv=qv, gather_kv_indices=idx, causal=True)
+    extra = {"learnable_sink": np.linspace(-1, 2, 8).astype(np.float32)} if sink else {}
+    r = mla_forward(q, k, v, qv=qv, gather_kv_indices=idx, causal=True, **extra)
+    ref, lse = mla_fp64(q, k, v, qv=qv, gather_kv_indices=idx, causal=True, **extra)
     err = np.abs(r.out.astype(np.float64) - ref).max()
     assert err <= 2 ** -6 * np.abs(ref).max(), err
     assert np.abs(r.lse - lse).max() <= 1e-5 * max(1.0, np.abs(lse).max())
+    if sink:
+        assert (r.stats.sink_share > 0).all()
 
 
 def _gains(out, ref):
