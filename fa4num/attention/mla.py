@@ -15,13 +15,15 @@ whose per-row arithmetic is the same; a call FA4 would route to the kb64 mainloo
 is FA4's ``FLASH_ATTENTION_MLA_1CTA=0``, the 2-CTA kernel).
 
 Per KV block of 128 keys, visited right to left as in the dense kernel (``softmax_loop``):
-  S = Q K^T (zero_init), then += Qv_0 V_0^T, += Qv_1 V_1^T (the two 256-wide halves of the latent, ``mma``): one
-    chain of tcgen05 K steps over [q | qv] . [k | v]^T (fa4num.hw.mma, 16 elements per step, in this order);
-  the mask: causal/seqlen positions (dense), or the gather's validity bitmask (sparse: index -1 or >= the causal
-    limit ``q_idx + 1 + seqlen_k - seqlen_q`` (causal) or seqlen_k -> -inf; ``topk_gather_kv.py``
-    ``compute_bitmask``, ``mask.py`` ``apply_mask_sm100``), every block;
-  the MLA softmax step (:mod:`fa4num.softmax.mla`: all exp2 on MUFU, two half row sums, the factor through
-    ex2.approx without .ftz); O <- RN(O * acc_scale) where acc_scale < 1 (``correction_rescale``), O += P_bf16 V.
+
+- S = Q K^T (zero_init), then += Qv_0 V_0^T, += Qv_1 V_1^T (the two 256-wide halves of the latent, ``mma``): one
+  chain of tcgen05 K steps over [q | qv] . [k | v]^T (fa4num.hw.mma, 16 elements per step, in this order);
+- the mask: causal/seqlen positions (dense), or the gather's validity bitmask (sparse: index -1 or >= the causal
+  limit ``q_idx + 1 + seqlen_k - seqlen_q`` (causal) or seqlen_k -> -inf; ``topk_gather_kv.py``
+  ``compute_bitmask``, ``mask.py`` ``apply_mask_sm100``), every block;
+- the MLA softmax step (:mod:`fa4num.softmax.mla`: all exp2 on MUFU, two half row sums, the factor through
+  ex2.approx without .ftz); O <- RN(O * acc_scale) where acc_scale < 1 (``correction_rescale``), O += P_bf16 V.
+
 Epilogue: row_sum = RN(row_sum0 + row_sum1), O * rcp.approx(row_sum) -> bf16, LSE; with ``o_lo`` the residual
 O_lo = bf16(fp32(O) - fp32(bf16(O))) (``correction_loop``, "O residual pass": the bf16 output's rounding error,
 exact in fp32 and rounded once, saved for the sparse backward's dpsum; it does not change O).
