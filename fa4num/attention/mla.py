@@ -61,8 +61,11 @@ MAINLOOPS = ("2cta", "1cta", "1cta-kb64")
 class MlaKernel(Sm100):
     """An MLA forward kernel of FA4 on SM100 (the 128-key mainloop): the dense SM100 kernel object's interface
     (:class:`fa4num.attention.kernels.Sm100`) with the MLA softmax step (:mod:`fa4num.softmax.mla`).
-    ``cta_tile_m`` rows per M block: the 2-CTA cluster's 128 (``cluster_tile_m``), or the 1-CTA kernel's 64."""
+    ``cta_tile_m`` rows per M block: the 2-CTA cluster's 128 (``cluster_tile_m``), or the 1-CTA kernel's 64;
+    ``pack_gqa_divides``: pack-GQA needs the head ratio to divide the tile or be a multiple of it (the 2-CTA
+    ``__init__`` asserts it; the 1-CTA kernel takes any ratio, without TMA where 64 % ratio != 0)."""
     cta_tile_m: int = 128
+    pack_gqa_divides: bool = True
 
     def softmax_state(self, rows: int):
         return _mla.MlaState.empty(rows)
@@ -87,8 +90,8 @@ class MlaKernel(Sm100):
 _COMMON = dict(arch="sm100", dtypes=DTYPES_MLA, accumulator="sm100", lazy_rescale=True, split_kv=False,
                head_dim_rule="(head_dim, head_dim_v) = (64, 512), or q/k None and head_dim_v 512",
                dq_postprocess_threads=128)
-MLA_KERNELS = {"2cta": MlaKernel(name="fa4-sm100-mla-2cta", cta_tile_m=128, **_COMMON),
-               "1cta": MlaKernel(name="fa4-sm100-mla-1cta", cta_tile_m=64, **_COMMON)}
+MLA_KERNELS = {"2cta": MlaKernel(name="fa4-sm100-mla-2cta", cta_tile_m=128, pack_gqa_divides=True, **_COMMON),
+               "1cta": MlaKernel(name="fa4-sm100-mla-1cta", cta_tile_m=64, pack_gqa_divides=False, **_COMMON)}
 
 
 def mla_route(*, sparse: bool, heads_per_kv: int, heads_kv: int, batch: int, seqlen_q: int,
@@ -316,7 +319,7 @@ def mla_forward(q=None, k=None, v=None, *, qv=None, gather_kv_indices=None, soft
     kern = MLA_KERNELS[mainloop]
     # interface.py: pack_gqa defaults to qhead_per_kvhead > 1 (sparse: always, heads padded to the tile)
     pack = sparse or g > 1
-    if not sparse and pack and kern.cta_tile_m % g and g % kern.cta_tile_m:
+    if not sparse and pack and kern.pack_gqa_divides and kern.cta_tile_m % g and g % kern.cta_tile_m:
         raise ValueError(f"heads per KV head ({g}) must divide {kern.cta_tile_m} or be a multiple of it for FA4's "
                          f"{kern.name} with pack-GQA (FA4 asserts it)")
     opts = config.apply_overrides(

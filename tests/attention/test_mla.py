@@ -208,3 +208,8 @@ def test_mla_refusals():
         mla_forward(q, k, v, qv=qv, gemm="fast")
     with pytest.raises(TypeError):
         mla_forward(q, k, v, qv=qv, window_size=(4, 4))      # FA4 asserts "local not yet supported with qv"
+    q3, k3, v3, qv3 = _mla_inputs(0, sq=2, h=48, sk=128)   # 48 heads: 128 % 48 != 0
+    with pytest.raises(ValueError, match="heads per KV head"):
+        mla_forward(q3, k3, v3, qv=qv3)
+    r = mla_forward(q3, k3, v3, qv=qv3, mla_1cta=True)    # the 1-CTA 128-key kernel takes any ratio
+    assert r.kernel == "fa4-sm100-mla-1cta"
