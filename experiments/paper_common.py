@@ -85,12 +85,17 @@ def require_skip_definition(source, name: str):
 
 
 def skip_rows():
-    """The rows of the paper's skip-rate stores (:data:`SKIP_STORES`), each checked for today's definition."""
+    """The rows of the paper's skip-rate stores (:data:`SKIP_STORES`), each checked for today's definition; one
+    sample per (dist, seqlen, threshold, seed): where a GPU and a CPU store both ran one, the GPU row is kept
+    (their task keys differ by the device, and their random streams too)."""
     import pandas as pd
 
-    from fa4num.study.store import read_store
-    return pd.concat([require_skip_definition(read_store(STUDY_DATA / d), f"fa4num/study/data/{d}")
-                      for d in SKIP_STORES], ignore_index=True)
+    from fa4num.study.store import device_used, read_store
+    df = pd.concat([require_skip_definition(read_store(STUDY_DATA / d), f"fa4num/study/data/{d}")
+                    for d in SKIP_STORES], ignore_index=True)
+    df = df.assign(_gpu=device_used(df).str.startswith("cuda")).sort_values("_gpu", kind="stable")
+    return (df.drop_duplicates(["dist", "seqlen", "threshold", "seed"], keep="last").drop(columns="_gpu")
+            .reset_index(drop=True))
 
 
 def skip_table():

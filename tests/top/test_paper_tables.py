@@ -65,3 +65,26 @@ def test_an_older_skip_definition_is_refused():
                 pd.DataFrame({"skip_definition_version": [SKIP_DEFINITION_VERSION, SKIP_DEFINITION_VERSION - 1]})):
         with pytest.raises(ValueError, match="skip counter definition"):
             pc.require_skip_definition(old, "old result")
+
+
+def test_skip_rows_keep_one_sample_per_seed_gpu_first(tmp_path, monkeypatch):
+    """Two stores that ran the same configuration and seed (a CPU and a GPU run: different task keys) give one
+    sample, the GPU's; a configuration only one store ran is kept, and an older definition is refused."""
+    pytest.importorskip("pandas")
+    from fa4num.softmax.ballot import SKIP_DEFINITION_VERSION as V
+    from fa4num.study.store import write_rows
+    pc = _script("paper_common")
+
+    def row(key, device, seed, share):
+        return {"key": key, "device": device, "device_used": device, "dist": "sink", "seqlen": 1024,
+                "threshold": 8, "seed": seed, "avoided_share_row": share, "skip_definition_version": V}
+    write_rows(tmp_path / "cpu", [row("a", "cpu", 0, 0.1), row("b", "cpu", 1, 0.2)])
+    write_rows(tmp_path / "gpu", [row("c", "cuda", 0, 0.9)])
+    monkeypatch.setattr(pc, "STUDY_DATA", tmp_path)
+    monkeypatch.setattr(pc, "SKIP_STORES", ("cpu", "gpu"))
+    got = pc.skip_rows().sort_values("seed")
+    assert got[["seed", "device", "avoided_share_row"]].values.tolist() == [[0, "cuda", 0.9], [1, "cpu", 0.2]]
+    write_rows(tmp_path / "old", [{**row("d", "cpu", 2, 0.5), "skip_definition_version": V - 1}])
+    monkeypatch.setattr(pc, "SKIP_STORES", ("cpu", "old"))
+    with pytest.raises(ValueError, match="fa4num/study/data/old"):
+        pc.skip_rows()
