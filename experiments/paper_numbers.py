@@ -438,6 +438,32 @@ def twin():
     return m
 
 
+def reproducibility():
+    """Which calls give the same bits: the SM100 hd256 batch hazard (experiments/paper_hd256_hazard.py, emulated)
+    and the planner's predictions checked against the real SM90 kernel on the H200 (planner_check_h200.json)."""
+    hz = json.loads((pc.RESULTS / "paper_hd256_hazard.json").read_text())
+    rs = hz["rows"]
+    m = macro("hzHeads", str(hz["heads"]))
+    m += macro("hzHeadDim", str(hz["head_dim"]))
+    m += macro("hzBatches", " and ".join(str(b) for b in rs[0]["batches"]))
+    m += macro("hzRows", str(rs[0]["rows"]))
+    m += macro("hzRowsEqualMax", str(max(r["rows_equal"] for r in rs)))
+    m += macro("hzDifferLo", str(min(r["out_elements_differ"] for r in rs)))
+    m += macro("hzDifferHi", str(max(r["out_elements_differ"] for r in rs)))
+    m += macro("hzElements", f"{rs[0]['out_elements']:,}".replace(",", "{,}"))
+    m += macro("hzSeqlenLo", str(min(r["seqlen_k"] for r in rs)))
+    m += macro("hzSeqlenHi", f"{max(r['seqlen_k'] for r in rs):,}".replace(",", "{,}"))
+    cols = {tuple(r["emulated_columns"]) for r in rs}
+    m += macro("hzEmuColumns", " and ".join(str(c) for c in sorted(cols)[0]) if len(cols) == 1 else "varying")
+    m += macro("hzCtas", " and ".join(rs[0]["decisions"]["ctas"]))
+    pl = json.loads((pc.H200 / "planner_check_h200.json").read_text())
+    cases = pl["cases"]
+    m += macro("plCases", str(len(cases)))
+    m += macro("plRows", f"{sum(c['gpu']['rows'] for c in cases):,}".replace(",", "{,}"))
+    m += macro("plAgree", f"{sum(c['agreement']['rows_agree'] for c in cases):,}".replace(",", "{,}"))
+    return m
+
+
 def main(argv=None) -> int:
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -452,7 +478,7 @@ def main(argv=None) -> int:
     fit_tex, m5 = fit_table()
     fs_tex, m5b = fit_suite_table()
     m5 += m5b
-    m6 = misc(pc.knobs()) + stale_max() + twin()
+    m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility()
     eb_tex, m7 = error_budget(pc.error_budget())
     m6 += m7
     bv_tex, m8 = bounds_validation(pc.bounds_validation())
