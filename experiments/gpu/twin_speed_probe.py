@@ -79,7 +79,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import numpy as np
     import torch
-    from fa4num.gpu import run_provenance, twin
+    from fa4num.attention import twin
+    from fa4num.gpu import run_provenance
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = dict(provenance=run_provenance(script="experiments/gpu/twin_speed_probe.py"), shape=list(SHAPE),

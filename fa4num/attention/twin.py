@@ -233,8 +233,9 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
     if sq and sk:
         grid = (progs_t.shape[0] // 4, b * (h // group))
         # the row sums straight from P's registers need each row's columns in its own threads: wgmma puts a
-        # warp on 16 rows, so BLOCK_M >= 16 * num_warps keeps N whole per warp; else the scratch tile
-        in_regs = bm >= 16 * nw
+        # warp on 16 rows, so BLOCK_M >= 16 * num_warps keeps N whole per warp; else (and for tiles wider than
+        # 128 keys, whose regrouped P does not fit the H200's shared memory) the scratch tile
+        in_regs = bm >= 16 * nw and bn <= 128
         scr = torch.empty(1 if in_regs else grid[0] * grid[1] * bn * bm, dtype=torch.float32, device=dev)
         args = (qq, kk, vv, out, lse, cnt[0], cnt[1], cnt[3].view(torch.float32), cnt[2], cnt[4:10],
                 progs_t, ranges_t, torch.from_numpy(emu_mask).to(dev), torch.from_numpy(coef).to(dev), sink_t, scr,
