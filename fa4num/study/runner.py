@@ -323,9 +323,10 @@ def _run_dask(g, groups, scheduler, n_workers, client, finish, flush, bar, progr
                                      threads_per_worker=1, processes=True, dashboard_address=dash,
                                      silence_logs=logging.ERROR, **extra)
             own = Client(cluster)
-            if gpus:
+            if gpus > 1:
                 # LocalCluster names its workers 0..n-1: worker i computes on GPU i mod gpus (two workers may
-                # share one GPU)
+                # share one GPU; with one GPU every worker's current device is it already)
+                own.wait_for_workers(n_workers or gpus, timeout=worker_timeout)
                 own.run(_pin_gpu, gpus)
         else:
             try:
