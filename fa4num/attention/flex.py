@@ -92,6 +92,7 @@ class Flex:
     aux_scalars: tuple | None = None
     block_sparse: BlockSparse | None = None
     score_mod_bwd: object = None
+    block_sparse_bwd: BlockSparse | None = None   # the backward's (query-direction) tensors
 
 
 # ---------------------------------------------------------------------------------------------- fp32 helpers

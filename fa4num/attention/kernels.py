@@ -32,7 +32,8 @@ class BwdTile:
     cta_group: int = 1     # SM100: 2 with 2-CTA instructions (the cluster's two KV blocks act as one)
 
 
-def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -> BwdTile:
+def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False,
+                  sparse_block_q: int | None = None) -> BwdTile:
     """The SM90 backward tile of FA4 b36 for ``head_dim`` (== head_dim_v).
 
     Parameters
@@ -41,6 +42,9 @@ def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -
         head_dim (== head_dim_v), 8..256.
     causal, local : bool
         Causal or local (sliding-window) masking: for head_dim 97..128 FA4 then uses tile_m 64 instead of 80.
+    sparse_block_q : int, optional
+        The query rows of a block-sparse backward's sparse blocks: tile_m 64 where 80 does not divide them,
+        tile 64 x 64 for head_dim 256.
 
     Returns
     -------
@@ -66,9 +70,12 @@ def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -
     if head_dim <= 96:
         return BwdTile(64, 128, 32, True)
     if head_dim <= 128:
-        return BwdTile(64 if (causal or local) else 80, 128, 32, False)
+        tm = 64 if (causal or local) else 80
+        return BwdTile(64 if sparse_block_q is not None and sparse_block_q % tm else tm, 128, 32, False)
     if head_dim <= 192:
         return BwdTile(64, 96, 64, False)      # dKV_swapAB
+    if sparse_block_q is not None:
+        return BwdTile(64, 64, 32, False)      # hd256 block-sparse: no dKV_swapAB
     return BwdTile(64, 48, 64, False)          # hd256: dKV_swapAB, tile_n 48
 
 
@@ -206,7 +213,10 @@ class Sm90(Kernel):
         if problem.qhead_per_kvhead > 1 and d != dv:
             raise ValueError(f"GQA/MQA (q heads {problem.heads}, k/v heads {problem.heads_kv}) needs head_dim == "
                              f"head_dim_v for the {self.name} backward, as FA4 b36 asserts; got ({d}, {dv})")
-        return sm90_bwd_tile(d, causal=problem.window.causal, local=problem.window.local)
+        fl = problem.flex
+        sparse = None if fl is None else fl.block_sparse_bwd
+        return sm90_bwd_tile(d, causal=problem.window.causal, local=problem.window.local,
+                             sparse_block_q=None if sparse is None else sparse.block_size[0])
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,24 @@ def test_sparse_document_mask_differs_from_dense_as_the_planner_says(kernel):
     assert _same(forward(problem=nofull), forward(problem=dense))
 
 
+def test_sparse_backward_visits_partial_then_full_query_blocks():
+    """The backward's KV block visits its partial query blocks, then its full ones, each in list order: a long
+    document cut by block edges puts full blocks after a later partial one, and dK/dV (chained over the query
+    blocks in that order) differ from the dense backward; a causal mask gives the dense bits."""
+    s = 640
+    q, k, v, do = _qkv(s, s, seed=19, n=4, d=128)
+    doc = np.repeat(np.arange(3, dtype=np.int32), [100, 480, 60])[None]
+    for m, aux, equal in ((flex.document_mask(), [doc], False), (flex.causal_mask(), None, True)):
+        kw = dict(batch=1, heads=2, seqlen_q=s, seqlen_k=s, block_size=(128, 128), aux_tensors=aux)
+        f = forward(q, k, v, mask_mod=m, aux_tensors=aux)
+        dense = backward(q, k, v, f.out, do, f.lse, mask_mod=m, aux_tensors=aux, deterministic=True)
+        sparse = backward(q, k, v, f.out, do, f.lse, mask_mod=m, aux_tensors=aux, deterministic=True,
+                          block_sparse_tensors_bwd=flex.block_sparse_tensors(m, q_direction=True, **kw))
+        same = all((_u(x) == _u(y)).all() for x, y in ((dense.dk, sparse.dk), (dense.dv, sparse.dv)))
+        assert same == equal, m.__name__
+        assert np.abs(np.asarray(dense.dk, np.float32) - np.asarray(sparse.dk, np.float32)).max() < 0.1
+
+
 def test_sparse_visiting_order():
     from fa4num.attention.schedule import sparse_visits
     assert sparse_visits([1, 3], [0, 2]) == [(3, True, True), (1, True, False), (2, False, True), (0, False, False)]
@@ -237,11 +255,13 @@ def test_refusals_name_the_argument():
     with pytest.raises(ValueError, match="score_mod_bwd needs a score_mod"):
         plan(q, k, v, score_mod_bwd=flex.passthrough_bwd())
     f = forward(q, k, v, mask_mod=m, block_sparse_tensors=t)
-    with pytest.raises(ValueError, match="block_sparse_tensors: the block-sparse backward"):
-        backward(q, k, v, f.out, do, f.lse, mask_mod=m, block_sparse_tensors=t)
+    tb = flex.block_sparse_tensors(m, batch=1, heads=2, seqlen_q=64, seqlen_k=64, block_size=(128, 64),
+                                   q_direction=True)
+    with pytest.raises(ValueError, match="block_sparse_tensors_bwd.block_size must be"):
+        backward(q, k, v, f.out, do, f.lse, mask_mod=m, block_sparse_tensors_bwd=tb)
     with pytest.raises(ValueError, match="score_mod_bwd is required"):
         backward(q, k, v, f.out, do, f.lse, score_mod=flex.rel_bias_mod())
-    with pytest.raises(ValueError, match="kernel='fa4-sm90' only"):
+    with pytest.raises(ValueError, match="mask_mod in the backward: modelled for kernel='fa4-sm90' only"):
         backward(q, k, v, f.out, do, f.lse, mask_mod=m, kernel="fa4-sm100")
 
 
