@@ -104,6 +104,14 @@ def tanh_approx(x) -> np.ndarray:
     """``tanh.approx.f32`` (``cute.math.tanh(x, fastmath=True)``) of float32 ``x``, from the MUFU model of the
     call that evaluates the mod (the measured H200 table in the bit-exact mode, libm in the statistical one).
 
+    Parameters
+    ----------
+    x : float32 array_like
+
+    Returns
+    -------
+    numpy.ndarray of float32
+
     Examples
     --------
     >>> float(tanh_approx(np.float32(0.0)))
@@ -115,6 +123,14 @@ def tanh_approx(x) -> np.ndarray:
 def ex2_approx(x) -> np.ndarray:
     """``ex2.approx.ftz.f32`` (``cute.math.exp2(x, fastmath=True)``, ``cute.arch.exp2``) of float32 ``x``, from
     the call's MUFU model.
+
+    Parameters
+    ----------
+    x : float32 array_like
+
+    Returns
+    -------
+    numpy.ndarray of float32
 
     Examples
     --------
@@ -128,6 +144,14 @@ def fma(a, b, c) -> np.ndarray:
     """``fma.rn.f32``: a*b + c rounded once (what ptxas makes of a ``mul.f32`` whose only use is an
     ``add.f32``).
 
+    Parameters
+    ----------
+    a, b, c : float32 array_like
+
+    Returns
+    -------
+    numpy.ndarray of float32 (the broadcast shape)
+
     Examples
     --------
     >>> float(fma(np.float32(3.0), np.float32(0.5), np.float32(1.0)))
@@ -140,6 +164,16 @@ def scaled_add(score, bias) -> np.ndarray:
     """``score + bias`` where ``score`` is the mod's own argument ``RN(S * softmax_scale)``: ptxas contracts FA4's
     ``mul.f32`` by the scale and the mod's ``add.f32`` into one FFMA, ``fma(S, softmax_scale, bias)``. Any other
     array is added with one rounding (``add.rn.f32``).
+
+    Parameters
+    ----------
+    score : float32 array
+        The mod's score argument (or any array).
+    bias : float32 array_like
+
+    Returns
+    -------
+    numpy.ndarray of float32
 
     Examples
     --------
@@ -163,6 +197,16 @@ def softcap_mod(softcap: float):
     """The soft cap as a score_mod (``utils.create_softcap_scoremod``): ``softcap * tanh.approx(score /
     softcap)``; gives the bits of ``softcap=``.
 
+    Parameters
+    ----------
+    softcap : float
+        > 0.
+
+    Returns
+    -------
+    callable
+        A score_mod.
+
     Examples
     --------
     >>> m = softcap_mod(30.0)
@@ -180,6 +224,16 @@ def softcap_mod(softcap: float):
 def softcap_mod_bwd(softcap: float):
     """The soft cap's score_mod_bwd (``utils.create_softcap_scoremod_bwd``): ``grad * (1 - t * t)`` with
     ``t = tanh.approx(score / softcap)``, ``1 - t * t`` one FFMA.
+
+    Parameters
+    ----------
+    softcap : float
+        > 0.
+
+    Returns
+    -------
+    callable
+        A score_mod_bwd.
 
     Examples
     --------
@@ -200,6 +254,15 @@ def passthrough_bwd():
     """The score_mod_bwd of an additive mod (score + bias, ALiBi, relative bias): d(score + bias)/d score = 1, the
     gradient passes through unchanged.
 
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    callable
+        A score_mod_bwd.
+
     Examples
     --------
     >>> passthrough_bwd()(np.float32([[3.0]]), None, 0, 0, q_idx=0, kv_idx=0, seqlen_info=None,
@@ -214,6 +277,14 @@ def passthrough_bwd():
 def alibi_slopes(heads: int) -> np.ndarray:
     """ALiBi's head slopes ``2 ** (-8 * (h + 1) / heads)`` as float32 (powers of two when 8 % heads == 0).
 
+    Parameters
+    ----------
+    heads : int
+
+    Returns
+    -------
+    numpy.ndarray of float32 (heads,)
+
     Examples
     --------
     >>> alibi_slopes(4).tolist()
@@ -226,6 +297,17 @@ def alibi_mod(*, aux_index: int = 0, contract: bool = True):
     """ALiBi: ``score - slope[h] * |q_idx - kv_idx|``, the slopes (float32 (heads,)) read from
     ``aux_tensors[aux_index]``. The product is rounded (``mul.rn``), exact for power-of-two slopes;
     ``contract``: the subtraction contracts with FA4's scale multiply (:func:`scaled_add`).
+
+    Parameters
+    ----------
+    aux_index : int
+        Which aux tensor holds the slopes.
+    contract : bool
+
+    Returns
+    -------
+    callable
+        A score_mod.
 
     Examples
     --------
@@ -246,6 +328,15 @@ def alibi_exp2_mod(*, contract: bool = True):
     """Upstream's ``score_mod_alibi`` (tests/cute/score_mod_definitions.py): the slope computed in the kernel,
     ``exp2(float(-8 (h + 1)) * RN(0.125 ln2 log2e))`` (``cute.math.exp2``: ``ex2.approx``), then
     ``score - slope * |q_idx - kv_idx|``; ``contract`` as in :func:`alibi_mod`.
+
+    Parameters
+    ----------
+    contract : bool
+
+    Returns
+    -------
+    callable
+        A score_mod.
 
     Examples
     --------
@@ -268,6 +359,16 @@ def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
     """Relative position bias ``score + min(|q_idx - kv_idx|, clamp)`` (upstream's ``score_mod_rel_bias`` and
     ``_clamped``); ``contract`` as in :func:`alibi_mod`.
 
+    Parameters
+    ----------
+    clamp : int, optional
+    contract : bool
+
+    Returns
+    -------
+    callable
+        A score_mod.
+
     Examples
     --------
     >>> rel_bias_mod(contract=False)(np.float32([[0.0, 0.0]]), 0, 0, q_idx=np.int32([[0]]),
@@ -286,6 +387,15 @@ def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
 def causal_mask():
     """Causal, bottom-right aligned like FA4's ``causal=True``: ``kv_idx <= q_idx + seqlen_k - seqlen_q``.
 
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    callable
+        A mask_mod.
+
     Examples
     --------
     >>> causal_mask()(0, 0, np.int32([[0]]), np.int32([[0, 1]]), SeqlenInfo(2, 2), None).tolist()
@@ -299,6 +409,15 @@ def causal_mask():
 def sliding_window_mask(left: int | None, right: int | None):
     """The sliding window of ``window_size=(left, right)`` as a mask_mod (bottom-right aligned; None = unbounded
     side): ``q + off - left <= kv <= q + off + right``, ``off = seqlen_k - seqlen_q``.
+
+    Parameters
+    ----------
+    left, right : int or None
+
+    Returns
+    -------
+    callable
+        A mask_mod.
 
     Examples
     --------
@@ -320,6 +439,15 @@ def prefix_lm_mask(prefix: int):
     """Prefix-LM: the first ``prefix`` tokens see each other, the rest is causal (top-left: ``q_idx >= kv_idx``),
     upstream's ``cute_prefix_lm_mask``.
 
+    Parameters
+    ----------
+    prefix : int
+
+    Returns
+    -------
+    callable
+        A mask_mod.
+
     Examples
     --------
     >>> prefix_lm_mask(2)(0, 0, np.int32([[0]]), np.int32([[0, 1, 2]]), SeqlenInfo(3, 3), None).tolist()
@@ -334,6 +462,16 @@ def document_mask(*, aux_index: int = 0):
     """Document (packed sequences) mask: ``doc[b, q_idx] == doc[b, kv_idx]``, the int document ids (batch,
     seqlen), or (batch, heads, seqlen) as upstream's ``cute_document_mask`` reads them (``doc[b, h, idx]``), from
     ``aux_tensors[aux_index]`` (seqlen_q == seqlen_k).
+
+    Parameters
+    ----------
+    aux_index : int
+        Which aux tensor holds the document ids.
+
+    Returns
+    -------
+    callable
+        A mask_mod.
 
     Examples
     --------
@@ -575,6 +713,16 @@ def dense_mask(mask_mod, *, batch: int, heads: int, seqlen_q: int, seqlen_k: int
                aux_scalars=None) -> np.ndarray:
     """The mask_mod on the whole (batch, heads, seqlen_q, seqlen_k) grid: bool, True = kept.
 
+    Parameters
+    ----------
+    mask_mod : callable
+    batch, heads, seqlen_q, seqlen_k : int
+    aux_tensors, aux_scalars : optional
+
+    Returns
+    -------
+    bool numpy.ndarray (batch, heads, seqlen_q, seqlen_k)
+
     Examples
     --------
     >>> dense_mask(causal_mask(), batch=1, heads=1, seqlen_q=2, seqlen_k=2)[0, 0].tolist()
@@ -659,6 +807,15 @@ def check_block_sparse(tensors, *, batch: int, heads: int, seqlen_q: int, seqlen
     as a :class:`BlockSparse`; ValueError naming ``block_sparse_tensors`` for a missing block size, wrong shapes
     or indices out of range.
 
+    Parameters
+    ----------
+    tensors : BlockSparseTensorsTorch-like or dict
+    batch, heads, seqlen_q, seqlen_k : int
+
+    Returns
+    -------
+    BlockSparse
+
     Examples
     --------
     >>> t = block_sparse_tensors(causal_mask(), batch=1, heads=1, seqlen_q=128, seqlen_k=128, block_size=(128, 128))
@@ -708,7 +865,23 @@ def check_block_sparse(tensors, *, batch: int, heads: int, seqlen_q: int, seqlen
 
 
 def check_mod(fn, name: str):
-    """``fn`` if it is None or a callable taking FA4's arguments; TypeError naming ``name`` otherwise."""
+    """``fn`` if it is None or a callable; TypeError naming ``name`` otherwise.
+
+    Parameters
+    ----------
+    fn : callable or None
+    name : str
+        The argument's name, for the message.
+
+    Returns
+    -------
+    callable or None
+
+    Examples
+    --------
+    >>> check_mod(None, "score_mod") is None
+    True
+    """
     if fn is None:
         return None
     if not callable(fn):
