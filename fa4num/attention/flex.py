@@ -193,6 +193,21 @@ def _name(fn, name):
     return fn
 
 
+def _check_cap(softcap):
+    if not (isinstance(softcap, (int, float)) and softcap > 0):
+        raise ValueError(f"softcap must be a float > 0, got {softcap!r}")
+
+
+def _distance(q_idx, kv_idx) -> np.ndarray:
+    """|q_idx - kv_idx| in int32 (``mlir_math.absi`` of the Int32 difference)."""
+    return np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32))
+
+
+def _add_bias(score, bias, contract: bool) -> np.ndarray:
+    """score + bias: contracted with FA4's scale multiply (:func:`scaled_add`) or one ``add.rn``."""
+    return scaled_add(score, bias) if contract else (f32(score) + f32(bias)).astype(np.float32)
+
+
 def softcap_mod(softcap: float):
     """The soft cap as a score_mod (``utils.create_softcap_scoremod``): ``softcap * tanh.approx(score /
     softcap)``; gives the bits of ``softcap=``.
@@ -213,8 +228,7 @@ def softcap_mod(softcap: float):
     >>> float(m(np.float32([[0.0]]), 0, 0, q_idx=0, kv_idx=0, seqlen_info=None, aux_tensors=())[0, 0])
     0.0
     """
-    if not (isinstance(softcap, (int, float)) and softcap > 0):
-        raise ValueError(f"softcap must be a float > 0, got {softcap!r}")
+    _check_cap(softcap)
 
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return _scoremod.softcap_of(score, softcap=softcap, arch=_ARCH.get())
@@ -242,8 +256,7 @@ def softcap_mod_bwd(softcap: float):
     ...         aux_tensors=())[0, 0])
     2.0
     """
-    if not (isinstance(softcap, (int, float)) and softcap > 0):
-        raise ValueError(f"softcap must be a float > 0, got {softcap!r}")
+    _check_cap(softcap)
 
     def mod_bwd(grad, score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return _scoremod.softcap_grad_of(grad, score, softcap=softcap, arch=_ARCH.get())
@@ -318,9 +331,8 @@ def alibi_mod(*, aux_index: int = 0, contract: bool = True):
     """
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         slope = f32(aux_tensors[aux_index])[h_idx]
-        dist = np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32)).astype(np.float32)
-        bias = -(slope * dist).astype(np.float32)
-        return scaled_add(score, bias) if contract else (f32(score) + bias).astype(np.float32)
+        return _add_bias(score, -(slope * _distance(q_idx, kv_idx).astype(np.float32)).astype(np.float32),
+                         contract)
     return _name(mod, f"alibi_mod(aux_index={aux_index}, contract={contract})")
 
 
@@ -349,9 +361,8 @@ def alibi_exp2_mod(*, contract: bool = True):
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         expo = (np.asarray(h_idx, np.int32) + 1) * -8
         slope = mufu("ex2", _ARCH.get(), ftz=False)((expo.astype(np.float32) * c).astype(np.float32))
-        dist = np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32)).astype(np.float32)
-        bias = -(slope * dist).astype(np.float32)
-        return scaled_add(score, bias) if contract else (f32(score) + bias).astype(np.float32)
+        return _add_bias(score, -(slope * _distance(q_idx, kv_idx).astype(np.float32)).astype(np.float32),
+                         contract)
     return _name(mod, f"alibi_exp2_mod(contract={contract})")
 
 
@@ -376,11 +387,8 @@ def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
     [[0.0, 3.0]]
     """
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
-        dist = np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32))
-        if clamp is not None:
-            dist = np.minimum(dist, clamp)
-        bias = dist.astype(np.float32)
-        return scaled_add(score, bias) if contract else (f32(score) + bias).astype(np.float32)
+        dist = _distance(q_idx, kv_idx)
+        return _add_bias(score, (dist if clamp is None else np.minimum(dist, clamp)).astype(np.float32), contract)
     return _name(mod, f"rel_bias_mod(clamp={clamp}, contract={contract})")
 
 
@@ -502,6 +510,22 @@ def _wrap(idx, n, aux):
     return idx % n if (aux is not None and n > 0) else idx
 
 
+def _score_call(acc, flex: Flex, *, softmax_scale, batch, heads, q_idx, kv_idx, seqinfo):
+    """(RN(acc * softmax_scale), the positional b_idx/h_idx, the keyword arguments) of a score_mod(_bwd) call
+    (``softmax.call_score_mod``): indices wrapped modulo the lengths when aux tensors are given."""
+    acc = f32(acc)
+    with np.errstate(over="ignore", invalid="ignore"):
+        score = (acc * np.float32(softmax_scale)).astype(np.float32)
+    aux = flex.aux_tensors
+    kwargs = {"q_idx": _wrap(np.asarray(q_idx, np.int32)[:, None], seqinfo.seqlen_q, aux),
+              "kv_idx": _wrap(np.asarray(kv_idx, np.int32)[None, :], seqinfo.seqlen_k, aux),
+              "seqlen_info": seqinfo, "aux_tensors": () if aux is None else list(aux)}
+    if flex.aux_scalars is not None:
+        kwargs["aux_scalars"] = flex.aux_scalars
+    pos = (np.full((acc.shape[0], 1), batch, np.int32), np.asarray(heads, np.int32)[:, None])
+    return score, pos, kwargs
+
+
 def apply_score_mod(acc, flex: Flex, *, softmax_scale, batch: int, heads, q_idx, kv_idx, seqinfo: SeqlenInfo,
                     arch) -> np.ndarray:
     """The score_mod on one block (``softmax.apply_score_mod_inner``): ``mod(RN(acc * softmax_scale), ...)``
@@ -538,21 +562,13 @@ def apply_score_mod(acc, flex: Flex, *, softmax_scale, batch: int, heads, q_idx,
     [[1.0, 2.0]]
     """
     acc = f32(acc)
-    with np.errstate(over="ignore", invalid="ignore"):
-        score = (acc * np.float32(softmax_scale)).astype(np.float32)
-    aux = flex.aux_tensors
     r, n = acc.shape
-    kwargs = {"q_idx": _wrap(np.asarray(q_idx, np.int32)[:, None], seqinfo.seqlen_q, aux),
-              "kv_idx": _wrap(np.asarray(kv_idx, np.int32)[None, :], seqinfo.seqlen_k, aux),
-              "seqlen_info": seqinfo, "aux_tensors": () if aux is None else list(aux)}
-    if flex.aux_scalars is not None:
-        kwargs["aux_scalars"] = flex.aux_scalars
-    b_idx = np.full((r, 1), batch, np.int32)
-    h_idx = np.asarray(heads, np.int32)[:, None]
+    score, pos, kwargs = _score_call(acc, flex, softmax_scale=softmax_scale, batch=batch, heads=heads, q_idx=q_idx,
+                                     kv_idx=kv_idx, seqinfo=seqinfo)
     t_arch, t_scaled = _ARCH.set(arch), _SCALED.set((score, acc, np.float32(softmax_scale)))
     try:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            out = _call(flex.score_mod, "score_mod", (score, b_idx, h_idx), kwargs)
+            out = _call(flex.score_mod, "score_mod", (score, *pos), kwargs)
     finally:
         _SCALED.reset(t_scaled)
         _ARCH.reset(t_arch)
@@ -590,22 +606,13 @@ def apply_score_mod_bwd(grad, acc, flex: Flex, *, softmax_scale, batch: int, hea
     ...                     seqinfo=SeqlenInfo(1, 1), arch="sm90").tolist()
     [[1.5]]
     """
-    acc = f32(acc)
-    with np.errstate(over="ignore", invalid="ignore"):
-        score = (acc * np.float32(softmax_scale)).astype(np.float32)
-    aux = flex.aux_tensors
-    r, n = acc.shape
-    kwargs = {"q_idx": _wrap(np.asarray(q_idx, np.int32)[:, None], seqinfo.seqlen_q, aux),
-              "kv_idx": _wrap(np.asarray(kv_idx, np.int32)[None, :], seqinfo.seqlen_k, aux),
-              "seqlen_info": seqinfo, "aux_tensors": () if aux is None else list(aux)}
-    if flex.aux_scalars is not None:
-        kwargs["aux_scalars"] = flex.aux_scalars
+    r, n = np.shape(acc)
+    score, pos, kwargs = _score_call(acc, flex, softmax_scale=softmax_scale, batch=batch, heads=heads, q_idx=q_idx,
+                                     kv_idx=kv_idx, seqinfo=seqinfo)
     token = _ARCH.set(arch)
     try:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            out = _call(flex.score_mod_bwd, "score_mod_bwd",
-                        (f32(grad), score, np.full((r, 1), batch, np.int32), np.asarray(heads, np.int32)[:, None]),
-                        kwargs)
+            out = _call(flex.score_mod_bwd, "score_mod_bwd", (f32(grad), score, *pos), kwargs)
     finally:
         _ARCH.reset(token)
     out = np.asarray(out)
