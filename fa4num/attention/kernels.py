@@ -259,12 +259,14 @@ class Sm100(Kernel):
         ov = problem.overrides
         pack = self.pack_gqa(problem)
         tile_n, num_splits, _ = self.splits(problem, pack_gqa=pack)
+        # interface.py _flash_attn_fwd: no 2-CTA kernel with block sparsity
+        sparse = problem.flex is not None and problem.flex.block_sparse is not None
         opts = config.sm100_defaults(
             dtype=problem.dtype, head_dim=problem.head_dim, causal=problem.window.causal,
             seqlen_q=problem.max_seqlen_q, qhead_per_kvhead=problem.qhead_per_kvhead, batch=problem.batch,
             heads=problem.heads, local=problem.window.local, head_dim_v=problem.head_dim_v,
             pack_gqa=pack, varlen_q=problem.varlen_q, split_kv=num_splits > 1,
-            page_size=problem.page_size, use_2cta_instrs=ov.get("use_2cta_instrs"),
+            page_size=problem.page_size, use_2cta_instrs=ov.get("use_2cta_instrs", False if sparse else None),
             is_sm103=ov.get("is_sm103", False), seqused_q=problem.seqused_q is not None)
         return config.replace(opts, tile_n=tile_n, num_splits=num_splits)
 
@@ -299,6 +301,8 @@ class Sm100(Kernel):
         rows = problem.max_seqlen_q * (g if opts.pack_gqa else 1)
         if "use_2cta_instrs" in problem.overrides:
             why_2cta = "use_2cta_instrs given"
+        elif problem.flex is not None and problem.flex.block_sparse is not None:
+            why_2cta = "block sparsity: FA4 runs no 2-CTA kernel with block_sparse_tensors"
         else:
             why_2cta = config.sm100_2cta(
                 head_dim=problem.head_dim, head_dim_v=problem.head_dim_v, causal=problem.window.causal,

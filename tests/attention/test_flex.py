@@ -235,6 +235,18 @@ def test_block_sparse_picks_fa4s_sm90_tile():
     assert plan(q, k, v, mask_mod=flex.causal_mask(), block_sparse_tensors=t).opts.tile_m == 128
 
 
+def test_block_sparse_turns_sm100_2cta_off():
+    """interface.py: the 2-CTA kernel needs ``not use_block_sparsity``; the dense mask_mod call of the same
+    problem runs it (hd 128, not causal, several M blocks)."""
+    q = np.zeros((1, 1024, 2, 128), BF)
+    m = flex.causal_mask()
+    t = flex.block_sparse_tensors(m, batch=1, heads=2, seqlen_q=1024, seqlen_k=1024, block_size=(256, 128))
+    assert plan(q, q, q, kernel="fa4-sm100", mask_mod=m).opts.use_2cta_instrs
+    sparse = plan(q, q, q, kernel="fa4-sm100", mask_mod=m, block_sparse_tensors=t)
+    assert not sparse.opts.use_2cta_instrs and sparse.opts.tile_m == 256
+    assert "block sparsity" in plan_of(sparse).reasons["ctas"]
+
+
 # ---------------------------------------------------------------------------------------------- refusals
 def test_refusals_name_the_argument():
     q, k, v, do = _qkv(64, 64, seed=14, n=4)
