@@ -3,9 +3,10 @@ its speed against that kernel, side by side in one run.
 
     . fa4num/gpu/fa4-env.sh && python benchmarks/bench_twin.py OUT_DIR [--quick]
 
-1. Equality: ``fa4num.gpu.twin.forward(kernel="fa4-sm90")`` vs ``flash_attn.cute.flash_attn_func`` (the real
+1. Equality: ``fa4num.attention.twin.forward(kernel="fa4-sm90")`` vs ``flash_attn.cute.flash_attn_func`` (the real
    kernel, b36) at (1, 32768, 16, 128) and (1, 131072, 8, 128) causal bf16: differing bits of out and LSE.
-2. Speed: CUDA-event medians of FA4 SM90, the twin with SM90 numerics and the twin with SM100 numerics, at
+2. Speed: CUDA-event medians of FA4 SM90, the twin with SM90 numerics and the twin with SM100 numerics (each
+   with its per-row counters, the default, and with ``stats=False``), at
    (1, N, 16, 128) causal bf16 for N = 1k .. 32k and (1, N, 8, 128) for 64k and 128k; ratios to FA4 in the same
    run. Targets (DESIGN.md): 5x (SM90 numerics) and 8x (SM100) at 32k, 16 heads; 128k within 30 s.
 Writes OUT_DIR/twin_bench.json with provenance.
@@ -39,10 +40,12 @@ def _time(fn, torch, *, repeats):
 
 
 def _speeds(qkv, fa4, twin, torch, *, repeats):
+    """FA4, then the twin with SM90 and SM100 numerics, with counters (the default) and without (out/LSE only)."""
     q, k, v = qkv
-    return (_time(lambda: fa4(q, k, v), torch, repeats=repeats),
-            _time(lambda: twin.forward(q, k, v, causal=True, kernel="fa4-sm90"), torch, repeats=repeats),
-            _time(lambda: twin.forward(q, k, v, causal=True, kernel="fa4-sm100"), torch, repeats=repeats))
+    runs = [lambda: fa4(q, k, v)] + [
+        (lambda kern=kern, st=st: twin.forward(q, k, v, causal=True, kernel=kern, stats=st))
+        for kern in ("fa4-sm90", "fa4-sm100") for st in (True, False)]
+    return [_time(fn, torch, repeats=repeats) for fn in runs]
 
 
 def main(argv=None) -> int:
@@ -53,7 +56,7 @@ def main(argv=None) -> int:
     import torch
     from flash_attn.cute import flash_attn_func
     from fa4num.gpu import run_provenance
-    from fa4num.gpu import twin
+    from fa4num.attention import twin
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import os
@@ -83,10 +86,12 @@ def main(argv=None) -> int:
     lens = [1024, 2048, 4096, 8192] + ([] if args.quick else [16384, 32768, 65536, 131072])
     for n in lens:
         h = 16 if n <= 32768 else 8
-        t_fa4, t90, t100 = _speeds(_inputs(1, n, h, 128, seed=n, torch=torch), fa4, twin, torch,
-                                   repeats=10 if n <= 32768 else 3)
+        t_fa4, t90, t90n, t100, t100n = _speeds(_inputs(1, n, h, 128, seed=n, torch=torch), fa4, twin, torch,
+                                                repeats=10 if n <= 32768 else 3)
         row = dict(shape=[1, n, h, 128], fa4_sm90_ms=round(t_fa4, 3), twin_sm90_ms=round(t90, 3),
-                   twin_sm100_ms=round(t100, 3), ratio_sm90=round(t90 / t_fa4, 2), ratio_sm100=round(t100 / t_fa4, 2))
+                   twin_sm100_ms=round(t100, 3), ratio_sm90=round(t90 / t_fa4, 2), ratio_sm100=round(t100 / t_fa4, 2),
+                   twin_sm90_nostats_ms=round(t90n, 3), twin_sm100_nostats_ms=round(t100n, 3),
+                   ratio_sm90_nostats=round(t90n / t_fa4, 2), ratio_sm100_nostats=round(t100n / t_fa4, 2))
         doc["speed"].append(row)
         print("speed", json.dumps(row), flush=True)
         torch.cuda.empty_cache()

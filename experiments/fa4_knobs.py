@@ -16,9 +16,10 @@ the six layers of all-MiniLM-L6-v2 on a prose passage) every configuration below
 Metrics: relative L2 and max abs error of the bf16 output against fp64, the same for fp64 rounded once to
 bf16 (the floor no bf16 kernel can beat), max abs LSE error, FA's test ratio max|O - O_ref| / max|O_pt - O_ref|
 (O_ref fp32 math, O_pt bf16 math, ``attention.reference.fa_rule``) and its pass flag, the share of bf16 outputs
-whose bits differ from sm100-both-off, and the kernel's stats (rescales done / skipped, max lag of the stale max).
+whose bits differ from sm100-both-off, and the kernel's stats (skip counters of fa4num.softmax.ballot, max lag of the stale max).
 
-Mode: bit-exact (tensor-core model ``gemm="wgmma"``, MUFU tables measured on the H200) by default;
+Mode: bit-exact (the kernel's tensor-core accumulation model, recorded per row under "resolved", and the MUFU
+tables measured on the H200) by default;
 ``--statistical`` switches to the fast mode (fp32 BLAS GEMMs, libm MUFU; the software exp2 stays bit-exact).
 MiniLM has head_dim 32, which the SM100 path accepts as is (interface.py: 8..128 or 256, a multiple of 8 for
 16-bit inputs), so nothing is padded; its tuning-table key (head_dim_padded 32) is not in _TUNING_CONFIG, so the
@@ -42,6 +43,7 @@ import numpy as np
 from fa4num.attention import forward
 from fa4num.attention import reference as ref
 from fa4num.provenance import provenance
+from fa4num.softmax import ballot
 
 HERE = Path(__file__).resolve().parent
 BF16 = ml_dtypes.bfloat16
@@ -129,7 +131,6 @@ def run_case(family, name, param, causal, q, k, v, *, mode):
         st = r.stats.summary()
         fin = np.isfinite(lse64)
         lse_err = float(np.abs(_f64(r.lse)[fin] - lse64[fin]).max(initial=0))
-        moved = st["rescale_events"]
         opts = r.options
         rows.append({
             "family": family, "case": name, "param": param, "causal": causal, "shape": list(q.shape),
@@ -147,7 +148,9 @@ def run_case(family, name, param, causal, q, k, v, *, mode):
             "fa_budget_used": rule.max_err / (rule.rtol * rule.max_err_pt + rule.atol),
             "fa_rule_passed": bool(rule.passed),
             "stats": st,
-            "skipped_share": st["rescales_avoided"] / moved if moved else 0.0,
+            # today's skip counters (fa4num.softmax.ballot, version SKIP_DEFINITION_VERSION): the share of the
+            # eager kernel's rescales avoided per row and per 32-row warp (where FA4 SM100 does the work)
+            **_skip_shares(st, head_dim_v=v.shape[-1]),
             "emulated_share": st["exp2_emulated"] / max(st["exp2_emulated"] + st["exp2_mufu"], 1),
             "seconds": secs,
         })
@@ -155,6 +158,16 @@ def run_case(family, name, param, causal, q, k, v, *, mode):
     for row in rows:
         row["bits_changed_vs_both_off"] = float((outs[row["config"]].view(np.uint16) != base).mean())
     return rows
+
+
+def _skip_shares(totals, *, head_dim_v) -> dict:
+    """avoided_share_{row,warp,tile} (0 where there is no event) and the definition's version, from summed
+    counters."""
+    sh = ballot.shares({n: totals[n] for n in ballot.COUNTERS}, head_dim_v=head_dim_v)
+    out = {f"avoided_share_{g}": (0.0 if math.isnan(sh[f"avoided_share_{g}"]) else sh[f"avoided_share_{g}"])
+           for g in ballot.GRANULARITIES}
+    out["skip_definition_version"] = sh["skip_definition_version"]
+    return out
 
 
 def lag_mechanism(q, k, v, *, causal=False, seed=0) -> dict:
@@ -208,7 +221,7 @@ def figures(rows, figdir: Path):
     plt.close(fig)
     written.append(p)
 
-    # 2. sink strength: LSE error, output error and the share of skipped rescales
+    # 2. sink strength: LSE error, output error and the share of rescales avoided (per row)
     sk = df[df.family == "sink"]
     sel = ["sm100-default", "sm100-rescale0", "sm100-emu-off", "sm100-both-off", "sm90"]
     sk = sk[sk.config.isin(sel)]
@@ -223,10 +236,10 @@ def figures(rows, figdir: Path):
     axes[1].set_xlabel("sink strength Δ (nats)")
     axes[1].set_ylabel("max |LSE - LSE64|")
     d0 = sk[sk.config == "sm100-default"]
-    sns.lineplot(data=d0, x="param", y="skipped_share", marker="o", ax=axes[2], errorbar=None, color="C0")
+    sns.lineplot(data=d0, x="param", y="avoided_share_row", marker="o", ax=axes[2], errorbar=None, color="C0")
     axes[2].axvline(8 * math.log(2), color="grey", ls="--", lw=0.8)
     axes[2].set_xlabel("sink strength Δ (nats)")
-    axes[2].set_ylabel("rescales skipped (share), default")
+    axes[2].set_ylabel("rescales avoided per row (share), default")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     p = figdir / "fa4_knobs_sink.png"
@@ -270,14 +283,12 @@ def summarize(rows) -> dict:
             "max_fa_budget_used": max(r["fa_budget_used"] for r in rs),
             "fa_rule_all_passed": all(r["fa_rule_passed"] for r in rs),
             "mean_bits_changed_vs_both_off": float(np.mean([r["bits_changed_vs_both_off"] for r in rs])),
-            "rescale_events": sum(r["stats"]["rescale_events"] for r in rs),
-            "rescales_done": sum(r["stats"]["rescales_done"] for r in rs),
+            **{n: sum(r["stats"][n] for r in rs) for n in ballot.COUNTERS},
             "max_lag_log2": max(r["stats"]["max_lag"] for r in rs),
             "p_saturated": sum(r["stats"]["p_saturated"] for r in rs),
         }
-        moved = out[cname]["rescale_events"]
-        avoided = moved - out[cname]["rescales_done"]
-        out[cname]["skipped_share"] = avoided / moved if moved else 0.0
+        # pooled over the problems (all have head_dim_v 128 or MiniLM's 32; the shares do not depend on it)
+        out[cname].update(_skip_shares(out[cname], head_dim_v=rs[0]["shape"][-1]))
     return out
 
 
@@ -303,7 +314,7 @@ def main(argv=None) -> int:
         rows += run_case(fam, name, param, causal, q, k, v, mode=mode)
         d = next(r for r in rows[-len(CONFIGS):] if r["config"] == "sm100-default")
         print(f"{name:22s} default rel_l2/floor {d['rel_l2'] / d['floor_rel_l2']:.4f}  "
-              f"lse {d['lse_max_abs']:.2e}  FA budget {d['fa_budget_used']:.3f}  skipped {d['skipped_share']:.2f}  "
+              f"lse {d['lse_max_abs']:.2e}  FA budget {d['fa_budget_used']:.3f}  avoided/row {d['avoided_share_row']:.2f}  "
               f"[{time.perf_counter() - t0:.0f} s]", flush=True)
     summary = summarize(rows)
     mech = {}
@@ -315,7 +326,8 @@ def main(argv=None) -> int:
     doc = {
         "experiment": "fa4_knobs",
         "mode": mode,
-        "mode_note": ("bitexact: tensor-core accumulation model (gemm='wgmma') and the H200 MUFU tables"
+        "mode_note": ("bitexact: the kernel's tensor-core accumulation model (per row: resolved.gemm) and the H200 "
+                      "MUFU tables"
                       if mode == "bitexact" else
                       "statistical: fp32 BLAS GEMMs and libm exp2/rcp/log2; the software exp2 stays bit-exact"),
         "dtype": "bfloat16",
@@ -329,7 +341,7 @@ def main(argv=None) -> int:
         "lag_mechanism": mech,
         "rows": rows,
         "seconds": time.perf_counter() - t0,
-        "provenance": provenance(),
+        "provenance": provenance(skip_definition_version=ballot.SKIP_DEFINITION_VERSION),
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=1, default=float))
@@ -337,12 +349,12 @@ def main(argv=None) -> int:
         print("wrote", p)
     print("wrote", a.out)
     print(f"{'config':16s} {'max rl2/floor':>13s} {'mean':>7s} {'max LSE err':>11s} {'max FA ratio':>12s} "
-          f"{'FA budget':>9s} {'passed':>6s} {'bits chg':>8s} {'skipped':>7s} {'max lag':>7s}")
+          f"{'FA budget':>9s} {'passed':>6s} {'bits chg':>8s} {'avoided':>7s} {'max lag':>7s}")
     for c, s in summary.items():
         print(f"{c:16s} {s['max_rel_l2_over_floor']:13.4f} {s['mean_rel_l2_over_floor']:7.4f} "
               f"{s['max_lse_abs']:11.2e} {s['max_fa_ratio']:12.3f} {s['max_fa_budget_used']:9.3f} "
               f"{str(s['fa_rule_all_passed']):>6s} "
-              f"{s['mean_bits_changed_vs_both_off']:8.4f} {s['skipped_share']:7.3f} {s['max_lag_log2']:7.2f}")
+              f"{s['mean_bits_changed_vs_both_off']:8.4f} {s['avoided_share_row']:7.3f} {s['max_lag_log2']:7.2f}")
     return 0
 
 

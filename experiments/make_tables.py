@@ -2,7 +2,8 @@
 
 Reads the coefficient sets shipped in polys/ (fitting results, through fa4num.polys), experiments/results/gpu_verify_*.json (instruction level, the
 newest run that covers all operations), tests/golden/attention/*.npz|json metadata (softmax stage and kernel
-level, captured on the H200) and experiments/results/fa4_knobs.json (the accuracy study). Writes
+level, captured on the H200) and experiments/results/fa4_knobs.json (the accuracy study; refused unless its skip
+counters are today's definition, paper_common.require_skip_definition). Writes
 paper/tables/{polys,ladder,knobs_summary,knobs_minilm,knobs_sink}.tex and paper/tables/numbers.tex
 (\\newcommand macros used in the text).
 
@@ -13,10 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paper_common as pc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -171,18 +176,24 @@ CFG_LABEL = {"sm100-default": "SM100 default", "sm100-rescale0": "threshold 0", 
              "sm100-emu-max": "emulation max", "sm90": "SM90 path"}
 
 
+def _avoided(v: dict) -> str:
+    """The rescales avoided per row and per 32-row warp (fa4num.softmax.ballot's counters), two cells."""
+    return f"{100 * v['avoided_share_row']:.0f} & {100 * v['avoided_share_warp']:.0f}"
+
+
 def knobs_tables(k: dict) -> tuple[str, str, str, str]:
+    pc.require_skip_definition(k, "experiments/results/fa4_knobs.json")
     s = k["summary"]
     body = []
     for c, v in s.items():
         body.append(f"{CFG_LABEL.get(c, c)} & {v['mean_rel_l2_over_floor']:.3f} & {v['max_rel_l2_over_floor']:.3f} & "
                     f"${sci(v['max_lse_abs'])}$ & {v['max_fa_budget_used']:.2f} & "
-                    f"{100 * v['mean_bits_changed_vs_both_off']:.1f} & {100 * v['skipped_share']:.0f} & "
+                    f"{100 * v['mean_bits_changed_vs_both_off']:.1f} & {_avoided(v)} & "
                     f"{v['max_lag_log2']:.2f} \\\\")
-    summ = ("\\begin{tabular}{lrrrrrrr}\n\\toprule\n"
+    summ = ("\\begin{tabular}{lrrrrrrrr}\n\\toprule\n"
             "configuration & \\multicolumn{2}{c}{rel.\\ $L_2$ / floor} & max LSE err. & FA budget & "
-            "bits changed (\\%) & skipped (\\%) & max lag \\\\\n"
-            " & mean & max & & used (max) & vs both off & & ($\\log_2$) \\\\\n\\midrule\n"
+            "bits changed (\\%) & \\multicolumn{2}{c}{avoided (\\%)} & max lag \\\\\n"
+            " & mean & max & & used (max) & vs both off & row & warp & ($\\log_2$) \\\\\n\\midrule\n"
             + "\n".join(body) + "\n\\bottomrule\n\\end{tabular}\n")
     rows = k["rows"]
     by = {(r["case"], r["config"]): r for r in rows}
@@ -194,23 +205,24 @@ def knobs_tables(k: dict) -> tuple[str, str, str, str]:
         cells = " & ".join(f"{by[(case, c)]['rel_l2'] / d['floor_rel_l2']:.3f}" for c in cfgs)
         body.append(f"{case.removeprefix('minilm-L')} & {d['shape'][1]} & ${sci(d['floor_rel_l2'])}$ & {cells} & "
                     f"${sci(d['lse_max_abs'])}$ & ${sci(by[(case, 'sm100-emu-off')]['lse_max_abs'])}$ & "
-                    f"{100 * d['skipped_share']:.0f} \\\\")
-    minilm = ("\\begin{tabular}{rrr" + "r" * len(cfgs) + "rrr}\n\\toprule\n"
+                    f"{_avoided(d)} \\\\")
+    minilm = ("\\begin{tabular}{rrr" + "r" * len(cfgs) + "rrrr}\n\\toprule\n"
               " & & & \\multicolumn{" + str(len(cfgs)) + "}{c}{rel.\\ $L_2$ / floor} & "
-              "\\multicolumn{2}{c}{LSE err.} & \\\\\n"
+              "\\multicolumn{2}{c}{LSE err.} & \\multicolumn{2}{c}{avoided (\\%)} \\\\\n"
               "layer & tokens & floor & " + " & ".join(CFG_LABEL[c] for c in cfgs) +
-              " & default & emu.\\ off & skipped (\\%) \\\\\n\\midrule\n" + "\n".join(body) +
+              " & default & emu.\\ off & row & warp \\\\\n\\midrule\n" + "\n".join(body) +
               "\n\\bottomrule\n\\end{tabular}\n")
     sinks = sorted({(r["param"], r["case"]) for r in rows if r["family"] == "sink"})
     body = []
     for p, case in sinks:
         d = by[(case, "sm100-default")]
         cells = " & ".join(f"{by[(case, c)]['rel_l2'] / d['floor_rel_l2']:.3f}" for c in cfgs)
-        body.append(f"{p:g} & {cells} & {100 * d['skipped_share']:.0f} & {d['stats']['max_lag']:.2f} \\\\")
-    sink = ("\\begin{tabular}{r" + "r" * len(cfgs) + "rr}\n\\toprule\n"
-            " & \\multicolumn{" + str(len(cfgs)) + "}{c}{rel.\\ $L_2$ / floor} & & \\\\\n"
+        body.append(f"{p:g} & {cells} & {_avoided(d)} & {d['stats']['max_lag']:.2f} \\\\")
+    sink = ("\\begin{tabular}{r" + "r" * len(cfgs) + "rrr}\n\\toprule\n"
+            " & \\multicolumn{" + str(len(cfgs)) + "}{c}{rel.\\ $L_2$ / floor} & "
+            "\\multicolumn{2}{c}{avoided (\\%)} & \\\\\n"
             "$\\Delta$ (nats) & " + " & ".join(CFG_LABEL[c] for c in cfgs) +
-            " & skipped (\\%) & max lag \\\\\n\\midrule\n" + "\n".join(body) + "\n\\bottomrule\n\\end{tabular}\n")
+            " & row & warp & max lag \\\\\n\\midrule\n" + "\n".join(body) + "\n\\bottomrule\n\\end{tabular}\n")
     macros = macro("knobsMode", k["mode"])
     macros += macro("knobsShape", r"$" + r"\times".join(str(x) for x in k["synthetic_shape"]) + "$")
     macros += macro("knobsSeeds", str(len(k["seeds"])))
@@ -224,7 +236,8 @@ def knobs_tables(k: dict) -> tuple[str, str, str, str]:
     macros += macro("knobsEmuOffLse", sci(e["max_lse_abs"]))
     macros += macro("knobsBfLse", sci(s["sm100-bf16deg3"]["max_lse_abs"]))
     macros += macro("knobsDegFourLse", sci(s["sm100-deg4"]["max_lse_abs"]))
-    macros += macro("knobsSkipped", f"{100 * d['skipped_share']:.0f}")
+    macros += macro("knobsSkipped", f"{100 * d['avoided_share_row']:.1f}")
+    macros += macro("knobsSkippedWarp", f"{100 * d['avoided_share_warp']:.1f}")
     macros += macro("knobsMaxLag", f"{d['max_lag_log2']:.2f}")
     macros += macro("knobsEmuBits", f"{100 * z['mean_bits_changed_vs_both_off']:.1f}")
     macros += macro("knobsLazyBits", f"{100 * e['mean_bits_changed_vs_both_off']:.1f}")

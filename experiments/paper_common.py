@@ -44,20 +44,72 @@ KNOB_ORDER = list(KNOB_LABEL)
 SM100_MARK = "SM100, emulated (never run on Blackwell)"
 
 
+# The skip-rate stores the paper reads. study_skip_rate_h200 (16k-128k, 2026-12-01) was written by the
+# version-1 counter (per row only) and stays out until it is re-run with today's (experiments/gpu/skip_rate_h200.py);
+# require_skip_definition refuses a store or result of an older definition.
+SKIP_STORES = ("study_skip_rate_cpu",)
+# the per-row / per-warp / per-tile shares of fa4num.softmax.ballot the paper reports, with their CIs
+SKIP_SHARES = tuple(f"{k}_share_{g}" for k in ("avoided", "skipped") for g in ("row", "warp", "tile"))
+
+
+def skip_definition_version() -> int:
+    """Today's skip counter definition (fa4num.softmax.ballot.SKIP_DEFINITION_VERSION)."""
+    from fa4num.softmax.ballot import SKIP_DEFINITION_VERSION
+    return SKIP_DEFINITION_VERSION
+
+
+def recorded_skip_definitions(source) -> set:
+    """The skip definition versions a result records: a JSON document (``skip_definition_version`` at its top
+    or in its provenance; none recorded: {None}) or a result store's DataFrame (its column; none: {None})."""
+    if isinstance(source, dict):
+        v = source.get("skip_definition_version", source.get("provenance", {}).get("skip_definition_version"))
+        return {v}
+    if "skip_definition_version" not in source:
+        return {None}
+    return {None if v != v else int(v) for v in source["skip_definition_version"].unique()}
+
+
+def require_skip_definition(source, name: str):
+    """``source`` unchanged if it was written by today's skip counter definition; else ValueError naming it.
+
+    Examples
+    --------
+    >>> require_skip_definition({"skip_definition_version": skip_definition_version()}, "x")["skip_definition_version"] > 1
+    True
+    """
+    found = recorded_skip_definitions(source)
+    if found != {skip_definition_version()}:
+        raise ValueError(f"{name} was written by skip counter definition {sorted(found, key=str)}, today's is "
+                         f"{skip_definition_version()} (fa4num.softmax.ballot): re-run it before building the paper")
+    return source
+
+
+def skip_rows():
+    """The rows of the paper's skip-rate stores (:data:`SKIP_STORES`), each checked for today's definition; one
+    sample per (dist, seqlen, threshold, seed): where a GPU and a CPU store both ran one, the GPU row is kept
+    (their task keys differ by the device, and their random streams too)."""
+    import pandas as pd
+
+    from fa4num.study.store import device_used, read_store
+    df = pd.concat([require_skip_definition(read_store(STUDY_DATA / d), f"fa4num/study/data/{d}")
+                    for d in SKIP_STORES], ignore_index=True)
+    df = df.assign(_gpu=device_used(df).str.startswith("cuda")).sort_values("_gpu", kind="stable")
+    return (df.drop_duplicates(["dist", "seqlen", "threshold", "seed"], keep="last").drop(columns="_gpu")
+            .reset_index(drop=True))
+
+
 def skip_table():
-    """CI table (95 % Student-t over seeds) of the skip-rate stores; H200 rows win over CPU rows of a task."""
+    """CI table (95 % Student-t over seeds) of the paper's skip-rate stores by (dist, seqlen, threshold): that of
+    fa4num.study.summary.skip_table (events and rescales per row, from rows' votes, and lags), the shares of :data:`SKIP_SHARES`
+    and ``mults_share`` (FA4's O-rescale multiplies over always-rescale's, per task); and the rows."""
     from fa4num.study import summary
-    from fa4num.study.store import merged_skip_rows, store_dirs
-    dirs = store_dirs(STUDY_DATA, "study_skip_rate*")
-    df = merged_skip_rows(dirs)
-    return summary.skip_table(df), df
-
-
-def cpu_skip_table():
-    """The CPU grid alone (to 8k), for the cross-check of the H200 numbers."""
-    from fa4num.study import summary
-    from fa4num.study.store import read_store
-    return summary.skip_table(read_store(STUDY_DATA / "study_skip_rate_cpu"))
+    df = skip_rows()
+    # per row in today's counters (the stores' events_per_row / done_per_row are the version-1 ones)
+    df = df.assign(mults_share=df.rescale_mults_ballot / df.rescale_mults_always,
+                   events_per_row=df.events_row / df.rows, done_per_row=df.rescales_row / df.rows)
+    t = summary.skip_table(df)
+    shares = summary.ci_table(df, ["dist", "seqlen", "threshold"], [*SKIP_SHARES, "mults_share"])
+    return t.merge(shares.drop(columns="n"), on=["dist", "seqlen", "threshold"]), df
 
 
 def baselines():
@@ -71,7 +123,9 @@ def error_budget():
 
 
 def knobs():
-    return json.loads((RESULTS / "fa4_knobs.json").read_text())
+    """experiments/results/fa4_knobs.json, refused when its skip counters are not today's."""
+    return require_skip_definition(json.loads((RESULTS / "fa4_knobs.json").read_text()),
+                                   "experiments/results/fa4_knobs.json")
 
 
 BOUNDS_VALIDATION = ROOT / "fa4num" / "bounds" / "data" / "bounds_validation.json"

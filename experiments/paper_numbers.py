@@ -1,7 +1,9 @@
-"""The paper's tables and number macros beyond make_tables.py's: skip rates, baselines, bounds, backward and
-feature goldens, the fitter suite, Dask scaling. Every number is read from a committed result; none is typed.
+"""The paper's tables and number macros beyond make_tables.py's: skip rates, baselines, bounds, the stale-max
+family, backward and feature goldens, the fitter suites, the GPU twin, Dask scaling. Every number is read from a
+committed result; none is typed. Skip shares are read only from results of today's counter definition
+(paper_common.require_skip_definition).
 
-    python experiments/paper_numbers.py     # paper/tables/{skip,baselines,exp2_bound,goldens,fit_exp2,
+    python experiments/paper_numbers.py     # paper/tables/{skip,baselines,exp2_bound,goldens,fit_exp2,fit_suite,
                                             #   error_budget,bounds_validation}.tex and paper/tables/numbers2.tex
 """
 from __future__ import annotations
@@ -31,7 +33,10 @@ def _ci(r, col="rescales_avoided_share"):
     return f"{_pct(r[col])} [{_pct(r[col + '_lo'])}, {_pct(r[col + '_hi'])}]"
 
 
-def skip(t, tcpu, df):
+def skip(t, df):
+    """Table 4 and the skip macros: per family and length, the rescales avoided per row at thresholds 4, 8 and
+    16, per 32-row warp (where FA4 SM100 multiplies O) and per 128-row tile at 8, and FA4's O-rescale work
+    against an always-rescale kernel (fa4num.softmax.ballot's counters, today's definition)."""
     m = ""
     body = []
     for dist in pc.DIST_ORDER:
@@ -39,50 +44,52 @@ def skip(t, tcpu, df):
         lens = sorted(g.seqlen.unique())
         show = [n for n in (512, 1024, 8192, 131072) if n in lens]
         for n in show:
-            r8 = g[(g.seqlen == n) & (g.threshold == 8)].iloc[0]
-            r4 = g[(g.seqlen == n) & (g.threshold == 4)].iloc[0]
-            r16 = g[(g.seqlen == n) & (g.threshold == 16)].iloc[0]
-            body.append(f"{pc.DIST_LABEL[dist]} & {n:,} & {_ci(r4)} & {_ci(r8)} & {_ci(r16)} & "
-                        f"{r8.events_per_row:.3g} & {r8.done_per_row:.3g} & {r8.lag_max:.2f} & "
-                        f"{'H200' if 'cuda' in r8.device else 'CPU'} \\\\".replace(",", "{,}", 1))
+            at = g[g.seqlen == n].set_index("threshold")
+            r8 = at.loc[8]
+            # a grid without thresholds 4 or 16 at this length (skip_granularity's 0 and 8) leaves the cell empty
+            row4, row16 = (_pct(at.loc[thr].avoided_share_row) if thr in at.index else "--" for thr in (4, 16))
+            tokens = f"{n:,}".replace(",", "{,}")
+            body.append(f"{pc.DIST_LABEL[dist]} & {tokens} & {row4} & "
+                        f"{_ci(r8, 'avoided_share_row')} & {row16} & "
+                        f"{_ci(r8, 'avoided_share_warp')} & {_pct(r8.avoided_share_tile)} & "
+                        f"{_pct(r8.mults_share)} & {r8.events_per_row:.3g} & {r8.done_per_row:.3g} & "
+                        f"{r8.lag_max:.2f} \\\\")
         body.append("\\addlinespace")
         nmax = max(lens)
         r = g[(g.seqlen == nmax) & (g.threshold == 8)].iloc[0]
-        m += macro(f"skip{TAG[dist]}Max", _pct(r.rescales_avoided_share))
-        m += macro(f"skip{TAG[dist]}MaxCI", f"[{_pct(r.rescales_avoided_share_lo)}, {_pct(r.rescales_avoided_share_hi)}]")
+        for gran, tag in (("row", ""), ("warp", "Warp"), ("tile", "Tile")):
+            col = f"avoided_share_{gran}"
+            m += macro(f"skip{TAG[dist]}{tag}Max", _pct(r[col]))
+            m += macro(f"skip{TAG[dist]}{tag}MaxCI", f"[{_pct(r[col + '_lo'])}, {_pct(r[col + '_hi'])}]")
+        m += macro(f"skip{TAG[dist]}MultsMax", _pct(r.mults_share))
         m += macro(f"skip{TAG[dist]}MaxLen", f"{nmax // 1024}k" if nmax >= 1024 else str(nmax))
-        rmin = g[g.threshold == 8].rescales_avoided_share.min()
-        m += macro(f"skip{TAG[dist]}Min", _pct(rmin))
-        # the CPU grid at 8k (or the longest it has): the cross-check of the H200 run
-        c = tcpu[(tcpu.dist == dist) & (tcpu.threshold == 8)]
-        n8 = 8192 if 8192 in set(c.seqlen) else int(c.seqlen.max())
-        rc = c[c.seqlen == n8].iloc[0]
-        m += macro(f"skipCpu{TAG[dist]}", _pct(rc.rescales_avoided_share))
-        m += macro(f"skipCpu{TAG[dist]}CI", f"[{_pct(rc.rescales_avoided_share_lo)}, {_pct(rc.rescales_avoided_share_hi)}]")
-        if dist != "minilm":
-            rg = g[(g.seqlen == n8) & (g.threshold == 8)].iloc[0]
-            m += macro(f"skipGpuEight{TAG[dist]}", _pct(rg.rescales_avoided_share))
-    tex = ("\\begin{tabular}{lrrrrrrrl}\n\\toprule\n"
-           " & & \\multicolumn{3}{c}{rescales avoided, \\% [95\\,\\% CI]} & \\multicolumn{2}{c}{per row, thr.\\ 8}"
-           " & max lag & \\\\\n\\cmidrule(lr){3-5}\\cmidrule(lr){6-7}\n"
-           "distribution & tokens & threshold 4 & threshold 8 & threshold 16 & events & done & thr.\\ 8 & run \\\\\n"
+        m += macro(f"skip{TAG[dist]}Min", _pct(g[g.threshold == 8].avoided_share_row.min()))
+        m += macro(f"skip{TAG[dist]}WarpMin", _pct(g[g.threshold == 8].avoided_share_warp.min()))
+    tex = ("\\begin{tabular}{lrrrrrrrrrr}\n\\toprule\n"
+           " & & \\multicolumn{5}{c}{rescales avoided, \\% [95\\,\\% CI]} & O mults & "
+           "\\multicolumn{2}{c}{per row, thr.\\ 8} & max lag \\\\\n"
+           "\\cmidrule(lr){3-7}\\cmidrule(lr){9-10}\n"
+           " & & \\multicolumn{3}{c}{per row} & per warp & per tile & / always & & & \\\\\n"
+           "\\cmidrule(lr){3-5}\n"
+           "distribution & tokens & thr.\\ 4 & thr.\\ 8 & thr.\\ 16 & thr.\\ 8 & thr.\\ 8 & thr.\\ 8 (\\%) & events & "
+           "done & thr.\\ 8 \\\\\n"
            "\\midrule\n" + "\n".join(body[:-1]) + "\n\\bottomrule\n\\end{tabular}\n")
     m += macro("skipTasks", f"{len(df):,}".replace(",", "{,}"))
-    m += macro("skipTasksGpu", f"{int(df.device.astype(str).str.startswith('cuda').sum()):,}".replace(",", "{,}"))
     m += macro("skipSeeds", str(int(t[t.dist != "minilm"].n.min())))
     m += macro("skipThresholds", str(t.threshold.nunique()))
     m += macro("skipMaxLen", f"{int(t.seqlen.max()):,}".replace(",", "{,}"))
-    hj = json.loads((pc.H200 / "skip_rate_h200.json").read_text())
-    m += macro("skipGpuSeconds", f"{hj['seconds']:.0f}")
-    m += macro("skipGpuTasks", f"{hj['computed']:,}".replace(",", "{,}"))
-    # pooled over all synthetic distributions and lengths at threshold 8: the one-number answer, with its range
+    m += macro("skipDefinition", str(pc.skip_definition_version()))
+    # over all families and lengths at threshold 8: the one-number answer, with its range, per row and per warp
     sel = t[(t.threshold == 8)]
-    m += macro("skipAllMin", _pct(sel.rescales_avoided_share.min()))
-    m += macro("skipAllMinDist", pc.DIST_LABEL[sel.loc[sel.rescales_avoided_share.idxmin()].dist])
-    m += macro("skipAllMinLen", f"{int(sel.loc[sel.rescales_avoided_share.idxmin()].seqlen):,}".replace(",", "{,}"))
+    for gran, tag in (("row", ""), ("warp", "Warp")):
+        col = f"avoided_share_{gran}"
+        lo = sel.loc[sel[col].idxmin()]
+        m += macro(f"skipAll{tag}Min", _pct(lo[col]))
+        m += macro(f"skipAll{tag}MinDist", pc.DIST_LABEL[lo.dist])
+        m += macro(f"skipAll{tag}MinLen", f"{int(lo.seqlen):,}".replace(",", "{,}"))
     for thr in (4, 16):
         s = t[t.threshold == thr]
-        m += macro(f"skipThr{'Four' if thr == 4 else 'Sixteen'}Min", _pct(s.rescales_avoided_share.min()))
+        m += macro(f"skipThr{'Four' if thr == 4 else 'Sixteen'}Min", _pct(s.avoided_share_row.min()))
     return tex, m
 
 
@@ -215,6 +222,55 @@ def fit_table():
     return tex, m
 
 
+def fit_suite_table():
+    """Table and macros of the fitter against Sollya on the kernel-function suite (benchmarks/fit_suite.py,
+    experiments/results/fit_suite_bench.json): per function, cases, fa4num better / equal / worse than Sollya
+    (error ratio of the independently measured errors below 1 - 1e-6 / within 1e-6 / above 1 + 1e-6), the cases
+    only fa4num solved (Sollya failed or gave coefficients outside the format), proven optima, median time ratio."""
+    import statistics
+    d = json.loads((pc.RESULTS / "fit_suite_bench.json").read_text())
+    rows = d["rows"]
+
+    def verdict(r):
+        if r["fa4num"]["error"] is None:
+            return "refused"
+        s = r["sollya"] or {}
+        if s.get("error") is None or not s.get("in_format", True):
+            return "only"
+        q = r["error_ratio"]
+        return "better" if q < 1 - 1e-6 else "worse" if q > 1 + 1e-6 else "equal"
+    groups = {}
+    for r in rows:
+        groups.setdefault(r["name"].split(" [")[0], []).append(r)
+
+    def line(name, rs):
+        v = [verdict(r) for r in rs]
+        tr = [r["time_ratio"] for r in rs if "time_ratio" in r]
+        return (f"{name} & {len(rs)} & {v.count('better')} & {v.count('equal')} & {v.count('worse')} & "
+                f"{v.count('only')} & {sum(bool(r['fa4num'].get('proven')) for r in rs)} & "
+                f"{f'{statistics.median(tr):.2f}' if tr else '--'} \\\\")
+    body = [line(tex_escape(fn), rs) for fn, rs in groups.items()] + ["\\midrule", line("all", rows)]
+    v = [verdict(r) for r in rows]
+    tr = [r["time_ratio"] for r in rows if "time_ratio" in r]
+    tex = ("\\begin{tabular}{lrrrrrrr}\n\\toprule\n"
+           " & & \\multicolumn{3}{c}{fa4num against Sollya} & only & proven & time ratio \\\\\n"
+           "\\cmidrule(lr){3-5}\n"
+           "function & cases & better & equal & worse & fa4num & optimal & (median) \\\\\n\\midrule\n"
+           + "\n".join(body) + "\n\\bottomrule\n\\end{tabular}\n")
+    m = macro("fsCases", str(len(rows)))
+    for k, tag in (("better", "Better"), ("equal", "Equal"), ("worse", "Worse"), ("only", "Only"),
+                   ("refused", "Refused")):
+        m += macro(f"fs{tag}", str(v.count(k)))
+    m += macro("fsProven", str(sum(bool(r["fa4num"].get("proven")) for r in rows)))
+    m += macro("fsTimeRatio", f"{statistics.median(tr):.2f}")
+    m += macro("fsTimed", str(len(tr)))
+    m += macro("fsFunctions", str(len(groups)))
+    m += macro("fsFormats", tex_escape(", ".join(sorted({r["format"] for r in rows}))))
+    old = json.loads((pc.RESULTS / "fit_suite.json").read_text())["rows"]
+    m += macro("fitSollyaFailed", str(sum(r["sollya"].get("error") is None for r in old)))
+    return tex, m
+
+
 def bounds_validation(bv):
     """Table and macros of the bound's validation (experiments/bounds_validation.py); empty before it exists."""
     if bv is None:
@@ -249,6 +305,19 @@ def bounds_validation(bv):
     m += macro("bvAdvElement", f"{a['best_observed_over_bound_element']:.3f}")
     m += macro("bvAdvElementGap", sci(1 - a["best_observed_over_bound_element"]))
     m += macro("bvESkipped", str(e["skipped"]))
+    # the cases the bound refuses (P could reach the format's maximum: saturation is not modelled) and the
+    # H200 elements with an infinite bound (docs/bounds.md section 5.8), by cause
+    refused = [c for c in bv["cases"] if c.get("skipped")]
+    m += macro("bvESkippedFp", str(sum("float16" in c["skipped"] for c in refused)))
+    m += macro("bvESkippedEight", str(sum("float8" in c["skipped"] for c in refused)))
+    unb = [c for c in bv["cases"] if c.get("unbounded")]
+    m += macro("bvHUnbounded", f"{h['unbounded_elements']:,}".replace(",", "{,}"))
+    m += macro("bvHUnboundedCases", str(len(unb)))
+    for cause, tag in (("nonfinite", "Nonfinite"), ("scale_negative", "Negative"), ("scale_huge", "Huge")):
+        n = sum(c["unbounded"] for c in unb if c["name"].startswith(cause))
+        m += macro(f"bvHUnbounded{tag}", f"{n:,}".replace(",", "{,}"))
+    m += macro("bvHUnboundedOther", str(h["unbounded_elements"] - sum(
+        c["unbounded"] for c in unb if c["name"].startswith(("nonfinite", "scale_negative", "scale_huge")))))
     m += macro("bvAdvViolations", str(a["violations"]))
     m += macro("bvQuick", "yes" if bv.get("quick") else "no")
     bb = pc.RESULTS / "bench_bounds.json"
@@ -277,8 +346,8 @@ def error_budget(df):
             cells.append(f"{mu:.3f} [{lo:.3f}, {hi:.3f}]")
             lmax = g.lse_max_abs.max()
             cells.append(f"${sci(lmax)}$")
-            if kn in ("default", "rescale_threshold=0"):
-                tag = ("Default" if kn == "default" else "ThrZero") + TAG[d]
+            if kn in ("default", "rescale_threshold=0", "poly_degree=2"):
+                tag = {"default": "Default", "rescale_threshold=0": "ThrZero", "poly_degree=2": "DegTwo"}[kn] + TAG[d]
                 m += macro(f"eb{tag}", f"{mu:.3f}")
                 m += macro(f"eb{tag}CI", f"[{lo:.3f}, {hi:.3f}]")
         body.append(f"{tex_escape(pc.KNOB_LABEL[kn])} & " + " & ".join(cells) + " \\\\")
@@ -321,6 +390,77 @@ def misc(k):
     mu = sorted({r["resolved"].get("mufu_arch") for r in rows if r["kernel"] == "fa4-sm100"})
     m += macro("knobsMufu", r"\texttt{" + ", ".join(mu) + "}")
     m += macro("faDistinct", str(len({round(r["fa_budget_used"], 12) for r in rows})))
+    # the tensor-core model of the bounds' hypotheses (fa4num.hw.mma: Hopper wgmma, and Blackwell tcgen05 as
+    # MMA-Sim describes it): F fraction bits kept below the largest exponent, L products per fused sum
+    from fa4num.hw.mma import ACCUMULATORS
+    acc = ACCUMULATORS["sm90"]
+    m += macro("mmaF", str(acc.fraction_bits))
+    m += macro("mmaL", str(acc.chunk_bytes // 2))
+    m += macro("mmaLEight", str(acc.chunk_bytes))
+    # whether the Blackwell (tcgen05) model's parameters are Hopper's, the ones the H200 confirmed
+    m += macro("mmaSame", "the same as" if ACCUMULATORS["sm100"] == acc else "different from")
+    return m
+
+
+def stale_max():
+    """The peaked-row family (experiments/paper_stale_max.py): the worst element error and bound at thresholds 0
+    and 8, their ratios over the seeds, and the violations."""
+    d = json.loads((pc.RESULTS / "paper_stale_max.json").read_text())
+    by = {(r["seed"], r["threshold"]): r for r in d["rows"]}
+    seeds = sorted({s for s, _ in by})
+    obs = [by[(s, 8.0)]["max_observed"] / by[(s, 0.0)]["max_observed"] for s in seeds]
+    bnd = [by[(s, 8.0)]["max_bound"] / by[(s, 0.0)]["max_bound"] for s in seeds]
+    m = macro("staleSeeds", str(len(seeds)))
+    m += macro("staleRows", str(d["rows"][0]["rows"]))
+    m += macro("staleObsRatioLo", f"{min(obs):.2f}")
+    m += macro("staleObsRatioHi", f"{max(obs):.2f}")
+    m += macro("staleBoundRatioLo", f"{min(bnd):.2f}")
+    m += macro("staleBoundRatioHi", f"{max(bnd):.2f}")
+    w = max(seeds, key=lambda s: by[(s, 8.0)]["max_observed_ulps"])
+    for thr, tag in ((0.0, "Zero"), (8.0, "Eight")):
+        r = by[(w, thr)]
+        m += macro(f"staleObs{tag}", f"{r['max_observed_ulps']:.2f}")
+        m += macro(f"staleBound{tag}", f"{r['max_bound_ulps']:.2f}")
+    m += macro("staleViolations", str(sum(r["violations"] for r in d["rows"])))
+    return m
+
+
+def twin():
+    """The GPU twin on the H200 (fa4num.gpu.twin): against the CPU emulator, and against the real FA4 SM90 kernel
+    at long sequences (experiments/results/h200_20261201/twin_*.json)."""
+    e = json.loads((pc.H200 / "twin_vs_emulator.json").read_text())
+    b = json.loads((pc.H200 / "twin_bench.json").read_text())["equality"]
+    m = macro("twinEmuCases", str(e["summary"]["cases"]))
+    m += macro("twinEmuEqual", str(e["summary"]["equal"]))
+    m += macro("twinKernelDiffering", str(sum(r["differing_out"] + r["differing_lse"] for r in b)))
+    m += macro("twinKernelOutputs", f"{sum(r['elements_out'] for r in b) / 1e6:.0f}")
+    m += macro("twinKernelLengths", " and ".join(f"{r['shape'][1] // 1024}k" for r in b))
+    return m
+
+
+def reproducibility():
+    """Which calls give the same bits: the SM100 hd256 batch hazard (experiments/paper_hd256_hazard.py, emulated)
+    and the planner's predictions checked against the real SM90 kernel on the H200 (planner_check_h200.json)."""
+    hz = json.loads((pc.RESULTS / "paper_hd256_hazard.json").read_text())
+    rs = hz["rows"]
+    m = macro("hzHeads", str(hz["heads"]))
+    m += macro("hzHeadDim", str(hz["head_dim"]))
+    m += macro("hzBatches", " and ".join(str(b) for b in rs[0]["batches"]))
+    m += macro("hzRows", str(rs[0]["rows"]))
+    m += macro("hzRowsEqualMax", str(max(r["rows_equal"] for r in rs)))
+    m += macro("hzDifferLo", str(min(r["out_elements_differ"] for r in rs)))
+    m += macro("hzDifferHi", str(max(r["out_elements_differ"] for r in rs)))
+    m += macro("hzElements", f"{rs[0]['out_elements']:,}".replace(",", "{,}"))
+    m += macro("hzSeqlenLo", str(min(r["seqlen_k"] for r in rs)))
+    m += macro("hzSeqlenHi", f"{max(r['seqlen_k'] for r in rs):,}".replace(",", "{,}"))
+    cols = {tuple(r["emulated_columns"]) for r in rs}
+    m += macro("hzEmuColumns", " and ".join(str(c) for c in sorted(cols)[0]) if len(cols) == 1 else "varying")
+    m += macro("hzCtas", " and ".join(rs[0]["decisions"]["ctas"]))
+    pl = json.loads((pc.H200 / "planner_check_h200.json").read_text())
+    cases = pl["cases"]
+    m += macro("plCases", str(len(cases)))
+    m += macro("plRows", f"{sum(c['gpu']['rows'] for c in cases):,}".replace(",", "{,}"))
+    m += macro("plAgree", f"{sum(c['agreement']['rows_agree'] for c in cases):,}".replace(",", "{,}"))
     return m
 
 
@@ -331,18 +471,20 @@ def main(argv=None) -> int:
     out = ap.parse_args(argv).out
     out.mkdir(parents=True, exist_ok=True)
     t, df = pc.skip_table()
-    skip_tex, m1 = skip(t, pc.cpu_skip_table(), df)
+    skip_tex, m1 = skip(t, df)
     base_tex, m2 = baselines(pc.baselines())
     exp2_tex, m3 = exp2_bound(pc.bounds())
     gold2_tex, m4 = goldens()
     fit_tex, m5 = fit_table()
-    m6 = misc(pc.knobs())
+    fs_tex, m5b = fit_suite_table()
+    m5 += m5b
+    m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility()
     eb_tex, m7 = error_budget(pc.error_budget())
     m6 += m7
     bv_tex, m8 = bounds_validation(pc.bounds_validation())
     m6 += m8
     for name, tex in (("skip", skip_tex), ("baselines", base_tex), ("exp2_bound", exp2_tex),
-                      ("goldens", gold2_tex), ("fit_exp2", fit_tex), ("error_budget", eb_tex),
+                      ("goldens", gold2_tex), ("fit_exp2", fit_tex), ("fit_suite", fs_tex), ("error_budget", eb_tex),
                       *((("bounds_validation", bv_tex),) if bv_tex else ()),
                       ("numbers2", m1 + m2 + m3 + m4 + m5 + m6)):
         (out / f"{name}.tex").write_text(HEADER + tex)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from fa4num import polys
 
@@ -156,3 +157,19 @@ def add_registry_option(parser, *, help: str | None = None) -> None:
     parser.add_argument("--registry", metavar="PATH", action="append", default=None,
                         help=help or "a polys registry (folder of set files or registry .json) to search first; "
                                      "repeatable; $FA4NUM_POLYS (':'-separated) is searched next")
+
+
+def fa4_release(text: str) -> str:
+    """A flash-attn-4 release name, "4.0.0bNN" (whether fa4num has its profile is checked where the call is
+    planned: fa4num.attention.releases, one message for the API and the CLI)."""
+    if not re.fullmatch(r"4\.0\.0b\d+", text):
+        raise _err("a flash-attn-4 release such as 4.0.0b36", text)
+    return text
+
+
+def add_release_option(parser) -> None:
+    """``--fa4-release``: the release whose numerics a command emulates (``plan(..., fa4_release=...)``), the one
+    option every command that plans an FA4 call shares."""
+    parser.add_argument("--fa4-release", type=fa4_release, default=None, metavar="RELEASE",
+                        help="flash-attn-4 release whose numerics to emulate (default 4.0.0b36; the profiles: "
+                             "fa4num.attention.releases.known(), or `fa4num upstream diff` on a wheel)")

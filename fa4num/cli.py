@@ -27,6 +27,7 @@ _COMMANDS = (
     ("bounds", "fa4num.bounds._cli", "rigorous error bounds of the exp2 and the attention forward vs observed"),
     ("study", "fa4num.study._cli", "studies at scale on Dask: run grids, list them, summarise results"),
     ("gpu", "fa4num.gpu._cli", "run the real instructions and kernels on a GPU and compare with the emulators"),
+    ("upstream", "fa4num.upstream", "compare a flash-attn-4 wheel's numerics constants and rules with fa4num's"),
 )
 
 

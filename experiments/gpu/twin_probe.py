@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from fa4num.gpu import twin
+from fa4num.attention import twin
 
 
 def main():

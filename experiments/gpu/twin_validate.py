@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     import torch
     from fa4num.attention import forward, plan
     from fa4num.gpu import run_provenance
-    from fa4num.gpu import twin
+    from fa4num.attention import twin
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, golden = [], {}
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     (out / "twin_vs_emulator.json").write_text(json.dumps(dict(provenance=prov, summary=summary, cases=rows),
                                                           indent=1))
     (out / "twin_golden.json").write_text(json.dumps(dict(
-        provenance=prov, source="fa4num.gpu.twin.forward on the H200 (each case also equal to the CPU emulator "
+        provenance=prov, source="fa4num.attention.twin.forward on the H200 (each case also equal to the CPU emulator "
         "in twin_vs_emulator.json)", cases=golden), indent=1))
     print(json.dumps(summary))
     return 0 if summary["equal"] == summary["cases"] else 1

@@ -9,8 +9,8 @@ import pathlib
 import sys
 import time
 
-from fa4num.argtypes import (add_registry_option, any_int, coeffs, finite_float, int_tuple, key_value, nonneg_int,
-                             not_nan_float, path_arg, positive_int)
+from fa4num.argtypes import (add_registry_option, add_release_option, any_int, coeffs, finite_float, int_tuple,
+                             key_value, nonneg_int, not_nan_float, path_arg, positive_int)
 from fa4num.outputs import atomic_files, check_output_dir
 
 from .kernels import KERNELS
@@ -129,7 +129,8 @@ def _feature_inputs(args, q, k, v):
 def _run(args) -> int:
     import numpy as np
 
-    from . import forward, inputs, plan
+    from . import inputs, plan
+    from .twin import forward_on
     from .reference import attention_fa_reference, attention_fp64, fa_rule, metrics, round_once
     b, s, h, d = args.shape
     json_path = None
@@ -154,9 +155,9 @@ def _run(args) -> int:
         from fa4num import polys
         kw["coeffs"] = polys.resolve(kw["coeffs"], registry=args.registry).coeffs
     q, k, v, fa = _feature_inputs(args, q, k, v)
-    problem = plan(q, k, v, kernel=args.kernel, mode=args.mode, **fa, **kw)
+    problem = plan(q, k, v, kernel=args.kernel, mode=args.mode, fa4_release=args.fa4_release, **fa, **kw)
     t0 = time.perf_counter()
-    res = forward(problem=problem)
+    res = forward_on(problem, device=args.device)
     seconds = time.perf_counter() - t0
     # the reference of the same planned call: every option (softcap, window, sink, varlen, pages, descales)
     ref, lse_ref = attention_fp64(problem=problem)
@@ -165,7 +166,8 @@ def _run(args) -> int:
                 if n not in ("softmax_scale", "causal")}
     if args.fp8:
         features["fp8"] = args.fp8
-    report = {"spec": spec.as_dict(), "kernel": args.kernel, "mode": args.mode, "options": opts,
+    report = {"spec": spec.as_dict(), "kernel": args.kernel, "mode": args.mode, "device": args.device,
+              "options": opts,
               "features": features, "num_splits": res.num_splits,
               "seconds": round(seconds, 3), "vs_fp64": metrics(res.out, ref).as_dict(),
               "floor_bf16_rounded_once": metrics(round_once(ref, res.out.dtype), ref).as_dict(),
@@ -261,9 +263,17 @@ def _default(x):
     return float(x)
 
 
+def _with_release(specs, release) -> None:
+    """--fa4-release for the CALLs that do not name their own ``fa4_release``."""
+    for spec in specs:
+        if release is not None:
+            spec.fa4.setdefault("fa4_release", release)
+
+
 def _plan(args) -> int:
     from .compare import plan_call
     from .schedule import plan_of
+    _with_release([args.call], args.fa4_release)
     p = plan_of(plan_call(args.call, store=[args.call], seed=args.seed))
     report = {"call": args.call.as_dict(), **p.as_dict()}
     if not args.tiles:
@@ -279,6 +289,7 @@ def _plan(args) -> int:
 def _compare(args) -> int:
     from .compare import plan_call, same_bits
     store = [args.call_a, args.call_b]
+    _with_release(store, args.fa4_release)
     pa, pb = (plan_call(c, store=store, seed=args.seed) for c in store)
     r = same_bits(pa, pb, rows=args.rows)
     report = {"call_a": args.call_a.as_dict(), "call_b": args.call_b.as_dict(), "seed": args.seed,
@@ -334,6 +345,9 @@ def register(subparsers) -> None:
     r.add_argument("--causal", action="store_true")
     r.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
     r.add_argument("--mode", default="bitexact", choices=("bitexact", "statistical"))
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: the emulator; cuda: the GPU twin (bit-exact mode, the same bits) or the torch path "
+                        "(statistical mode) on the GPU")
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     r.add_argument("--inputs", default="normal", choices=("normal", "exact", "exact_onehot"))
     r.add_argument("--q-mult", type=finite_float, default=1.0, help="scale q (larger logits)")
@@ -360,6 +374,7 @@ def register(subparsers) -> None:
                    help="kernel option, e.g. rescale_threshold=4 ex2_emu_freq=0 coeffs=fa4-deg4 gemm=exact")
     add_registry_option(r)
     r.add_argument("--json", type=path_arg, default=None, help="also write the report here")
+    add_release_option(r)
     r.set_defaults(func=_run)
     pl = sub.add_parser("plan", help="the decisions that set one call's bits: tiles, q_stage, CTAs, pack_gqa, "
                                      "software-exp2 columns, KV-block ranges and order, splits, combine (JSON)")
@@ -368,6 +383,7 @@ def register(subparsers) -> None:
     pl.add_argument("--tiles", action="store_true", help="list every M tile (default: a count per visiting order)")
     pl.add_argument("--seed", type=nonneg_int, default=0)
     pl.add_argument("--json", type=path_arg, default=None, help="also write the report here")
+    add_release_option(pl)
     pl.set_defaults(func=_plan)
     c = sub.add_parser("compare", help="which shared rows of two calls get the same bits, which decision differs, "
                                        "and by how many ulps (seeded inputs; JSON)")
@@ -379,6 +395,7 @@ def register(subparsers) -> None:
     c.add_argument("--row-results", action="store_true", help="list every compared row")
     c.add_argument("--seed", type=nonneg_int, default=0)
     c.add_argument("--json", type=path_arg, default=None, help="also write the report here")
+    add_release_option(c)
     c.set_defaults(func=_compare)
     g = sub.add_parser("golden", help="re-check the H200 golden outputs of the SM90 kernel, bit for bit")
     g.add_argument("--file", type=path_arg, default=None, help="a golden .npz (default: the shipped SM90 file)")

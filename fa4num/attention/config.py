@@ -251,7 +251,7 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
                    batch: int = 1, heads: int = 1, num_sms: int = NUM_SMS_SM100, use_2cta_instrs: bool | None = None,
                    is_sm103: bool = False, local: bool = False, head_dim_v: int | None = None,
                    pack_gqa: bool | None = None, varlen_q: bool = False, split_kv: bool = False,
-                   page_size: int | None = None, seqused_q: bool = False) -> Sm100Options:
+                   page_size: int | None = None, seqused_q: bool = False, release=None) -> Sm100Options:
     """The knobs FA4's SM100 forward (flash-attn-4 4.0.0b36) picks for this problem (``interface.py``
     ``_flash_attn_fwd`` / ``_get_fwd_config``, ``flash_fwd_sm100.py`` ``__init__``):
 
@@ -263,7 +263,10 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
     - software exp2: the ``_TUNING_CONFIG`` / ``_FP8_TUNING_CONFIG`` entry of (use_2cta, causal, hd_pad,
       is_sm103), else on for hd_pad <= 128 (or 192 with 2-CTA, not causal/local) with freq 16, never on SM103;
       pack-GQA (hd_pad > 64, not causal/local) takes the tuned freq or 10, and 32 with varlen q.
-    ``use_2cta_instrs`` / ``is_sm103`` given explicitly pick another tuning-table entry.
+    ``use_2cta_instrs`` / ``is_sm103`` given explicitly pick another tuning-table entry. ``release`` (a name or
+    :class:`fa4num.attention.releases.Release`; default 4.0.0b36) takes that release's tuning tables, its
+    ``ex2_emu_res``, fp8 rescale threshold and max_offset, and, where it had one, the dedicated hd256 kernel
+    (always 2-CTA, no pack-GQA, no lazy rescale).
     (Emulated from source, not run on a Blackwell GPU.)
 
     Examples
@@ -273,9 +276,17 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
     >>> o.use_2cta_instrs, o.ex2_emu_freq, o.pack_gqa
     (True, 14, False)
     """
+    from . import releases
+    rel = releases.get(release)
     dv = head_dim if head_dim_v is None else head_dim_v
     hd_pad = head_dim_padded(head_dim)
     g = qhead_per_kvhead
+    # the dedicated hd256 kernel of b22-b33 (sm100_hd256_2cta_fmha_forward.py): every call 2-CTA, no pack-GQA
+    dedicated = rel.hd256_dedicated and head_dim == 256 and dv == 256 and not is_sm103
+    if dedicated and pack_gqa is None:
+        pack_gqa = False
+    if dedicated and use_2cta_instrs is None:
+        use_2cta_instrs = True
     if pack_gqa is None:
         pack_gqa = sm100_pack_gqa(qhead_per_kvhead=g, head_dim=head_dim, head_dim_v=dv, max_seqlen_q=seqlen_q,
                                   num_splits=2 if split_kv else 1, batch=batch, heads=heads, num_sms=num_sms,
@@ -289,14 +300,16 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
                               varlen_q=varlen_q, seqused_q=seqused_q, page_size=page_size, num_sms=num_sms)[0]
     key = (use_2cta, causal, hd_pad, is_sm103)
     width8 = dtype.startswith("float8")
+    table, fp8_table = tuning_tables(rel)
     enable = ((hd_pad <= 128 or (hd_pad == 192 and use_2cta and not causal and not local)) and not is_sm103)
-    tune = dict(zip(("freq", "start"), SM100_TUNING[key])) if key in SM100_TUNING else {}
+    tune = dict(zip(("freq", "res", "start"), table[key])) if key in table else {}
     if tune:
         enable = tune["freq"] > 0
-    if width8 and key in SM100_FP8_TUNING:
-        tune = dict(zip(("freq", "start"), SM100_FP8_TUNING[key]))
+    if width8 and key in fp8_table:
+        tune = dict(zip(("freq", "res", "start"), fp8_table[key]))
         enable = tune["freq"] > 0
     start = tune.get("start", 1)
+    res = tune.get("res") or rel.ex2_emu_res
     freq = 0
     if enable:
         freq = tune.get("freq", 16)
@@ -304,9 +317,27 @@ def sm100_defaults(*, dtype: str, head_dim: int, causal: bool, seqlen_q: int, qh
             freq = 32 if varlen_q or seqused_q else tune.get("freq", 10)
     # rows that share one KV block range: q_stage tiles of 128, times 2 for a 2-CTA pair (BlockInfo(cta_tiler[0]
     # * cta_group_size))
-    return Sm100Options(tile_m=q_stage * 128 * (2 if use_2cta else 1), rescale_threshold=0.0 if width8 else 8.0,
-                        max_offset=8 if width8 else 0, ex2_emu_freq=freq, ex2_emu_start_frg=start,
+    threshold, offset = rel.softmax_constants(dtype)
+    if dedicated:
+        # the dedicated kernel rescales at every new row max (softmax_step: no threshold) and starts the
+        # fragments at 0 unless tuned (its own defaults: freq 4, res 3, start 0)
+        threshold = 0.0
+        if not tune:
+            freq, res, start = 4, 3, 0
+    return Sm100Options(tile_m=q_stage * 128 * (2 if use_2cta else 1), rescale_threshold=threshold,
+                        max_offset=offset, ex2_emu_freq=freq, ex2_emu_res=res, ex2_emu_start_frg=start,
                         use_2cta_instrs=use_2cta, is_sm103=is_sm103, pack_gqa=pack_gqa)
+
+
+def tuning_tables(rel) -> tuple[dict, dict]:
+    """(16-bit, fp8) tuning tables of a release profile (:class:`fa4num.attention.releases.Release`), key ->
+    (ex2_emu_freq, ex2_emu_res or None, ex2_emu_start_frg): fa4num's copies (:data:`SM100_TUNING`,
+    :data:`SM100_FP8_TUNING`) for the default release, the profile's recorded tables for another."""
+    from . import releases
+    if rel.name == releases.DEFAULT_RELEASE:
+        return ({k: (f, None, st) for k, (f, st) in SM100_TUNING.items()},
+                {k: (f, None, st) for k, (f, st) in SM100_FP8_TUNING.items()})
+    return rel.tuning(fp8=False), rel.tuning(fp8=True)
 
 
 def _is_int(v) -> bool:

@@ -196,12 +196,14 @@ def _cast_p_blas(p: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _run_mblock(qr, kv, qpos, *, sq, sk, visits, ctx, sink_rows, v_descale=1.0, row0=0, heads=None, batch=0,
-                seqinfo=None):
+                seqinfo=None, key_valid=None):
     """One M block of rows (a tile, or one split of it): returns (O normalised fp32 (R, dv), LSE (R,), row
     counters dict). qr: (R, d) q rows; kv: the head's :class:`_KVBlocks`; qpos: (R,) their query index in the
     sequence; visits: the KV blocks in visiting order, each (n, mask_mod applies, seqlen masked)
     (:func:`fa4num.attention.schedule.flex_visits`); row0: the first row's index in the (packed) row sequence, for
-    the warp and tile groups; heads (R,), batch, seqinfo: what a score_mod / mask_mod is called with."""
+    the warp and tile groups; heads (R,), batch, seqinfo: what a score_mod / mask_mod is called with.
+    key_valid: (n_hi * tile_n,) bool, replacing the positional mask: the keys every row of the block sees (sparse
+    MLA's validity bitmask, fa4num.attention.mla)."""
     r, dv = qr.shape[0], kv.vh.shape[1]
     qop = _operand(qr, ctx, "a")
     opts = ctx.opts
@@ -227,9 +229,12 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, visits, ctx, sink_rows, v_descale=1.0, 
         elif ctx.softcap:
             s = _scoremod.softcap_scores(s, softcap=ctx.softcap, softmax_scale=ctx.softmax_scale,
                                          arch=ctx.tanh_arch)
-        vis = _flex.block_keep(fl, window=ctx.window, cols=cols, seqlen_masked=seqlen_masked, use_mod=use_mod,
-                               batch=batch, heads=heads, q_idx=qpos, seqlen_q=sq, seqlen_k=sk, seqinfo=seqinfo,
-                               arch=ctx.tanh_arch)
+        if key_valid is None:
+            vis = _flex.block_keep(fl, window=ctx.window, cols=cols, seqlen_masked=seqlen_masked, use_mod=use_mod,
+                                   batch=batch, heads=heads, q_idx=qpos, seqlen_q=sq, seqlen_k=sk, seqinfo=seqinfo,
+                                   arch=ctx.tanh_arch)
+        else:
+            vis = key_valid[None, cols]
         if vis.all():
             s = np.asarray(s, np.float32)
         else:
@@ -267,7 +272,8 @@ def _run_mblock(qr, kv, qpos, *, sq, sk, visits, ctx, sink_rows, v_descale=1.0, 
                 # in place (o is the last GEMM's fresh result): one pass instead of three
                 np.multiply(o, f32(scale)[:, None], out=o, where=rescale[:, None])
             o = _gemm(p_q, vbt, o, ctx)
-    rcp, lse = kern.finalize(state, scale_log2=ctx.sl2, opts=opts, sink=sink_rows, v_descale=v_descale)
+    rcp, lse = kern.finalize(state, scale_log2=ctx.sl2, opts=opts, sink=sink_rows, v_descale=v_descale,
+                             softmax_scale=ctx.softmax_scale)
     with np.errstate(invalid="ignore", over="ignore"):
         return (o * rcp[:, None]).astype(np.float32), lse, cnt
 

@@ -141,6 +141,13 @@ class Kernel:
             raise ValueError(f"head_dim must be in {self.head_dim_rule} and a multiple of {align} for {self.name} "
                              f"with {dtype}, got head_dim={head_dim}, head_dim_v={head_dim_v}")
 
+    visit_ascending = False   # KV blocks right to left (n_block_max - 1 first); the dedicated hd256 kernel: left to right
+
+    def for_release(self, problem) -> "Kernel":
+        """The kernel FA4's release (``problem.release``) runs for this call: this one, unless the release
+        dispatched it elsewhere (:class:`Sm100Hd256Dedicated`)."""
+        return self
+
     def options(self, problem):
         """(options, num_splits): :meth:`defaults` with the caller's overrides (``problem.overrides``), each
         checked (:func:`fa4num.attention.config.apply_overrides`), then the kernel's own consistency rules."""
@@ -201,7 +208,7 @@ class Sm90(Kernel):
                                         ffma_exponent=opts.ffma_exponent, block_max=block_max)
         return p, scale, None, np.ones(s.shape[0], bool)
 
-    def finalize(self, state, *, scale_log2, opts, sink, v_descale):
+    def finalize(self, state, *, scale_log2, opts, sink, v_descale, softmax_scale=None):
         return _sm90.finalize(state, scale_log2=scale_log2, arch=opts.mufu_arch, sink=sink)
 
     def backward_tile(self, problem, *, use_2cta_instrs=None):
@@ -213,6 +220,10 @@ class Sm90(Kernel):
         if problem.qhead_per_kvhead > 1 and d != dv:
             raise ValueError(f"GQA/MQA (q heads {problem.heads}, k/v heads {problem.heads_kv}) needs head_dim == "
                              f"head_dim_v for the {self.name} backward, as FA4 b36 asserts; got ({d}, {dv})")
+        rel = problem.release
+        if rel is not None and d > 192 and "sm90_backward_hd_gt_192" in rel.not_emulated:
+            raise ValueError(f"fa4_release={rel.name!r}: {rel.not_emulated['sm90_backward_hd_gt_192']}; not "
+                             f"emulated (head_dim={d})")
         fl = problem.flex
         sparse = None if fl is None else fl.block_sparse_bwd
         return sm90_bwd_tile(d, causal=problem.window.causal, local=problem.window.local,
@@ -231,6 +242,22 @@ class Sm100(Kernel):
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return (8 <= head_dim <= 128 and 8 <= head_dim_v <= 128) or (head_dim, head_dim_v) in ((192, 128),
                                                                                                 (256, 256))
+
+    def for_release(self, problem) -> Kernel:
+        """The dedicated hd256 kernel where the release had one (4.0.0b22-b33) and head dims are (256, 256),
+        not on SM103 (``interface.py`` ``use_dedicated_hd256_kernel``); else this kernel."""
+        rel = problem.release
+        if (rel is not None and rel.hd256_dedicated and problem.head_dim == problem.head_dim_v == 256
+                and not problem.overrides.get("is_sm103", False)):
+            for name, v in (("learnable_sink", problem.sink), ("softcap", problem.softcap or None)):
+                if v is not None:
+                    raise ValueError(f"fa4_release={rel.name!r}: head dim 256 runs the dedicated 2-CTA kernel, "
+                                     f"which does not support {name}")
+            if problem.descaled:
+                raise ValueError(f"fa4_release={rel.name!r}: the dedicated hd256 kernel does not support "
+                                 "q/k/v_descale")
+            return SM100_HD256_DEDICATED
+        return self
 
     def pack_gqa(self, problem) -> bool:
         """FA4's pack_gqa for this problem: the caller's, else :func:`fa4num.attention.config.sm100_pack_gqa`
@@ -267,7 +294,7 @@ class Sm100(Kernel):
             heads=problem.heads, local=problem.window.local, head_dim_v=problem.head_dim_v,
             pack_gqa=pack, varlen_q=problem.varlen_q, split_kv=num_splits > 1,
             page_size=problem.page_size, use_2cta_instrs=ov.get("use_2cta_instrs", False if sparse else None),
-            is_sm103=ov.get("is_sm103", False), seqused_q=problem.seqused_q is not None)
+            is_sm103=ov.get("is_sm103", False), seqused_q=problem.seqused_q is not None, release=problem.release)
         return config.replace(opts, tile_n=tile_n, num_splits=num_splits)
 
     def finish(self, problem, opts):
@@ -278,7 +305,14 @@ class Sm100(Kernel):
         if opts.tile_n % _sm100.FRAGMENT:
             raise ValueError(f"tile_n must be a multiple of {_sm100.FRAGMENT} for {self.name}, got {opts.tile_n}")
         dt = problem.dtype
-        if opts.max_offset + opts.rescale_threshold >= config.LOG2_DTYPE_MAX[dt]:
+        rel = problem.release
+        if (rel is not None and rel.hd256_dedicated and problem.head_dim == problem.head_dim_v == 256
+                and not opts.is_sm103 and (opts.pack_gqa or opts.num_splits > 1)):
+            raise ValueError(f"fa4_release={rel.name!r}: head dim 256 runs the dedicated 2-CTA kernel, which "
+                             f"asserts no pack_gqa and no SplitKV; got pack_gqa={opts.pack_gqa}, "
+                             f"num_splits={opts.num_splits}")
+        if ((rel is None or rel.offset_headroom_assert)
+                and opts.max_offset + opts.rescale_threshold >= config.LOG2_DTYPE_MAX[dt]):
             raise ValueError(f"max_offset + rescale_threshold must stay below log2(max {dt}) = "
                              f"{config.LOG2_DTYPE_MAX[dt]:.3f} (FA4 asserts this), got "
                              f"{opts.max_offset} + {opts.rescale_threshold}")
@@ -339,7 +373,7 @@ class Sm100(Kernel):
         # scale < 1 (vote_ballot_sync); a lane whose scale is 1.0 is then multiplied by 1.0 (unchanged)
         return step.p, step.acc_scale, step.lag, _ballot.group_any(step.acc_scale < 1, _ballot.WARP_ROWS)
 
-    def finalize(self, state, *, scale_log2, opts, sink, v_descale):
+    def finalize(self, state, *, scale_log2, opts, sink, v_descale, softmax_scale=None):
         return _sm100.finalize(state, scale_log2=scale_log2, max_offset=opts.max_offset, arch=opts.mufu_arch,
                                sink=sink, v_descale=v_descale)
 
@@ -351,6 +385,30 @@ class Sm100(Kernel):
             raise ValueError(f"(head_dim, head_dim_v) must both be <= 128 or (192, 128) for the {self.name} "
                              f"backward, got ({d}, {dv})")
         return sm100_bwd_tile(d, use_2cta_instrs=use_2cta_instrs)
+
+
+@dataclass(frozen=True)
+class Sm100Hd256Dedicated(Sm100):
+    """The dedicated hd256 forward of flash-attn-4 4.0.0b22-b33 (``sm100_hd256_2cta_fmha_forward.py``
+    ``BlackwellFusedMultiHeadAttentionForward``), which those releases ran for every SM100 call with head dims
+    (256, 256): always a 2-CTA cluster, KV blocks visited left to right, no lazy rescale, its own row-sum order,
+    an IEEE division for the final scale and ``log`` for the LSE (:func:`fa4num.softmax.sm100.
+    softmax_step_hd256_dedicated`). Selected by ``plan(..., fa4_release=...)``, not by name. (Emulated from
+    source, not run on a Blackwell GPU.)"""
+    visit_ascending = True
+
+    def for_release(self, problem) -> Kernel:
+        return self
+
+    def softmax_step(self, s, state, *, scale_log2, is_first, opts, emulate, block_max=None):
+        step = _sm100.softmax_step_hd256_dedicated(s, state, scale_log2=scale_log2, is_first=is_first,
+                                                   emulate=emulate, poly_degree=opts.poly_degree,
+                                                   coeffs=opts.coeffs, arch=opts.mufu_arch, block_max=block_max)
+        # correction_rescale multiplies every row's O by its factor on every block after the first
+        return step.p, step.acc_scale, step.lag, step.rescaled
+
+    def finalize(self, state, *, scale_log2, opts, sink, v_descale, softmax_scale=None):
+        return _sm100.finalize_hd256_dedicated(state, softmax_scale=softmax_scale, arch=opts.mufu_arch)
 
 
 def resolve_coeffs(coeffs) -> tuple:
@@ -368,6 +426,8 @@ SM100 = Sm100(name="fa4-sm100", arch="sm100", dtypes=config.DTYPES_SM100, accumu
               head_dim_rule="[8, 128] (q/k and v), or (head_dim, head_dim_v) = (192, 128) or (256, 256)",
               dq_postprocess_threads=128)
 KERNELS = {k.name: k for k in (SM90, SM100)}
+# selected by a release profile (Kernel.for_release), not by name: the name stays FA4's kernel="fa4-sm100"
+SM100_HD256_DEDICATED = Sm100Hd256Dedicated(**{f: getattr(SM100, f) for f in SM100.__dataclass_fields__})
 
 
 def get(kernel) -> Kernel:
@@ -399,5 +459,5 @@ def get(kernel) -> Kernel:
     return KERNELS[kernel]
 
 
-__all__ = ["Kernel", "Sm90", "Sm100", "SM90", "SM100", "KERNELS", "get", "BwdTile", "sm90_bwd_tile",
+__all__ = ["Kernel", "Sm90", "Sm100", "Sm100Hd256Dedicated", "SM90", "SM100", "SM100_HD256_DEDICATED", "KERNELS", "get", "BwdTile", "sm90_bwd_tile",
            "sm100_bwd_tile"]

@@ -36,7 +36,7 @@ import numpy as np
 
 from fa4num.fp.dtypes import DTYPES
 
-from . import config, kernels
+from . import config, kernels, releases
 from . import flex as _flex
 from . import masking as _masking
 
@@ -420,6 +420,7 @@ class Problem:
     seqlen_k_per_split: object = None    # split-KV: keys per split fixed (a multiple of tile_n), or None
     flex: object = field(default=None, repr=False)   # fa4num.attention.flex.Flex (score_mod, mask_mod, aux,
                                                      # block sparsity), None without any
+    release: object = field(default=None, repr=False)   # the FA4 release profile (fa4num.attention.releases)
 
     @property
     def mufu(self):
@@ -480,7 +481,7 @@ def plan(q, k, v, *, softmax_scale=None, causal=False, kernel=DEFAULT_KERNEL, so
          max_seqlen_k=None, num_splits=1, q_descale=None, k_descale=None, v_descale=None, page_table=None,
          seqused_q=None, seqused_k=None, seqlen_k_per_split=None, nonfinite="propagate", mode="bitexact",
          score_mod=None, mask_mod=None, aux_tensors=None, aux_scalars=None, block_sparse_tensors=None,
-         score_mod_bwd=None, block_sparse_tensors_bwd=None, **options) -> Problem:
+         score_mod_bwd=None, block_sparse_tensors_bwd=None, fa4_release=None, **options) -> Problem:
     """Check FA4's arguments and resolve the kernel's options: the :class:`Problem` every consumer takes.
 
     Parameters
@@ -499,6 +500,10 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
         FlexAttention's arguments (:mod:`fa4num.attention.flex`, docs/flex.md): Python callables with FA4's
         calling convention, their side inputs, FA4's block-sparse tensors, the score_mod's derivative and the
         query-direction block-sparse tensors for the backward.
+    fa4_release : str, optional
+        The flash-attn-4 release whose numerics to emulate: a profile of
+        :func:`fa4num.attention.releases.known` or a release it covers (default "4.0.0b36"); ValueError for
+        what that release computed differently and fa4num does not emulate.
     mode : {"bitexact", "statistical"}
         "statistical": fp32 BLAS GEMMs and numpy's libm for the MUFU functions (fast, not bit-exact); the
         defaults of the ``gemm`` and ``mufu_arch`` knobs.
@@ -527,6 +532,7 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     (False, 16, 6)
     """
     kern = kernels.get(kernel)
+    release = releases.get(None if fa4_release is None else releases.resolve_release(fa4_release))
     mode = _check_choice(mode, "mode", MODES)
     nonfinite = _check_choice(nonfinite, "nonfinite", NONFINITE)
     causal = check_bool(causal, "causal")
@@ -598,7 +604,16 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
         nonfinite=nonfinite, descaled=any(x is not None for x in (q_descale, k_descale, v_descale)),
         pack_gqa_given=None if pack_gqa is None else bool(pack_gqa),
         num_splits_given=num_splits if num_splits >= 1 else 0, overrides=MappingProxyType(overrides), seqs=seqs,
-        seqused_q=lay.seqused_q, seqused_k=lay.seqused_k, seqlen_k_per_split=seqlen_k_per_split, flex=flex)
+        seqused_q=lay.seqused_q, seqused_k=lay.seqused_k, seqlen_k_per_split=seqlen_k_per_split, flex=flex,
+        release=release)
+    releases.check_problem(release, problem_fields={
+        "descales_given": sum(x is not None for x in (q_descale, k_descale, v_descale)),
+        "empty_kv": any(s.k.shape[0] == 0 for s in seqs),
+        "sm100_hd256": kern.arch == "sm100" and d == dv == 256,
+        "heuristic_splits_pack_gqa": kern.split_kv and num_splits < 1 and pack_gqa is not False
+        and h > hk})
+    kern = kern.for_release(problem)
+    problem = replace(problem, kernel=kern)
     opts, splits = kern.options(problem)
     if flex is not None and flex.block_sparse is not None:
         _check_sparse_tiles(flex.block_sparse, opts, kern)

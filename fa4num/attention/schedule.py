@@ -93,7 +93,7 @@ def split_ranges(m_block: int, *, opts, seqlen_q: int, seqlen_k: int, window, gr
                  for split in range(num_splits))
 
 
-def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
+def visit_order(n_lo: int, n_hi: int, *, split_kv: bool, ascending: bool = False) -> list:
     """The KV blocks an M block (or one split of it) visits, in order: ``n_hi - 1`` first (with the sequence
     mask), then right to left (``flash_fwd_sm90.py`` ``mma``, ``flash_fwd_sm100.py`` ``softmax_loop``). An empty
     range runs one fully masked iteration of block ``n_hi - 1`` (-1: a block of zeros), except a split of a
@@ -105,6 +105,9 @@ def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
         (n_block_min, n_block_max).
     split_kv : bool
         The range is one split of a split-KV call.
+    ascending : bool
+        Left to right instead (the dedicated hd256 kernel of 4.0.0b22-b33, ``for step in range(start, end)``;
+        an empty range runs block ``n_hi - 1`` masked, as the generic kernel's does).
 
     Returns
     -------
@@ -117,7 +120,8 @@ def visit_order(n_lo: int, n_hi: int, *, split_kv: bool) -> list:
     """
     if n_hi <= n_lo and split_kv:
         return []
-    return [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
+    order = [n_hi - 1] + list(range(n_hi - 2, n_lo - 1, -1))
+    return order[::-1] if ascending else order
 
 
 def sparse_visits(mask_list, full_list) -> list:
@@ -185,7 +189,9 @@ def flex_visits(problem: Problem, m_block: int, *, batch: int, head: int, seqlen
     for lo, hi in split_ranges(m_block, opts=opts, seqlen_q=seqlen_q, seqlen_k=seqlen_k, window=problem.window,
                                group=group, num_splits=problem.num_splits,
                                seqlen_k_per_split=problem.seqlen_k_per_split):
-        out.append([(n, True, i == 0) for i, n in enumerate(visit_order(lo, hi, split_kv=split))])
+        # the block with the sequence mask is n_hi - 1: visited first right to left, last by an ascending kernel
+        out.append([(n, True, n == hi - 1) for n in visit_order(lo, hi, split_kv=split,
+                                                                 ascending=problem.kernel.visit_ascending)])
     return tuple(out)
 
 

@@ -88,7 +88,8 @@ def _twin(args) -> int:
     import numpy as np
     import torch
 
-    from . import run_provenance, twin
+    from fa4num.attention import twin
+    from . import run_provenance
     opts = dict(args.opt)
     b, sq, h, d = args.shape
     hk = h if args.kv_heads is None else args.kv_heads
@@ -136,6 +137,47 @@ def _twin(args) -> int:
             json.dump(rec, f, indent=1, default=str)
         print(f"wrote {args.json}")
     return code
+
+
+def _capture_kit(args) -> int:
+    from . import kit
+    if args.emulate is None:
+        if not _check_gpu():
+            return 1
+        dev = kit.CudaDevice()
+    else:
+        dev = kit.EmulatorDevice(args.emulate)
+    cases = kit.kit_cases()
+    if args.only:
+        unknown = sorted(set(args.only) - {c["name"] for c in cases})
+        if unknown:
+            print(f"fa4num gpu capture-kit: --only: unknown case(s) {unknown}; see fa4num.gpu.kit.kit_cases()",
+                  file=sys.stderr)
+            return 2
+        cases = [c for c in cases if c["name"] in args.only]
+    kit.capture_kit(args.out, device=dev, cases=cases, sections=tuple(args.sections), stride=args.stride)
+    return 0
+
+
+def _check_kit(args) -> int:
+    import json
+
+    from . import kit
+    res = kit.check_kit(args.file, mufu_arch=args.mufu_arch, only=args.only or None)
+    print(f"kit {res.path}: {res.device} ({res.arch}); emulator MUFU tables {args.mufu_arch}")
+    for r in res.rows:
+        print(f"  {r.status.upper() if r.status in ('differs', 'error') else r.status:12s} {r.section:9s} "
+              f"{r.name:28s} {r.detail}")
+    print("summary: " + ", ".join(f"{n} {c}" for n, c in sorted(res.summary().items())))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"path": res.path, "arch": res.arch, "device": res.device, "summary": res.summary(),
+                       "rows": [r.__dict__ for r in res.rows]}, f, indent=1)
+    if not res.ok:
+        print("the emulator differs from the kit's GPU on: " + ", ".join(f"{r.section}/{r.name}"
+                                                                       for r in res.failed), file=sys.stderr)
+        return 1
+    return 0
 
 
 def _mufu_info(args) -> int:
@@ -251,6 +293,23 @@ def register(subparsers) -> None:
     q.add_argument("--check", action="store_true", help="also run the CPU emulator and compare the bits")
     q.add_argument("--json", type=path_arg, default=None, help="write the record (with provenance) here")
     q.set_defaults(func=_twin)
+    q = sub.add_parser("capture-kit", help="the capture kit: MUFU tables and sweeps, a tensor-core probe and FA4's "
+                                           "forward/backward on a fixed case list, into one file (SM90 or SM100)")
+    q.add_argument("--out", type=path_arg, required=True, help="the kit file to write (.npz)")
+    q.add_argument("--sections", nargs="+", default=["mufu", "mma", "attention"],
+                   choices=("mufu", "mma", "attention"))
+    q.add_argument("--only", nargs="+", default=None, metavar="CASE", help="attention cases to run (default all)")
+    q.add_argument("--stride", type=positive_int, default=4099,
+                   help="the sampled MUFU sweep's stride over the 2^32 fp32 inputs (default 4099)")
+    q.add_argument("--emulate", default=None, choices=("sm90", "sm100", "sm103"),
+                   help="no GPU: write the kit fa4num's emulator predicts for this arch (a dry run)")
+    q.set_defaults(func=_capture_kit)
+    q = sub.add_parser("check-kit", help="check the emulator against a capture-kit file; exit 1 naming what differs")
+    q.add_argument("file", type=path_arg)
+    q.add_argument("--mufu-arch", default="sm90", help="the emulator's MUFU table set (default sm90)")
+    q.add_argument("--only", nargs="+", default=None, metavar="NAME", help="items to check (default all)")
+    q.add_argument("--json", type=path_arg, default=None, help="also write the rows here")
+    q.set_defaults(func=_check_kit)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

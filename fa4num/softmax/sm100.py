@@ -396,3 +396,86 @@ def finalize(state: Sm100State, *, scale_log2, max_offset: int = 0, arch: str = 
         lg = mufu("lg2", arch)(safe) - np.float32(max_offset)
         lse = ffma(m, sl2, lg) * LN2_F32
     return scale.astype(np.float32), np.where(zero_or_nan, np.float32(-np.inf), lse).astype(np.float32)
+
+
+# ---- the dedicated hd256 forward of 4.0.0b22-b33 (sm100_hd256_2cta_fmha_forward.py) ---------------------------
+def quarter_row_sum(p, row_sum_scaled):
+    """The dedicated hd256 kernel's row sum (``BlackwellFusedMultiHeadAttentionForward.softmax_step``): the row
+    is cut into 4 quarters of N/4 columns; quarter f accumulates its column pairs (c, c + 1) into the two lanes
+    of an ``add_packed_f32x2`` accumulator L_f, with L_0 seeded (h, h), h = RN(row_sum * acc_scale) where
+    acc_scale carries a factor 1/2 (so the two lanes together hold the old sum) and L_1..L_3 seeded 0; then
+    L_0 += L_1, L_2 += L_3, L_0 += L_2 (lane-wise), and the sum is L_0[0] + L_0[1]. All add.rn.
+
+    Parameters
+    ----------
+    p : (R, N) float32, N a multiple of 8
+    row_sum_scaled : (R,) float32, h
+
+    Returns
+    -------
+    (R,) float32
+    """
+    p = f32(p)
+    n = p.shape[1]
+    if n % 8:
+        raise ValueError(f"row length must be a multiple of 8 for the quarter reduction, got {n}")
+    q = n // 4
+    lanes = np.zeros((p.shape[0], 4, 2), np.float32)
+    lanes[:, 0, 0] = lanes[:, 0, 1] = f32(row_sum_scaled)
+    for c in range(0, q, 2):
+        lanes += p[:, [c, c + 1, q + c, q + c + 1, 2 * q + c, 2 * q + c + 1, 3 * q + c, 3 * q + c + 1]].reshape(
+            -1, 4, 2)
+    l0 = lanes[:, 0] + lanes[:, 1]
+    l2 = lanes[:, 2] + lanes[:, 3]
+    l0 = l0 + l2
+    return l0[:, 0] + l0[:, 1]
+
+
+def softmax_step_hd256_dedicated(s, state: Sm100State, *, scale_log2, is_first: bool, emulate=None,
+                                 poly_degree: int = 3, coeffs=None, arch="sm90", block_max=None) -> Sm100Step:
+    """One KV block of the dedicated hd256 kernel of flash-attn-4 4.0.0b22-b33
+    (``sm100_hd256_2cta_fmha_forward.py`` ``softmax_step`` and ``correction_rescale``). Updates ``state``.
+
+    No lazy rescale: m_new = max(m_old, block max), m_safe = m_new (0 if -inf); O's factor is
+    ex2.approx.ftz(RN(scale_log2 * RN(m_old - m_safe))) on every block after the first (1.0 when the max did not
+    grow); x = fma.rn(S, scale_log2, RN(RN(0 - m_safe) * scale_log2)); P from MUFU / ``ex2_emulation_2`` on the
+    columns of :func:`emulated_columns` (the same rule); the row sum :func:`quarter_row_sum` seeded with
+    RN(row_sum * RN(factor * 0.5)). (Emulated from source, not run on a Blackwell GPU.)
+    """
+    from fa4num import hw
+    model = hw.mufu_model(arch)
+    s = f32(s)
+    sl2 = np.float32(scale_log2)
+    m_blk = np.fmax.reduce(s, axis=1) if block_max is None else f32(block_max)
+    with np.errstate(invalid="ignore", over="ignore"):
+        m_old = state.row_max
+        m_new = np.fmax(m_old, m_blk).astype(np.float32)
+        m_safe = np.where(m_new == -np.inf, np.float32(0), m_new).astype(np.float32)
+        factor = model.ex2(f32(sl2 * f32(m_old - m_safe)))
+        x = ffma(s, sl2, f32(f32(np.float32(0) - m_safe) * sl2)[:, None])
+        p = apply_exp2_convert(x, mufu=model, emulate=emulate, poly_degree=poly_degree, coeffs=coeffs)
+        half = f32(factor * np.float32(0.5))
+        state.row_sum = quarter_row_sum(p, f32(state.row_sum * half))
+    state.row_max = m_new
+    state.true_max = m_new
+    rows = s.shape[0]
+    acc = np.ones(rows, np.float32) if is_first else f32(factor)
+    zeros = np.zeros(rows, np.float32)
+    return Sm100Step(p, acc, np.full(rows, not is_first), np.zeros(rows, bool), zeros)
+
+
+def finalize_hd256_dedicated(state: Sm100State, *, softmax_scale, arch: str = "sm90"):
+    """The dedicated hd256 kernel's epilogue (``correction_epilog``, ``store_sum_max``): scale = RN(1 / row_sum)
+    (an IEEE division, ``scale_output / row_sum`` with scale_output 1), 0 for a zero or NaN row sum; LSE =
+    fma.rn(softmax_scale, m, RN(lg2.approx.ftz(row_sum) * LN2)) (``cute.math.log(fastmath=True)``, the
+    multiply-add contracted as ptxas does for the SM100 bias), -inf for a zero or NaN row sum.
+    (Emulated from source, not run on a Blackwell GPU.)"""
+    rs = f32(state.row_sum)
+    m = f32(state.row_max)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        zero_or_nan = (rs == 0) | np.isnan(rs)
+        safe = np.where(zero_or_nan, np.float32(1), rs).astype(np.float32)
+        scale = np.where(zero_or_nan, np.float32(0), np.float32(1) / safe).astype(np.float32)
+        ln = f32(mufu("lg2", arch)(safe) * LN2_F32)
+        lse = ffma(np.float32(softmax_scale), m, ln)
+    return scale, np.where(zero_or_nan, np.float32(-np.inf), lse).astype(np.float32)

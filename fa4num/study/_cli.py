@@ -108,8 +108,9 @@ def register(subparsers) -> None:
     r.add_argument("--out", type=path_arg, required=True,
                    help="result directory (Parquet dataset; reruns compute only what is missing)")
     r.add_argument("--scheduler", default="local",
-                   help="local (a LocalCluster, one worker per core), local:N, none (in this process, no "
-                        "Dask) or a Dask scheduler address tcp://HOST:PORT (default: local)")
+                   help="local (a LocalCluster, one worker per core), local:N, local-gpu (one worker per GPU, "
+                        "each declaring a GPU resource), local-gpu:N (N workers sharing the GPUs), none (in this "
+                        "process, no Dask) or a Dask scheduler address tcp://HOST:PORT (default: local)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--no-compact", action="store_true", help="keep one part file per flush")
     r.add_argument("--yes", action="store_true",

@@ -16,11 +16,14 @@ BACKEND_LABELS = {"fa4": "FA4", "cudnn": "cuDNN", "flash": "SDPA flash (FA2)", "
                   "math": "SDPA math"}
 
 
-def attention_fp64_torch(q, k, v, *, softmax_scale=None, causal: bool = False):
+def attention_fp64_torch(q, k, v, *, softmax_scale=None, causal: bool = False, chunk_rows: int | None = None):
     """fp64 attention on q, k, v's device, one (batch, head) at a time: (out (b, sq, h, d), lse (b, h, sq)).
 
     Same definition as ``fa4num.attention.reference.attention_fp64`` (bottom-right causal, GQA by head
     groups, rows without a visible key give out 0 and lse -inf), for sizes where numpy on a CPU is too slow.
+    ``chunk_rows``: query rows per step (default: all), so that S takes chunk_rows x seqlen_k float64s (128k
+    tokens need it); with ``causal`` a chunk reads only the keys its last row sees. The chunking changes at most
+    the fp64 rounding of the GEMMs (their BLAS order), far below any error it measures.
 
     Examples
     --------
@@ -38,24 +41,28 @@ def attention_fp64_torch(q, k, v, *, softmax_scale=None, causal: bool = False):
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     out = torch.zeros((b, sq, h, d), dtype=torch.float64, device=q.device)
     lse = torch.full((b, h, sq), -math.inf, dtype=torch.float64, device=q.device)
-    hidden = None
-    if causal:
-        hidden = (torch.arange(sk, device=q.device)[None, :]
-                  > torch.arange(sq, device=q.device)[:, None] + (sk - sq))
+    step = sq if not chunk_rows else int(chunk_rows)
     for bi in range(b):
         for hi in range(h):
-            qh, kh, vh = q[bi, :, hi].double(), k[bi, :, hi // (h // hk)].double(), v[bi, :, hi // (h // hk)].double()
-            s = (qh @ kh.T) * scale
-            if hidden is not None:
-                s = s.masked_fill(hidden, -math.inf)
-            m = s.amax(dim=-1, keepdim=True)
-            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-            e = torch.exp(s - m)
-            z = e.sum(dim=-1)
-            ok = z > 0
-            out[bi, :, hi] = torch.where(ok[:, None], (e @ vh) / torch.where(ok, z, 1.0)[:, None], 0.0)
-            lse[bi, hi] = torch.where(ok, m[:, 0] + torch.log(torch.where(ok, z, 1.0)), -math.inf)
-            del s, e
+            kh, vh = k[bi, :, hi // (h // hk)].double(), v[bi, :, hi // (h // hk)].double()
+            for r0 in range(0, sq, max(step, 1)):
+                r1 = min(sq, r0 + step)
+                # keys beyond the chunk's last diagonal are hidden from all its rows (causal)
+                nk = max(0, min(sk, r1 + sk - sq)) if causal else sk
+                s = (q[bi, r0:r1, hi].double() @ kh[:nk].T) * scale
+                if causal:
+                    hidden = (torch.arange(nk, device=q.device)[None, :]
+                              > torch.arange(r0, r1, device=q.device)[:, None] + (sk - sq))
+                    s = s.masked_fill(hidden, -math.inf)
+                m = s.amax(dim=-1, keepdim=True) if nk else torch.full((r1 - r0, 1), -math.inf, dtype=s.dtype,
+                                                                         device=q.device)
+                m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+                e = torch.exp(s - m)
+                z = e.sum(dim=-1)
+                ok = z > 0
+                out[bi, r0:r1, hi] = torch.where(ok[:, None], (e @ vh[:nk]) / torch.where(ok, z, 1.0)[:, None], 0.0)
+                lse[bi, hi, r0:r1] = torch.where(ok, m[:, 0] + torch.log(torch.where(ok, z, 1.0)), -math.inf)
+                del s, e
     return out, lse
 
 

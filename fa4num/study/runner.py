@@ -44,18 +44,20 @@ class RunSummary:
 
 
 def parse_scheduler(scheduler: str) -> tuple[str, int | None]:
-    """("local", n_workers or None) | ("none", None) | ("address", None); ValueError on anything else."""
+    """("local", n_workers or None) | ("local-gpu", n_workers or None) | ("none", None) | ("address", None);
+    ValueError on anything else."""
     s = str(scheduler)
     if s == "none":
         return "none", None
-    if s == "local" or s.startswith("local:"):
-        n = s.partition(":")[2]
-        if n and (not n.isdigit() or int(n) < 1):
-            raise ValueError(f"scheduler 'local:N' needs N >= 1 workers, got {s!r}")
-        return "local", int(n) if n else None
+    for kind in ("local", "local-gpu"):
+        if s == kind or s.startswith(kind + ":"):
+            n = s.partition(":")[2]
+            if n and (not n.isdigit() or int(n) < 1):
+                raise ValueError(f"scheduler '{kind}:N' needs N >= 1 workers, got {s!r}")
+            return kind, int(n) if n else None
     if "://" in s or (":" in s and s.rsplit(":", 1)[1].isdigit()):
         return "address", None
-    raise ValueError(f"scheduler must be 'local', 'local:N', 'none' or a Dask scheduler address "
+    raise ValueError(f"scheduler must be 'local', 'local:N', 'local-gpu', 'local-gpu:N', 'none' or a Dask scheduler address "
                      f"(tcp://HOST:PORT), got {s!r}")
 
 
@@ -282,11 +284,30 @@ def run_grid(grid, out, *, scheduler: str = "local", progress: bool = True, comp
                       time.perf_counter() - t0)
 
 
+def _gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _pin_gpu(gpus: int) -> int:
+    """On a LocalCluster worker: make GPU (worker name mod gpus) torch's current device; returns its index."""
+    import torch
+    from dask.distributed import get_worker
+    name = get_worker().name
+    index = (int(name) if str(name).isdigit() else 0) % gpus
+    torch.cuda.set_device(index)
+    return index
+
+
 def _run_dask(g, groups, scheduler, n_workers, client, finish, flush, bar, progress, worker_timeout):
     from dask.distributed import Client, LocalCluster, as_completed
     cluster = own = None
     if client is None:
-        if parse_scheduler(scheduler)[0] == "local":
+        kind = parse_scheduler(scheduler)[0]
+        if kind in ("local", "local-gpu"):
             # workers import fa4num from where this process does (a checkout that is not installed)
             root = str(Path(__file__).resolve().parents[2])
             os.environ["PYTHONPATH"] = os.pathsep.join([root] + [p for p in
@@ -294,9 +315,18 @@ def _run_dask(g, groups, scheduler, n_workers, client, finish, flush, bar, progr
             import importlib.util
             # the dashboard needs bokeh (the `study` extra); without it Dask would only warn
             dash = ":0" if importlib.util.find_spec("bokeh") is not None else None
-            cluster = _quiet_cluster(LocalCluster, n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=1,
-                                     processes=True, dashboard_address=dash, silence_logs=logging.ERROR)
+            gpus = _gpu_count() if kind == "local-gpu" else 0
+            if kind == "local-gpu" and not gpus:
+                raise ValueError("scheduler 'local-gpu': no CUDA GPU here (torch.cuda.is_available() is False)")
+            extra = {"resources": {"GPU": 1}} if gpus else {}
+            cluster = _quiet_cluster(LocalCluster, n_workers=n_workers or gpus or os.cpu_count() or 1,
+                                     threads_per_worker=1, processes=True, dashboard_address=dash,
+                                     silence_logs=logging.ERROR, **extra)
             own = Client(cluster)
+            if gpus:
+                # LocalCluster names its workers 0..n-1: worker i computes on GPU i mod gpus (two workers may
+                # share one GPU)
+                own.run(_pin_gpu, gpus)
         else:
             try:
                 own = Client(scheduler, timeout=worker_timeout)

@@ -209,16 +209,21 @@ def parse_knob(knob: str) -> dict:
 
 
 def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: int = 0, heads: int = 2,
-                 head_dim: int = 128, mode: str = "bitexact", q_mult: float = 1.0) -> dict:
-    """Output and LSE error of FA4's SM100 forward (``fa4num.attention.forward(kernel="fa4-sm100")``) with one
-    knob changed, against fp64 attention on the same rounded inputs.
+                 head_dim: int = 128, mode: str = "bitexact", q_mult: float = 1.0, kernel: str = _KERNEL,
+                 device: str = "cpu") -> dict:
+    """Output and LSE error of FA4's forward (SM100 by default) with one knob changed, against fp64 attention on
+    the same rounded inputs.
 
     ``knob``: "default" (FA4's choices for the problem) or "NAME=VALUE[,NAME=VALUE]" with NAME a forward option
     (rescale_threshold, max_offset, ex2_emu_freq, ex2_emu_res, ex2_emu_start_frg, poly_degree, coeffs,
     fused_bias) or ``dtype`` (the input and P dtype: "bfloat16" or "float16"). q, k come from
     ``make_study_inputs(dist, ...)`` (times ``q_mult`` for q), v ~ N(0, 1) from the same seed. ``mode``:
     "bitexact" (tensor-core and MUFU models) or "statistical" (fp32 BLAS GEMMs and libm MUFU; the software
-    exp2 stays bit-exact).
+    exp2 stays bit-exact). ``kernel``: "fa4-sm100" or "fa4-sm90" (FA3-style: every rescale done, MUFU exp2
+    only; a baseline). ``device``: "cpu" runs the CPU emulator (fp64 reference in numpy); "cuda" runs the
+    bit-exact GPU twin (:func:`fa4num.attention.twin.forward`, the emulator's bits) or, in statistical mode,
+    ``forward_torch``, with inputs drawn on the GPU and the fp64 reference and the metrics computed there
+    (so 128k tokens fit); rows of the two devices are different samples of the same distributions.
 
     Parameters
     ----------
@@ -230,60 +235,124 @@ def error_budget(*, knob: str, dist: str = "gaussian", seqlen: int = 512, seed: 
     mode : {"bitexact", "statistical"}
     q_mult : float
         Scale of q (sharper softmax rows for larger values).
+    kernel : {"fa4-sm100", "fa4-sm90"}
+    device : {"cpu", "cuda"}
 
     Returns
     -------
     dict
         ``rel_l2``, ``max_abs`` (output vs fp64), ``lse_max_abs``, ``lse_mean_abs``, the same output errors of
         fp64 rounded once to the dtype (``floor_rel_l2``, ``floor_max_abs``), ``rel_l2_over_floor``,
-        ``rescales`` (rescales the kernel did), ``exp2_emulated_share`` and ``causal``.
+        ``rescales`` (rescales the kernel did), ``rescales_warp`` (steps where a warp multiplied O),
+        ``rescale_steps`` (the always-rescale work), ``exp2_emulated_share``, ``causal`` and ``device_name``.
 
     Raises
     ------
     ValueError
-        For an unknown knob name or value, or a knob dtype other than bfloat16 / float16.
+        For an unknown knob name or value, a knob dtype other than bfloat16 / float16, an unknown kernel or
+        device, or device "cuda" on a machine without one.
 
     Examples
     --------
     >>> r = error_budget(knob="default", seqlen=128, heads=1, head_dim=64, mode="statistical")
     >>> sorted(r)[:4], r["rel_l2"] < 1e-2
-    (['causal', 'exp2_emulated_share', 'floor_max_abs', 'floor_rel_l2'], True)
+    (['causal', 'device_name', 'exp2_emulated_share', 'floor_max_abs'], True)
     """
     import torch
 
-    from fa4num.attention import forward
     from fa4num.fp.dtypes import DTYPES
-    from fa4num.attention import reference as ref
 
     from .inputs import make_study_inputs
+    from .skip import pick_device
     opts = parse_knob(knob)
     dtype = opts.pop("dtype", "bfloat16")
     dts = {n: DTYPES[n].dtype for n in ("bfloat16", "float16")}
     if dtype not in dts:
         raise ValueError(f"knob dtype must be one of {tuple(dts)}, got {dtype!r}")
-    inp = make_study_inputs(dist, int(seqlen), heads=int(heads), head_dim=int(head_dim), seed=int(seed))
-    g = torch.Generator()
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    dev = torch.device("cpu")
+    if device == "cuda" and not _interpreted():     # under TRITON_INTERPRET=1 the twin runs on the CPU
+        dev = pick_device("cuda")
+        if dev.type != "cuda" or not torch.cuda.is_available():
+            raise ValueError("device 'cuda': no CUDA GPU here (torch.cuda.is_available() is False)")
+    inp = make_study_inputs(dist, int(seqlen), heads=int(heads), head_dim=int(head_dim), seed=int(seed),
+                            device=dev)
+    g = torch.Generator(device=inp.k.device)
     g.manual_seed(int(seed) * 1000 + 999)
-    v32 = torch.randn(inp.k.shape, generator=g)
+    v32 = torch.randn(inp.k.shape, generator=g, device=inp.k.device)
+    if device == "cpu":
+        return _budget_cpu(inp, v32, opts, dts[dtype], kernel=kernel, mode=mode, q_mult=q_mult)
+    return _budget_torch(inp, v32, opts, dtype, kernel=kernel, mode=mode, q_mult=q_mult)
+
+
+def _interpreted() -> bool:
+    from fa4num.attention.triton_backend import interpreted
+    return interpreted()
+
+
+def _budget_row(m_rel, m_max, f_rel, f_max, lse_err, st, causal, device_name) -> dict:
+    n_emu, n_mufu = int(st.exp2_emulated.sum()), int(st.exp2_mufu.sum())
+    return {"rel_l2": m_rel, "max_abs": m_max, "lse_max_abs": float(lse_err.max(initial=0)),
+            "lse_mean_abs": float(lse_err.mean()) if lse_err.size else float("nan"),
+            "floor_rel_l2": f_rel, "floor_max_abs": f_max,
+            "rel_l2_over_floor": m_rel / f_rel if f_rel else float("nan"),
+            "rescales": int(st.rescales_done.sum()),
+            "rescales_warp": int(st.rescales_warp.sum()) if st.rescales_warp is not None else -1,
+            "rescale_steps": int(st.rescale_steps.sum()) if st.rescale_steps is not None else -1,
+            "exp2_emulated_share": n_emu / max(1, n_emu + n_mufu), "causal": bool(causal),
+            "device_name": device_name}
+
+
+def _budget_cpu(inp, v32, opts, np_dtype, *, kernel, mode, q_mult) -> dict:
+    """The CPU emulator and the numpy fp64 reference."""
+    from fa4num.attention import forward
+    from fa4num.attention import reference as ref
     q = (inp.q.float() * float(q_mult)).numpy()[None]
     k = inp.k.float().numpy()[None]
     v = v32.numpy()[None]
-    q, k, v = (a.astype(dts[dtype]) for a in (q, k, v))
+    q, k, v = (a.astype(np_dtype) for a in (q, k, v))
     o64, lse64 = ref.attention_fp64(q, k, v, causal=inp.causal)
-    res = forward(q, k, v, causal=inp.causal, kernel=_KERNEL, mode=mode, **opts)
+    res = forward(q, k, v, causal=inp.causal, kernel=kernel, mode=mode, **opts)
     m = ref.metrics(res.out, o64)
-    floor = ref.metrics(ref.round_once(o64, dts[dtype]), o64)
+    floor = ref.metrics(ref.round_once(o64, np_dtype), o64)
     lse_err = np.abs(np.asarray(res.lse, np.float64) - lse64)
-    lse_err = lse_err[np.isfinite(lse_err)]
-    st = res.stats
-    n_emu, n_mufu = int(st.exp2_emulated.sum()), int(st.exp2_mufu.sum())
-    return {"rel_l2": m.rel_l2, "max_abs": m.max_abs, "lse_max_abs": float(lse_err.max(initial=0)),
-            "lse_mean_abs": float(lse_err.mean()) if lse_err.size else float("nan"),
-            "floor_rel_l2": floor.rel_l2, "floor_max_abs": floor.max_abs,
-            "rel_l2_over_floor": m.rel_l2 / floor.rel_l2 if floor.rel_l2 else float("nan"),
-            # forward's counter of rescales done (named rescales_done once forward's stats are renamed)
-            "rescales": int(getattr(st, "rescales_done", getattr(st, "rescales", np.zeros(1))).sum()),
-            "exp2_emulated_share": n_emu / max(1, n_emu + n_mufu), "causal": bool(inp.causal)}
+    return _budget_row(m.rel_l2, m.max_abs, floor.rel_l2, floor.max_abs, lse_err[np.isfinite(lse_err)],
+                       res.stats, inp.causal, "cpu")
 
 
-error_budget.version = 1
+# query rows per step of the fp64 reference on the GPU (S of 4096 x 128k float64s: 4 GiB)
+_FP64_CHUNK_ROWS = 4096
+
+
+def _budget_torch(inp, v32, opts, dtype, *, kernel, mode, q_mult) -> dict:
+    """The GPU twin (bit-exact) or forward_torch (statistical) on inp's device; fp64 reference and metrics
+    there too."""
+    import torch
+
+    from fa4num.attention import forward_torch
+    from fa4num.attention import twin
+
+    from .baselines import attention_fp64_torch
+    tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    q = (inp.q.float() * float(q_mult))[None].to(tdt)
+    k = inp.k.float()[None].to(tdt)
+    v = v32[None].to(tdt)
+    o64, lse64 = attention_fp64_torch(q, k, v, causal=inp.causal, chunk_rows=_FP64_CHUNK_ROWS)
+    run = twin.forward if mode == "bitexact" else forward_torch
+    res = run(q, k, v, causal=inp.causal, kernel=kernel, mode=mode, **opts)
+
+    def rel_max(a):
+        err = a.double() - o64
+        return float(err.norm() / o64.norm()), float(err.abs().max())
+    m_rel, m_max = rel_max(res.out)
+    f_rel, f_max = rel_max(o64.to(tdt))
+    lse_err = (res.lse.double() - lse64).abs()
+    lse_err = lse_err[torch.isfinite(lse_err)].cpu().numpy()
+    name = torch.cuda.get_device_name(q.device) if q.device.type == "cuda" else "cpu (Triton interpreter)"
+    return _budget_row(m_rel, m_max, f_rel, f_max, lse_err, res.stats, inp.causal, name)
+
+
+error_budget.version = 2

@@ -33,7 +33,7 @@ LAYERS = {
     "bounds": 7,
     "study": 8,
     "gpu": 9,
-    "report": 10,
+    "report": 10, "upstream": 10,
     "_polys_cli": 11, "cli": 12,
 }
 # The hooks through which the top layer reaches into each subpackage: ``<pkg>/_cli.py`` (``register``, for

@@ -3,6 +3,7 @@ gives the committed files byte for byte (experiments/make_tables.py and experime
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 import sys
 
@@ -31,3 +32,59 @@ def test_tables_regenerate_byte_for_byte(script, tmp_path, capsys):
     assert made
     for p in made:
         assert p.read_text() == (TABLES / p.name).read_text(), f"paper/tables/{p.name} is stale: run make -C paper"
+
+
+def test_skip_sources_carry_todays_definition():
+    """Every skip share in the paper's tables and figures comes from results written by today's counter
+    definition (fa4num.softmax.ballot.SKIP_DEFINITION_VERSION): the accuracy study's JSON (its provenance and each
+    row) and each skip-rate store the paper reads. A result of an older counter fails here until it is re-run."""
+    pytest.importorskip("pandas")
+    from fa4num.softmax.ballot import SKIP_DEFINITION_VERSION
+    from fa4num.study.store import read_store
+    pc = _script("paper_common")
+    knobs = json.loads((ROOT / "experiments" / "results" / "fa4_knobs.json").read_text())
+    assert pc.recorded_skip_definitions(knobs) == {SKIP_DEFINITION_VERSION}, "fa4_knobs.json: older skip counter"
+    stale = [(r["case"], r["config"]) for r in knobs["rows"]
+             if r.get("skip_definition_version") != SKIP_DEFINITION_VERSION]
+    assert not stale, f"fa4_knobs.json rows of an older skip counter: {stale[:3]}"
+    assert pc.SKIP_STORES
+    for name in pc.SKIP_STORES:
+        found = pc.recorded_skip_definitions(read_store(pc.STUDY_DATA / name))
+        assert found == {SKIP_DEFINITION_VERSION}, f"fa4num/study/data/{name}: skip definition {found}"
+
+
+def test_an_older_skip_definition_is_refused():
+    """The table scripts refuse a result that records an older definition, or none (the first-round counter)."""
+    pd = pytest.importorskip("pandas")
+    from fa4num.softmax.ballot import SKIP_DEFINITION_VERSION
+    pc = _script("paper_common")
+    now = {"provenance": {"skip_definition_version": SKIP_DEFINITION_VERSION}}
+    assert pc.require_skip_definition(now, "now.json") is now
+    for old in ({"provenance": {}}, {"skip_definition_version": SKIP_DEFINITION_VERSION - 1},
+                pd.DataFrame({"rescale_events": [3]}),
+                pd.DataFrame({"skip_definition_version": [SKIP_DEFINITION_VERSION, SKIP_DEFINITION_VERSION - 1]})):
+        with pytest.raises(ValueError, match="skip counter definition"):
+            pc.require_skip_definition(old, "old result")
+
+
+def test_skip_rows_keep_one_sample_per_seed_gpu_first(tmp_path, monkeypatch):
+    """Two stores that ran the same configuration and seed (a CPU and a GPU run: different task keys) give one
+    sample, the GPU's; a configuration only one store ran is kept, and an older definition is refused."""
+    pytest.importorskip("pandas")
+    from fa4num.softmax.ballot import SKIP_DEFINITION_VERSION as V
+    from fa4num.study.store import write_rows
+    pc = _script("paper_common")
+
+    def row(key, device, seed, share):
+        return {"key": key, "device": device, "device_used": device, "dist": "sink", "seqlen": 1024,
+                "threshold": 8, "seed": seed, "avoided_share_row": share, "skip_definition_version": V}
+    write_rows(tmp_path / "cpu", [row("a", "cpu", 0, 0.1), row("b", "cpu", 1, 0.2)])
+    write_rows(tmp_path / "gpu", [row("c", "cuda", 0, 0.9)])
+    monkeypatch.setattr(pc, "STUDY_DATA", tmp_path)
+    monkeypatch.setattr(pc, "SKIP_STORES", ("cpu", "gpu"))
+    got = pc.skip_rows().sort_values("seed")
+    assert got[["seed", "device", "avoided_share_row"]].values.tolist() == [[0, "cuda", 0.9], [1, "cpu", 0.2]]
+    write_rows(tmp_path / "old", [{**row("d", "cpu", 2, 0.5), "skip_definition_version": V - 1}])
+    monkeypatch.setattr(pc, "SKIP_STORES", ("cpu", "old"))
+    with pytest.raises(ValueError, match="fa4num/study/data/old"):
+        pc.skip_rows()

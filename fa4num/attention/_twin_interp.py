@@ -3,7 +3,7 @@ evaluated by fa4num's instruction and tensor-core models.
 
 Triton's interpreter runs a kernel's Python source on numpy arrays but refuses inline assembly and computes
 ``tl.dot`` with numpy's matmul. :func:`cpu_instructions` patches both for the duration of a launch: every
-instruction string of :mod:`fa4num.gpu._twin_kernel` maps to the fa4num model that the H200 validated at the
+instruction string of :mod:`fa4num.attention._twin_kernel` maps to the fa4num model that the H200 validated at the
 instruction level (``fa4num.fp`` for IEEE operations, ``fa4num.hw`` for MUFU), and ``tl.dot`` to
 ``fa4num.hw.mma.mma_chain`` with the wgmma model on the problem's 16-bit operands. So the CPU tests run the twin's
 own kernel source, its orchestration and its order of operations, and compare its bits with the emulator's.
@@ -22,6 +22,7 @@ from fa4num.hw.mma import mma_chain
 from . import _twin_kernel as K
 
 _LOCK = threading.Lock()
+_ADD_RN = getattr(K._add_rn, "fn", K._add_rn)
 
 
 def _cvt(dtype):
@@ -74,6 +75,18 @@ def cpu_instructions(*, dtype: str, accumulator: str):
             out = np.asarray(fn(*np.broadcast_arrays(*args)), np.float32).reshape(args[0].shape)
         return _Call([interp.TensorHandle(out, tl.float32)])
 
+    def reduce_apply(self, input):
+        # the row sums' sequential add.rn.f32 reduction (_twin_kernel._add_rn), vectorised: numpy's accumulate
+        # is strictly left to right in float32 (the generic interpreter path calls the combine per element)
+        if getattr(self.combine_fn, "fn", None) is _ADD_RN and len(input) == 1:
+            x = np.asarray(input[0].handle.data, np.float32)
+            with np.errstate(all="ignore"):
+                acc = np.take(np.add.accumulate(x, axis=self.axis, dtype=np.float32), -1, axis=self.axis)
+            if self.keep_dims:
+                acc = np.expand_dims(acc, self.axis)
+            return self.to_tensor(acc, input[0].dtype)
+        return saved_reduce(self, input)
+
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         # a (M, K) and b (K, N) hold 16-bit values in float32: the wgmma chain over K in chunks of 16
         av = np.asarray(a.data, np.float32).astype(np_dt)
@@ -86,8 +99,11 @@ def cpu_instructions(*, dtype: str, accumulator: str):
     with _LOCK:
         cls = interp.InterpreterBuilder
         saved = cls.create_inline_asm, cls.create_dot
+        saved_reduce = interp.ReduceOps.apply_impl
         cls.create_inline_asm, cls.create_dot = create_inline_asm, create_dot
+        interp.ReduceOps.apply_impl = reduce_apply
         try:
             yield
         finally:
             cls.create_inline_asm, cls.create_dot = saved
+            interp.ReduceOps.apply_impl = saved_reduce

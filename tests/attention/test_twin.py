@@ -1,11 +1,11 @@
-"""The GPU twin (fa4num.gpu.twin) from the CPU.
+"""The GPU twin (fa4num.attention.twin) from the CPU.
 
 - The emulator against the twin's H200 outputs: tests/golden/twin_h200.json.xz holds, per case of
   experiments/gpu/twin_cases.py, the SHA-256 of the twin's out, LSE and counters as the H200 computed them (each
   case also equal to the emulator there, experiments/results/h200_20261201/twin_vs_emulator.json). Inputs are a
   pure function of the case, so CI re-runs the emulator on the cases a 2-core machine affords and compares.
 - The twin's own kernel source in Triton's interpreter, each PTX instruction and tl.dot through fa4num's models
-  (fa4num.gpu._twin_interp), against the emulator on tiny shapes, in a subprocess (TRITON_INTERPRET must be set
+  (fa4num.attention._twin_interp), against the emulator on tiny shapes, in a subprocess (TRITON_INTERPRET must be set
   before Triton is imported).
 - What the twin refuses, and the closed-form visible-key count it uses, against masking.visible.
 - On a GPU (marked): the twin against the emulator on fresh cases.
@@ -27,7 +27,7 @@ import pytest
 from fa4num.attention import forward, plan
 from fa4num.attention import masking
 from fa4num.gpu import gpu_missing
-from fa4num.gpu import twin
+from fa4num.attention import twin
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests/golden/twin_h200.json.xz"
@@ -76,7 +76,7 @@ import json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 import numpy as np, torch
 from fa4num.attention import forward
-from fa4num.gpu import twin
+from fa4num.attention import twin
 out = {}
 for name, kw, shape, dt in json.loads(sys.argv[1]):
     b, sq, sk, h, hk, d = shape

@@ -2,7 +2,7 @@
 
 ``twin.forward(q, k, v, **fa4_args)`` (or ``problem=plan(...)``) takes the same :class:`~fa4num.attention.Problem`
 as the CPU emulator, which stays the specification: one Triton program per FA4 M block runs the emulator's
-steps in FA4's order (:mod:`fa4num.gpu._twin_kernel` says how each step is kept exact), both kernels
+steps in FA4's order (:mod:`fa4num.attention._twin_kernel` says how each step is kept exact), both kernels
 (``fa4-sm90``, and ``fa4-sm100`` -- the Blackwell arithmetic, run on Hopper's instructions: never run on a
 Blackwell GPU). The M blocks' KV ranges come from the rule the emulator uses
 (:func:`fa4num.attention.masking.n_block_range`), the software-exp2 columns from the kernel object, the
@@ -17,12 +17,13 @@ the statistical mode (use ``fa4num.attention.forward_torch``), and GEMM or MUFU 
 (``gemm="wgmma"``, ``mufu_arch="sm90"``).
 
 On a machine without a GPU the same kernel runs in Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton
-is imported), each instruction evaluated by fa4num's models (:mod:`fa4num.gpu._twin_interp`): slow, for tests on
+is imported), each instruction evaluated by fa4num's models (:mod:`fa4num.attention._twin_interp`): slow, for tests on
 tiny shapes.
 """
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
@@ -42,6 +43,42 @@ from fa4num.softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
 _BALLOT_TILE = ballot.GRANULARITIES["tile"]    # 128 rows: the program height
 _SKIPS = ("rescales_row", "rescales_warp", "rescales_tile", "events_row", "events_warp", "events_tile")
+# AttentionStats fields in the twin's counter block: the kernel writes rows 0-9, the host's schedule 10-14
+_COUNTER_ROWS = ("rescale_events", "rescales_done", "p_saturated", "max_lag", *_SKIPS, "kv_blocks",
+                 "masked_by_window", "rescale_steps", "exp2_emulated", "exp2_mufu")
+_SCHEDULES: dict = {}
+
+
+def _schedule(dev, *, sq, sk, tm, tn, window, group, bm):
+    """The launch tables, on ``dev``, cached by shape (a study calls the twin many times on one shape):
+    the program table (M block, first packed row of its 128-row group, rows [lo, hi)), each M block's first
+    KV block and count (visited right to left, from the emulator's ``split_ranges`` / ``visit_order``) and
+    the KV blocks of each packed row as (seqlen_q, group)."""
+    key = (str(dev), sq, sk, tm, tn, window, group, bm)
+    hit = _SCHEDULES.get(key)
+    if hit is not None:
+        return hit
+    nrows = sq * group
+    nmb = -(-nrows // tm) if nrows else 0
+    opts = SimpleNamespace(tile_m=tm, tile_n=tn)
+    ranges = np.zeros((max(nmb, 1), 2), np.int32)
+    for mb in range(nmb if sk else 0):
+        (lo, hi), = split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=window, group=group,
+                                 num_splits=1)
+        order = visit_order(lo, hi, split_kv=False)     # n_hi - 1 first, then right to left: consecutive
+        ranges[mb] = order[0], len(order)
+    per_row = ranges[np.arange(nrows) // tm, 1].reshape(sq, group) if sk else np.zeros((sq, group), np.int32)
+    # one program per (M block, 128-row group of packed rows) they share: whole warps and tiles in each
+    # (an M block of 32 or 64 rows is its own group: a program of its height)
+    progs = [(mb, base, max(base, mb * tm), min(base + bm, (mb + 1) * tm, nrows))
+             for mb in range(nmb) for base in range(mb * tm - mb * tm % bm, min((mb + 1) * tm, nrows), bm)]
+    import torch
+    hit = tuple(torch.from_numpy(np.ascontiguousarray(a, np.int32).reshape(shape)).to(dev) for a, shape in
+                ((np.asarray(progs, np.int32).reshape(-1, 4), (-1,)), (ranges, (-1,)), (per_row, per_row.shape)))
+    if len(_SCHEDULES) >= 64:
+        _SCHEDULES.pop(next(iter(_SCHEDULES)))
+    _SCHEDULES[key] = hit
+    return hit
 
 
 def refusal(problem) -> str | None:
@@ -81,6 +118,9 @@ def refusal(problem) -> str | None:
         return "page_table: paged KV is not in the GPU twin yet (use fa4num.attention.forward)"
     if p.num_splits != 1:
         return f"num_splits={p.num_splits}: split-KV is not in the GPU twin yet (use fa4num.attention.forward)"
+    if p.kernel.visit_ascending:
+        return (f"fa4_release={p.release.name!r} with head dim 256: the dedicated hd256 kernel of that release is "
+                "not in the GPU twin (use fa4num.attention.forward)")
     model, acc = GEMM_IMPL[p.opts.gemm]
     if model != "wgmma" or ACCUMULATORS[acc] != ACCUMULATORS["sm90"]:
         return (f"gemm={p.opts.gemm!r}: the twin's GEMMs run on the H200's tensor cores, so it takes the GEMM "
@@ -97,8 +137,8 @@ def _pow2(n: int) -> int:
     return 1 << max(4, (int(n) - 1).bit_length())
 
 
-def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = None, num_stages: int = 2,
-            **fa4_args) -> AttentionResult:
+def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_warps: int | None = None,
+            num_stages: int = 2, **fa4_args) -> AttentionResult:
     """FA4's forward on the GPU, with :func:`fa4num.attention.forward`'s exact bits.
 
     Parameters
@@ -108,6 +148,9 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
         Triton's interpreter).
     problem : fa4num.attention.Problem, optional
         ``plan(q, k, v, **fa4_args)`` instead of q, k, v and the arguments.
+    stats : bool, optional
+        Compute the per-row counters (default). ``False`` leaves them out of the kernel and returns
+        ``stats=None``: out and LSE have the same bits, sooner.
     num_warps, num_stages : int, optional
         Triton launch width (default 8; 16 with head dims above 128) and software pipelining depth; they
         change the speed, never the bits.
@@ -118,7 +161,7 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     -------
     AttentionResult
         ``out`` (torch, q's dtype and device), ``lse`` (torch float32 (batch, heads, seqlen_q)) and ``stats``
-        (:class:`fa4num.attention.AttentionStats`, numpy): the emulator's bits.
+        (:class:`fa4num.attention.AttentionStats`, numpy; None with ``stats=False``): the emulator's bits.
 
     Raises
     ------
@@ -135,7 +178,7 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     """
     import torch
     import triton.language as tl
-    setup = given_or_plan(problem, q, k, v, fa4_args, who="fa4num.gpu.twin.forward")
+    setup = given_or_plan(problem, q, k, v, fa4_args, who="fa4num.attention.twin.forward")
     why = refusal(setup)
     if why is not None:
         raise ValueError(why)
@@ -154,28 +197,16 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     group = rep if (opts.pack_gqa and rep > 1) else 1
     nrows = sq * group
     tm, tn = opts.tile_m, opts.tile_n
-    nmb = -(-nrows // tm) if nrows else 0
     w = setup.window
     dev = q.device
     out_dt = NP_DTYPES[dt]
     shape_lse = (b, h, sq)
-    kv_blocks = np.zeros(shape_lse, np.int32)
-    ranges = np.zeros((max(nmb, 1), 2), np.int32)
-    for mb in range(nmb if sk else 0):
-        (lo, hi), = split_ranges(mb, opts=opts, seqlen_q=sq, seqlen_k=sk, window=w, group=group, num_splits=1)
-        order = visit_order(lo, hi, split_kv=False)     # n_hi - 1 first, then right to left: consecutive
-        ranges[mb] = order[0], len(order)
-    if sk and nrows:
-        per_row = ranges[np.arange(nrows) // tm, 1].reshape(sq, group)   # packed row = query * group + offset
-        kv_blocks[:] = np.tile(per_row.T, (h // group, 1))[None]
     emu = kern.emulated_columns(opts)
     n_emu = 0 if emu is None else int(emu.sum())
-    # one program per (M block, 128-row group of packed rows) they share: whole warps and tiles in each
-    # (an M block of 32 or 64 rows is its own group: a program of its height)
     bn = _pow2(tn)
     bm = tm if tm in (32, 64) else _BALLOT_TILE
-    progs = [(mb, base, max(base, mb * tm), min(base + bm, (mb + 1) * tm, nrows))
-             for mb in range(nmb) for base in range(mb * tm - mb * tm % bm, min((mb + 1) * tm, nrows), bm)]
+    nw = num_warps or (bm // 8 if max(d, dvh) > 128 else max(4, bm // 16))
+    progs_t, ranges_t, per_row_t = _schedule(dev, sq=sq, sk=sk, tm=tm, tn=tn, window=w, group=group, bm=bm)
     emu_mask = np.zeros(bn, np.int32)
     coef = np.zeros(8, np.float32)
     deg = 1
@@ -196,18 +227,18 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
     qq, kk, vv = (x.float() if interp else x.contiguous() for x in (q, k, v))
     out = torch.zeros((b, sq, h, dvh), dtype=torch.float32 if interp else q.dtype, device=dev)
     lse = torch.full(shape_lse, -math.inf, dtype=torch.float32, device=dev)
-    events = torch.zeros(shape_lse, dtype=torch.int32, device=dev)
-    done = torch.zeros_like(events)
-    sat = torch.zeros_like(events)
-    lag = torch.zeros(shape_lse, dtype=torch.float32, device=dev)
-    skips = torch.zeros((6, *shape_lse), dtype=torch.int32, device=dev)
+    # the per-row counters in one int32 block (one copy to the host): rows _COUNTER_ROWS, max_lag as float32 bits
+    cnt = torch.zeros((len(_COUNTER_ROWS), *shape_lse) if stats else (len(_COUNTER_ROWS), 1), dtype=torch.int32,
+                      device=dev)
     if sq and sk:
-        grid = (len(progs), b * (h // group))
-        scr = torch.empty(grid[0] * grid[1] * bn * bm, dtype=torch.float32, device=dev)
-        args = (qq, kk, vv, out, lse, events, done, lag, sat, skips,
-                torch.from_numpy(np.asarray(progs, np.int32).reshape(-1)).to(dev),
-                torch.from_numpy(ranges.reshape(-1)).to(dev),
-                torch.from_numpy(emu_mask).to(dev), torch.from_numpy(coef).to(dev), sink_t, scr,
+        grid = (progs_t.shape[0] // 4, b * (h // group))
+        # the row sums straight from P's registers need each row's columns in its own threads: wgmma puts a
+        # warp on 16 rows, so BLOCK_M >= 16 * num_warps keeps N whole per warp; else (and for tiles wider than
+        # 128 keys, whose regrouped P does not fit the H200's shared memory) the scratch tile
+        in_regs = bm >= 16 * nw and bn <= 128
+        scr = torch.empty(1 if in_regs else grid[0] * grid[1] * bn * bm, dtype=torch.float32, device=dev)
+        args = (qq, kk, vv, out, lse, cnt[0], cnt[1], cnt[3].view(torch.float32), cnt[2], cnt[4:10],
+                progs_t, ranges_t, torch.from_numpy(emu_mask).to(dev), torch.from_numpy(coef).to(dev), sink_t, scr,
                 sq, sk, h, rep, group, nrows, left, right, int(not getattr(opts, "is_sm103", False)),
                 int(bool(getattr(opts, "fused_bias", True))), int(sink is not None),
                 qq.stride(0), qq.stride(1), qq.stride(2), kk.stride(0), kk.stride(1), kk.stride(2),
@@ -218,8 +249,7 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
                 float(ml_dtypes.finfo(out_dt).max), d, dvh)
         meta = dict(TILE_M=tm, TILE_N=tn, BLOCK_M=bm, BLOCK_N=bn, HEAD_D=_pow2(d), HEAD_DV=_pow2(dvh),
                     SM100=kern.lazy_rescale, HAS_EMU=n_emu > 0, POLY_DEG=deg, P_DTYPE=tl.bfloat16 if dt == "bfloat16" else tl.float16, UPCAST=interp,
-                    num_warps=num_warps or (bm // 8 if max(d, dvh) > 128 else max(4, bm // 16)),
-                    num_stages=num_stages)
+                    num_warps=nw, STATS=bool(stats), RS_REG=in_regs, num_stages=num_stages)
         if interp:
             from ._twin_interp import cpu_instructions
             with cpu_instructions(dtype=dt, accumulator=GEMM_IMPL[opts.gemm][1]):
@@ -231,16 +261,96 @@ def forward(q=None, k=None, v=None, *, problem=None, num_warps: int | None = Non
         lse.copy_(sink_t.view(1, h, 1).expand(b, h, sq))
     if interp:      # the interpreter's float32 output, cast as cvt.rn does on the GPU
         out = torch.from_numpy(cast_out(out.numpy(), out_dt).view(np.int16)).view(torch.bfloat16 if dt == "bfloat16" else torch.float16)
+    if not stats:
+        return AttentionResult(out, lse, None, kern.name, opts, setup.softmax_scale, 1)
+    # the counters the schedule fixes, on the device too: KV blocks per packed row (query * group + offset),
+    # keys the mask hides per query
+    if sq and sk:
+        cnt[10] = per_row_t.t().repeat(h // group, 1)[None]
     nvis = _masking.visible_count(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
+    cnt[11] = torch.from_numpy((sk - nvis).astype(np.int32)).to(dev)
+    cnt[12] = (cnt[10] - 1).clamp_(min=0)
+    cnt[13] = cnt[10] * n_emu
+    cnt[14] = cnt[10] * (tn - n_emu)
+    host = dict(zip(_COUNTER_ROWS, cnt.cpu().numpy()))
+    host["max_lag"] = host["max_lag"].view(np.float32)
     share = np.zeros(shape_lse, np.float32) if sink is None else sink_shares(sink, lse.cpu().numpy())
-    stats = AttentionStats(
-        kv_blocks=kv_blocks, rescale_events=events.cpu().numpy(), rescales_done=done.cpu().numpy(),
-        max_lag=lag.cpu().numpy(), exp2_emulated=kv_blocks * n_emu, exp2_mufu=kv_blocks * (tn - n_emu),
-        p_saturated=sat.cpu().numpy(), masked_by_window=np.broadcast_to((sk - nvis).astype(np.int32),
-                                                                          shape_lse).copy(),
-        sink_share=share, gemm=opts.gemm, tanh_exact=True,
-        rescale_steps=np.maximum(kv_blocks - 1, 0), **dict(zip(_SKIPS, skips.cpu().numpy())))
+    stats = AttentionStats(sink_share=share, gemm=opts.gemm, tanh_exact=True, **host)
     return AttentionResult(out, lse, stats, kern.name, opts, setup.softmax_scale, 1)
 
 
-__all__ = ["forward", "refusal"]
+DEVICES = ("cpu", "cuda")
+
+
+def _to_torch(x, dev):
+    import torch
+    if x is None or type(x).__module__.startswith("torch"):
+        return x if x is None else x.to(dev)
+    x = np.asarray(x)
+    if x.dtype.itemsize == 2 and x.dtype != np.float16:     # bf16 (ml_dtypes): torch reads the bits
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).to(dev)
+    return torch.from_numpy(x).to(dev)
+
+
+def _to_numpy(x, np_dtype):
+    import torch
+    if not isinstance(x, torch.Tensor):
+        return x
+    x = x.detach().cpu()
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).numpy().view(np_dtype)
+    return x.numpy()
+
+
+def forward_on(problem, *, device: str = "cpu") -> AttentionResult:
+    """A planned forward run where ``device`` says, with numpy results (out in the problem's dtype, LSE
+    float32), so that callers compare them the same way whatever ran them.
+
+    ``"cpu"``: :func:`fa4num.attention.forward`, the specification. ``"cuda"``: in bit-exact mode the GPU twin
+    (:func:`forward`, the same bits; what it refuses it refuses, naming the argument), in statistical mode
+    :func:`fa4num.attention.forward_torch` on the GPU (today's faster path).
+
+    Parameters
+    ----------
+    problem : fa4num.attention.Problem
+        From :func:`fa4num.attention.plan` (numpy or torch inputs).
+    device : {"cpu", "cuda"}
+
+    Returns
+    -------
+    AttentionResult
+        out and LSE as numpy arrays, the stats as the path computes them.
+
+    Raises
+    ------
+    ValueError
+        For a device other than "cpu"/"cuda", or a problem the twin refuses.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> from fa4num.attention import plan
+    >>> q = (np.arange(64 * 2 * 32) % 7 - 3.0).reshape(1, 64, 2, 32).astype(ml_dtypes.bfloat16)
+    >>> res = forward_on(plan(q, q, q, causal=True), device="cpu")
+    >>> res.out.dtype, res.lse.shape
+    (dtype(bfloat16), (1, 2, 64))
+    """
+    from .forward import forward as cpu_forward
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    if device == "cpu":
+        return cpu_forward(problem=problem)
+    import dataclasses
+    dev = "cpu" if interpreted() else "cuda"     # under TRITON_INTERPRET=1 the interpreter stands in for the GPU
+    moved = dataclasses.replace(problem, q=_to_torch(problem.q, dev), k=_to_torch(problem.k, dev),
+                                v=_to_torch(problem.v, dev))
+    if problem.mode == "bitexact":
+        res = forward(problem=moved)
+    else:
+        from .torch_backend import forward_torch
+        res = forward_torch(problem=moved)
+    np_dt = NP_DTYPES[problem.dtype] if not problem.fp8 else NP_DTYPES["bfloat16"]
+    return dataclasses.replace(res, out=_to_numpy(res.out, np_dt), lse=_to_numpy(res.lse, np.float32))
+
+
+__all__ = ["forward", "forward_on", "refusal", "DEVICES"]

@@ -7,7 +7,7 @@ Why inline PTX for every floating-point step: Triton contracts ``a * b + c`` int
 bits depend on where each rounding happens, so each step is the instruction the CPU emulator models
 (``fa4num.fp`` / ``fa4num.hw``): ``fma.rn.f32``, ``add/sub/mul.rn.f32`` (the explicit .rn forbids
 contraction), ``add.rm.f32``, ``max.f32`` and the MUFU forms ``ex2/rcp/lg2.approx.ftz.f32``, ``tanh.approx.f32``.
-On the CPU (Triton's interpreter) :mod:`fa4num.gpu._twin_interp` evaluates the same instructions with fa4num's
+On the CPU (Triton's interpreter) :mod:`fa4num.attention._twin_interp` evaluates the same instructions with fa4num's
 instruction models, and ``tl.dot`` with the tensor-core model, so the CPU tests run this very kernel source.
 
 The tensor-core steps are ``tl.dot`` on 16-bit operands: on the H200 Triton emits chained
@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 # PTX of each step (the interpreter maps these strings to fa4num's instruction models: keep them in sync with
-# fa4num.gpu._twin_interp.INSTRUCTIONS, which tests/gpu/test_twin.py checks)
+# fa4num.attention._twin_interp.INSTRUCTIONS, which tests/attention/test_twin.py checks)
 FMA = tl.constexpr("fma.rn.f32 $0, $1, $2, $3;")
 ADD = tl.constexpr("add.rn.f32 $0, $1, $2;")
 SUB = tl.constexpr("sub.rn.f32 $0, $1, $2;")
@@ -138,6 +138,47 @@ def _row_sum_sm100(Scr, row_sum, acc_scale, first, TILE_N: tl.constexpr, BLOCK_M
     acc = tl.where(first, s0, seeded)
     for j in tl.static_range(1, TILE_N // 8):
         acc = _op2(ADD, acc, _slab(Scr, j, BLOCK_M, BLOCK_N))
+    return _combine_sm100(acc, BLOCK_M)
+
+
+@triton.jit
+def _add_rn(a, b):
+    """The row sums' reduction combine, ``add.rn.f32``: the reductions below run over an axis that each thread
+    holds in its own registers (FA4's columns of one quad lane, or of one accumulator), which Triton reduces in
+    register order, left to right, so the result is the sequential sum (the interpreter's generic reduction is
+    sequential too)."""
+    return _op2(ADD, a, b)
+
+
+@triton.jit
+def _lane_sums_sm90_reg(p, lanes, rs, first, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """:func:`_lane_sums_sm90` from P in registers: P's columns regrouped (lane q, then its columns 8j + 2q,
+    8j + 2q + 1 in order), the lane's first column seeded with fma.rn(sum, row_scale, P[2q]) after the first
+    block, then one sequential reduction per lane."""
+    x = tl.reshape(tl.permute(tl.reshape(p, [BLOCK_M, BLOCK_N // 8, 4, 2]), (0, 2, 1, 3)),
+                   [BLOCK_M, 4, BLOCK_N // 4])
+    kk = tl.arange(0, BLOCK_N // 4)[None, None, :]
+    seeded = _op3(FMA, lanes[:, :, None] + tl.zeros_like(x), rs[:, None, None] + tl.zeros_like(x), x)
+    x = tl.where((kk == 0) & (not first), seeded, x)
+    return tl.reduce(x, 2, _add_rn)
+
+
+@triton.jit
+def _row_sum_sm100_reg(p, row_sum, acc_scale, first, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """:func:`_row_sum_sm100` from P in registers: the eight accumulators are P's columns 8j + m reduced over j
+    in order, A0 seeded with RN(row_sum * acc_scale) + P0 after the first block (A1's 0 + P1 is P1)."""
+    x = tl.reshape(p, [BLOCK_M, BLOCK_N // 8, 8])
+    jj = tl.arange(0, BLOCK_N // 8)[None, :, None]
+    mm = tl.arange(0, 8)[None, None, :]
+    init = _op2(MUL, row_sum, acc_scale)
+    seeded = _op2(ADD, init[:, None, None] + tl.zeros_like(x), x)
+    x = tl.where((jj == 0) & (mm == 0) & (not first), seeded, x)
+    return _combine_sm100(tl.reduce(x, 1, _add_rn), BLOCK_M)
+
+
+@triton.jit
+def _combine_sm100(acc, BLOCK_M: tl.constexpr):
+    """The eight accumulators' combine: (A0+A2, A1+A3, A4+A6, A5+A7), then (A0+A4) + (A1+A5)."""
     # m = 4a + 2b + c: A[a,0,c] + A[a,1,c] (A0+A2, A1+A3, A4+A6, A5+A7), then over a, then over c
     t = tl.permute(tl.reshape(acc, [BLOCK_M, 2, 2, 2]), (0, 1, 3, 2))      # [.., a, c, b]
     x = _sum_pairs(tl.reshape(t, [BLOCK_M, 8]), BLOCK_M, 4)                 # [.., (a, c)]
@@ -153,7 +194,8 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
              sl2, scale, softcap, threshold, offset, sink_m_factor, sink_empty_sum, p_limit, d_real, dv_real,
              TILE_M: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, SM100: tl.constexpr, HAS_EMU: tl.constexpr,
-             POLY_DEG: tl.constexpr, P_DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+             POLY_DEG: tl.constexpr, P_DTYPE: tl.constexpr, UPCAST: tl.constexpr,
+             STATS: tl.constexpr = True, RS_REG: tl.constexpr = False):
     """The rows of one FA4 M block (``TILE_M`` packed rows) within one group of ``BLOCK_M`` = 128 packed rows
     (the host's program table), so that a program holds whole warps and whole 128-row tiles as
     fa4num.softmax.ballot groups them (a row's bits depend only on its M block's KV range); packed row = query * group + head offset under pack-GQA) of one
@@ -230,13 +272,14 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
             m_blk = tl.reduce(s, 1, _fmax_pair)
         else:
             m_blk = tl.max(s, 1)     # max.f32 on the GPU: the same total order (NaN ignored, +0 above -0)
-        started = (true_m > ninf) & (true_m < float("inf")) & (it > 0)
-        events += (started & (m_blk > true_m)).to(tl.int32)
-        # the eager kernel's vote (fa4num.softmax.ballot): the lazy rule at threshold 0 on the true running max
-        e_max = _fmax_pair(true_m, m_blk)
-        e_arg = _op2(MUL, _op2(SUB, true_m, tl.where(e_max == ninf, 0.0, e_max)), sl2_t)
-        e_vote = (_op1(EX2_FTZ, e_arg) < 1.0) & row_ok & (it > 0)
-        true_m = e_max
+        if STATS:
+            started = (true_m > ninf) & (true_m < float("inf")) & (it > 0)
+            events += (started & (m_blk > true_m)).to(tl.int32)
+            # the eager kernel's vote (fa4num.softmax.ballot): the lazy rule at threshold 0 on the true max
+            e_max = _fmax_pair(true_m, m_blk)
+            e_arg = _op2(MUL, _op2(SUB, true_m, tl.where(e_max == ninf, 0.0, e_max)), sl2_t)
+            e_vote = (_op1(EX2_FTZ, e_arg) < 1.0) & row_ok & (it > 0)
+            true_m = e_max
         prev = m
         if SM100:
             # softmax.py SoftmaxSm100.update_row_max (the rule of fa4num.softmax.lazy.lazy_rescale)
@@ -255,8 +298,9 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
             p = _op1(EX2_FTZ, x)
             if HAS_EMU:
                 p = tl.where(emu[None, :], _ex2_emulation_2(x, Coef, POLY_DEG), p)
-            d = (true_m.to(tl.float64) - m.to(tl.float64)) * sl2_t.to(tl.float64)
-            lag = tl.maximum(lag, tl.where(tl.abs(d) < float("inf"), d.to(tl.float32), 0.0))
+            if STATS:
+                d = (true_m.to(tl.float64) - m.to(tl.float64)) * sl2_t.to(tl.float64)
+                lag = tl.maximum(lag, tl.where(tl.abs(d) < float("inf"), d.to(tl.float32), 0.0))
         else:
             # softmax.py Softmax.online_softmax (fa4num.softmax.sm90)
             m = tl.where(first, m_blk, _fmax_pair(m_blk, m))
@@ -265,27 +309,34 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
             x = _op3(FMA, s, tl.zeros_like(s) + sl2, neg_t[:, None] + tl.zeros_like(s))
             p = _op1(EX2_FTZ, x)
             acc_scale = tl.where(first, 1.0, _op1(EX2_FTZ, _op2(MUL, _op2(SUB, prev, m_safe), sl2_t)))
-        done += ((prev > ninf) & (prev < float("inf")) & (m > prev) & (it > 0)).to(tl.int32)
-        # the ballot counters (fa4num.softmax.ballot.count_block): a row votes when its factor is below 1;
-        # warps are 32 rows and tiles 128 rows of the packed row sequence (the program holds whole groups)
-        vote = (acc_scale < 1.0) & row_ok & (it > 0)
-        r_row += vote.to(tl.int32)
-        r_warp += _group_any(vote, BLOCK_M)
-        r_tile += (tl.max(vote.to(tl.int32), 0) + tl.zeros([BLOCK_M], tl.int32)) * (it > 0)
-        e_row += e_vote.to(tl.int32)
-        e_warp += _group_any(e_vote, BLOCK_M)
-        e_tile += (tl.max(e_vote.to(tl.int32), 0) + tl.zeros([BLOCK_M], tl.int32)) * (it > 0)
         if BLOCK_N > TILE_N:
             p = tl.where((c_in < TILE_N)[None, :], p, 0.0)
-        sat += tl.sum((p > p_limit).to(tl.int32), 1)
-        # the row sums in FA4's order, through the program's scratch tile (P transposed)
-        tl.debug_barrier()
-        tl.store(scr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + c_in[None, :], p)
-        tl.debug_barrier()
-        if SM100:
-            row_sum = _row_sum_sm100(scr, row_sum, acc_scale, first, TILE_N, BLOCK_M, BLOCK_N)
+        if STATS:
+            done += ((prev > ninf) & (prev < float("inf")) & (m > prev) & (it > 0)).to(tl.int32)
+            # the ballot counters (fa4num.softmax.ballot.count_block): a row votes when its factor is below 1;
+            # warps are 32 rows and tiles 128 rows of the packed row sequence (the program holds whole groups)
+            vote = (acc_scale < 1.0) & row_ok & (it > 0)
+            r_row += vote.to(tl.int32)
+            r_warp += _group_any(vote, BLOCK_M)
+            r_tile += (tl.max(vote.to(tl.int32), 0) + tl.zeros([BLOCK_M], tl.int32)) * (it > 0)
+            e_row += e_vote.to(tl.int32)
+            e_warp += _group_any(e_vote, BLOCK_M)
+            e_tile += (tl.max(e_vote.to(tl.int32), 0) + tl.zeros([BLOCK_M], tl.int32)) * (it > 0)
+            sat += tl.sum((p > p_limit).to(tl.int32), 1)
+        if RS_REG:
+            if SM100:
+                row_sum = _row_sum_sm100_reg(p, row_sum, acc_scale, first, BLOCK_M, BLOCK_N)
+            else:
+                lanes = _lane_sums_sm90_reg(p, lanes, acc_scale, first, BLOCK_M, BLOCK_N)
         else:
-            lanes = _lane_sums_sm90(scr, lanes, acc_scale, first, TILE_N, BLOCK_M, BLOCK_N)
+            # the row sums in FA4's order, through the program's scratch tile (P transposed)
+            tl.debug_barrier()
+            tl.store(scr + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + c_in[None, :], p)
+            tl.debug_barrier()
+            if SM100:
+                row_sum = _row_sum_sm100(scr, row_sum, acc_scale, first, TILE_N, BLOCK_M, BLOCK_N)
+            else:
+                lanes = _lane_sums_sm90(scr, lanes, acc_scale, first, TILE_N, BLOCK_M, BLOCK_N)
         vv = tl.load(vbase + cols[:, None] * svs + dv[None, :], mask=kmask[:, None] & (dv < dv_real)[None, :],
                      other=0.0)
         if it > 0:
@@ -342,14 +393,15 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
         tl.store(optr, out.to(Out.dtype.element_ty), mask=row_ok[:, None] & (dv < dv_real)[None, :])
     stat = (bb * heads + head) * seqlen_q + qpos
     tl.store(Lse + stat, lse, mask=row_ok)
-    tl.store(Events + stat, events, mask=row_ok)
-    tl.store(Done + stat, done, mask=row_ok)
-    tl.store(Lag + stat, lag, mask=row_ok)
-    tl.store(Sat + stat, sat, mask=row_ok)
-    plane = tl.num_programs(1) // (heads // group) * heads * seqlen_q    # batch * heads * seqlen_q
-    tl.store(Skips + stat, r_row, mask=row_ok)
-    tl.store(Skips + plane + stat, r_warp, mask=row_ok)
-    tl.store(Skips + 2 * plane + stat, r_tile, mask=row_ok)
-    tl.store(Skips + 3 * plane + stat, e_row, mask=row_ok)
-    tl.store(Skips + 4 * plane + stat, e_warp, mask=row_ok)
-    tl.store(Skips + 5 * plane + stat, e_tile, mask=row_ok)
+    if STATS:
+        tl.store(Events + stat, events, mask=row_ok)
+        tl.store(Done + stat, done, mask=row_ok)
+        tl.store(Lag + stat, lag, mask=row_ok)
+        tl.store(Sat + stat, sat, mask=row_ok)
+        plane = tl.num_programs(1) // (heads // group) * heads * seqlen_q    # batch * heads * seqlen_q
+        tl.store(Skips + stat, r_row, mask=row_ok)
+        tl.store(Skips + plane + stat, r_warp, mask=row_ok)
+        tl.store(Skips + 2 * plane + stat, r_tile, mask=row_ok)
+        tl.store(Skips + 3 * plane + stat, e_row, mask=row_ok)
+        tl.store(Skips + 4 * plane + stat, e_warp, mask=row_ok)
+        tl.store(Skips + 5 * plane + stat, e_tile, mask=row_ok)
