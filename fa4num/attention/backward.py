@@ -315,35 +315,38 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offs
             st["lse_log2"][hh] = l2[:sq]
             dq_acc = np.zeros((rows_pad, d), np.float32)
             for n in order:
-                m0, m1 = masking.m_block_range(n, tile_m=tm, tile_n=tn, seqlen_q=sq, seqlen_k=sk, window=run.window)
                 c0, c1 = n * tn, min(n * tn + tn, sk)
                 kb = np.zeros((tn, d), run.dt)
                 kb[:c1 - c0] = ks[c0:c1, kh]
                 vb = np.zeros((tn, dv_dim), run.dt)
                 vb[:c1 - c0] = vs[c0:c1, kh]
-                if m0 >= m1:      # no query block sees this KV block: dK = dV = 0 (written as zeros)
+                visits = _m_visits(run, n, batch=batch, head=hh, m_tot=m_tot, seqlen_q=sq, seqlen_k=sk)
+                if not visits:      # no query block sees this KV block: dK = dV = 0 (written as zeros)
                     continue
-                r0, r1 = m0 * tm, m1 * tm
-                st["q_blocks"][hh, c0:c1] = m1 - m0
-                s = _gemm(qh[r0:r1], kb, run)
+                # the visited query blocks' rows in visiting order: the GEMMs over them chain in that order
+                rows = np.concatenate([np.arange(m * tm, (m + 1) * tm) for m, _ in visits])
+                st["q_blocks"][hh, c0:c1] = len(visits)
+                s = _gemm(qh[rows], kb, run)
                 s_pre = s
                 # what a mod sees of this block (flash_bwd_sm90.py apply_score_mod / apply_mask: every block
                 # is masked with mask_seqlen=True, so indices wrap with aux tensors)
-                idx = dict(batch=batch, heads=np.full(r1 - r0, hh), q_idx=np.arange(r0, r1),
-                           kv_idx=np.arange(c0, c0 + tn), seqinfo=seqinfo)
+                idx = dict(batch=batch, heads=np.full(rows.size, hh), q_idx=rows, kv_idx=np.arange(c0, c0 + tn),
+                           seqinfo=seqinfo)
                 if fl is not None and fl.score_mod is not None:
                     s = _flex.apply_score_mod(s, fl, softmax_scale=run.scale, arch=run.mufu_arch, **idx)
                 elif run.softcap:
                     s = scoremod.softcap_scores(s, softcap=run.softcap, softmax_scale=run.scale,
                                                 arch=run.mufu_arch)
-                vis = masking.visible(np.arange(r0, r1)[:, None], np.arange(c0, c0 + tn)[None, :],
-                                      seqlen_q=sq, seqlen_k=sk, window=run.window)
+                vis = masking.visible(rows[:, None], np.arange(c0, c0 + tn)[None, :], seqlen_q=sq, seqlen_k=sk,
+                                      window=run.window)
                 if fl is not None and fl.mask_mod is not None:
-                    vis = vis & _flex.mask_mod_keep(fl, wrap=True, arch=run.mufu_arch, **idx)
+                    # the mask_mod on every block of a dense call, on the partial (mask) blocks of a sparse one
+                    use = np.concatenate([np.full(tm, u) for _, u in visits])[:, None]
+                    vis = vis & (_flex.mask_mod_keep(fl, wrap=True, arch=run.mufu_arch, **idx) | ~use)
                 s = np.where(vis, s, np.float32(-np.inf))
-                p = _ex2(_ffma(s, run.scale_log2, -l2[r0:r1, None]), run.mufu_arch)
-                dp = _gemm(doh[r0:r1], vb, run)
-                ds = (p * (dp - dpsum[r0:r1, None])).astype(np.float32)
+                p = _ex2(_ffma(s, run.scale_log2, -l2[rows, None]), run.mufu_arch)
+                dp = _gemm(doh[rows], vb, run)
+                ds = (p * (dp - dpsum[rows, None])).astype(np.float32)
                 if fl is not None and fl.score_mod is not None:
                     ds = _flex.apply_score_mod_bwd(ds, s_pre, fl, softmax_scale=run.scale, arch=run.mufu_arch,
                                                    **idx)
@@ -352,14 +355,14 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offs
                                                arch=run.mufu_arch)
                 pq = p.astype(run.dt)
                 dsq = ds.astype(run.dt)
-                acc_dv = _gemm(np.ascontiguousarray(pq.T), np.ascontiguousarray(doh[r0:r1].T), run)
-                acc_dk = _gemm(np.ascontiguousarray(dsq.T), np.ascontiguousarray(qh[r0:r1].T), run)
+                acc_dv = _gemm(np.ascontiguousarray(pq.T), np.ascontiguousarray(doh[rows].T), run)
+                acc_dk = _gemm(np.ascontiguousarray(dsq.T), np.ascontiguousarray(qh[rows].T), run)
                 dq_blk = _gemm(dsq, np.ascontiguousarray(kb.T), run)
-                dq_acc[r0:r1] += dq_blk       # fp32 RN, one bulk add per (m block, n block)
-                live = slice(r0, min(r1, sq))
-                st["kv_blocks"][hh, live] += 1
-                st["p_flushed"][hh, live] += ((p == 0) & vis & (s > -np.inf))[:min(r1, sq) - r0].sum(axis=1,
-                                                                                                   dtype=np.int32)
+                dq_acc[rows] += dq_blk       # fp32 RN, one bulk add per (m block, n block)
+                live = rows < sq
+                st["kv_blocks"][hh, rows[live]] += 1
+                st["p_flushed"][hh, rows[live]] += ((p == 0) & vis & (s > -np.inf))[live].sum(axis=1,
+                                                                                            dtype=np.int32)
                 nk = c1 - c0
                 if g == 1:
                     dk[c0:c1, kh] = (acc_dk[:nk] * run.scale).astype(np.float32)
@@ -373,18 +376,39 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offs
     return dq, dk, dv, st
 
 
+def _m_visits(run: _Run, n_block: int, *, batch: int, head: int, m_tot: int, seqlen_q: int, seqlen_k: int) -> list:
+    """The query blocks KV block ``n_block`` visits, in order, each with whether the mask_mod applies: dense,
+    ``BlockInfo.get_m_block_min_max`` in increasing order (the mask_mod on all); block-sparse
+    (``block_sparse_utils.py`` ``consume_block_sparse_mma_bwd_sm90``), the partial list then the full list, each
+    in list order, every sparse block cut into ``q_subtile_factor`` M blocks below ``m_block_max``."""
+    tm, tn = run.tile.tile_m, run.tile.tile_n
+    sparse = None if run.flex is None else run.flex.block_sparse_bwd
+    if sparse is None:
+        m0, m1 = masking.m_block_range(n_block, tile_m=tm, tile_n=tn, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                                       window=run.window)
+        return [(m, True) for m in range(m0, m1)]
+    qsf = sparse.block_size[0] // tm
+    partial, full = sparse.lists(batch, head, n_block)
+    return [(i * qsf + o, use) for blocks, use in ((partial, True), (full, False)) for i in blocks
+            for o in range(qsf) if i * qsf + o < m_tot]
+
+
 def _check_flex_backward(problem: Problem):
     """The problem's FlexAttention arguments for the backward, or None; ValueError naming the argument for what
     the emulated backward does not model (``flash_bwd_sm90.py``'s mod path is emulated; the rest is refused)."""
     fl = problem.flex
     if fl is None:
         return None
-    if fl.block_sparse is not None:
-        raise ValueError("block_sparse_tensors: the block-sparse backward (block_sparse_tensors_bwd, its query-block "
-                         "order) is not modelled by fa4num; run the backward of the dense call with the same mask_mod")
-    if (fl.score_mod is not None or fl.mask_mod is not None) and not problem.kernel.name.endswith("sm90"):
-        raise ValueError(f"score_mod/mask_mod in the backward are modelled for kernel='fa4-sm90' only, not "
-                         f"{problem.kernel.name!r}")
+    if not problem.kernel.name.endswith("sm90"):
+        raise ValueError(f"{'/'.join(problem.flex_args())} in the backward: modelled for kernel='fa4-sm90' only, "
+                         f"not {problem.kernel.name!r}")
+    sparse = fl.block_sparse_bwd
+    if sparse is not None:
+        tile = problem.kernel.backward_tile(problem)
+        if sparse.block_size[1] != tile.tile_n or sparse.block_size[0] % tile.tile_m:
+            raise ValueError(f"block_sparse_tensors_bwd.block_size must be (a multiple of tile_m = {tile.tile_m}, "
+                             f"tile_n = {tile.tile_n}) for the {problem.kernel.name} backward, got "
+                             f"{sparse.block_size}")
     if fl.score_mod is not None and fl.score_mod_bwd is None:
         raise ValueError("score_mod_bwd is required with a score_mod for the backward (FA4 asserts this)")
     if fl.score_mod is not None and problem.qhead_per_kvhead > 1:

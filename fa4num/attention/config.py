@@ -49,6 +49,18 @@ def sm90_fit_block_sparse(tile_m: int, tile_n: int, *, head_dim: int, block_size
     rows unless the sparse query block is a multiple of 192; then 64 rows if the query block is not a multiple of
     the tile but of 64, and tile_n shrinks to a smaller KV block that is a multiple of 16.
 
+    Parameters
+    ----------
+    tile_m, tile_n : int
+        ``_tile_size_fwd_sm90``'s tile without sparsity.
+    head_dim : int
+    block_size : (int, int)
+        The sparse blocks' (query rows, keys).
+
+    Returns
+    -------
+    (int, int)
+
     Examples
     --------
     >>> sm90_fit_block_sparse(192, 128, head_dim=64, block_size=(128, 128)), sm90_fit_block_sparse(128, 128, head_dim=128, block_size=(64, 64))

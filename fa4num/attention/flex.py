@@ -92,6 +92,7 @@ class Flex:
     aux_scalars: tuple | None = None
     block_sparse: BlockSparse | None = None
     score_mod_bwd: object = None
+    block_sparse_bwd: BlockSparse | None = None   # the backward's (query-direction) tensors
 
 
 # ---------------------------------------------------------------------------------------------- fp32 helpers
@@ -102,6 +103,14 @@ _SCALED = contextvars.ContextVar("fa4num_flex_scaled", default=None)
 def tanh_approx(x) -> np.ndarray:
     """``tanh.approx.f32`` (``cute.math.tanh(x, fastmath=True)``) of float32 ``x``, from the MUFU model of the
     call that evaluates the mod (the measured H200 table in the bit-exact mode, libm in the statistical one).
+
+    Parameters
+    ----------
+    x : float32 array_like
+
+    Returns
+    -------
+    numpy.ndarray of float32
 
     Examples
     --------
@@ -115,6 +124,14 @@ def ex2_approx(x) -> np.ndarray:
     """``ex2.approx.ftz.f32`` (``cute.math.exp2(x, fastmath=True)``, ``cute.arch.exp2``) of float32 ``x``, from
     the call's MUFU model.
 
+    Parameters
+    ----------
+    x : float32 array_like
+
+    Returns
+    -------
+    numpy.ndarray of float32
+
     Examples
     --------
     >>> float(ex2_approx(np.float32(-1.0)))
@@ -126,6 +143,14 @@ def ex2_approx(x) -> np.ndarray:
 def fma(a, b, c) -> np.ndarray:
     """``fma.rn.f32``: a*b + c rounded once (what ptxas makes of a ``mul.f32`` whose only use is an
     ``add.f32``).
+
+    Parameters
+    ----------
+    a, b, c : float32 array_like
+
+    Returns
+    -------
+    numpy.ndarray of float32 (the broadcast shape)
 
     Examples
     --------
@@ -139,6 +164,16 @@ def scaled_add(score, bias) -> np.ndarray:
     """``score + bias`` where ``score`` is the mod's own argument ``RN(S * softmax_scale)``: ptxas contracts FA4's
     ``mul.f32`` by the scale and the mod's ``add.f32`` into one FFMA, ``fma(S, softmax_scale, bias)``. Any other
     array is added with one rounding (``add.rn.f32``).
+
+    Parameters
+    ----------
+    score : float32 array
+        The mod's score argument (or any array).
+    bias : float32 array_like
+
+    Returns
+    -------
+    numpy.ndarray of float32
 
     Examples
     --------
@@ -158,9 +193,34 @@ def _name(fn, name):
     return fn
 
 
+def _check_cap(softcap):
+    if not (isinstance(softcap, (int, float)) and softcap > 0):
+        raise ValueError(f"softcap must be a float > 0, got {softcap!r}")
+
+
+def _distance(q_idx, kv_idx) -> np.ndarray:
+    """|q_idx - kv_idx| in int32 (``mlir_math.absi`` of the Int32 difference)."""
+    return np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32))
+
+
+def _add_bias(score, bias, contract: bool) -> np.ndarray:
+    """score + bias: contracted with FA4's scale multiply (:func:`scaled_add`) or one ``add.rn``."""
+    return scaled_add(score, bias) if contract else (f32(score) + f32(bias)).astype(np.float32)
+
+
 def softcap_mod(softcap: float):
     """The soft cap as a score_mod (``utils.create_softcap_scoremod``): ``softcap * tanh.approx(score /
     softcap)``; gives the bits of ``softcap=``.
+
+    Parameters
+    ----------
+    softcap : float
+        > 0.
+
+    Returns
+    -------
+    callable
+        A score_mod.
 
     Examples
     --------
@@ -168,8 +228,7 @@ def softcap_mod(softcap: float):
     >>> float(m(np.float32([[0.0]]), 0, 0, q_idx=0, kv_idx=0, seqlen_info=None, aux_tensors=())[0, 0])
     0.0
     """
-    if not (isinstance(softcap, (int, float)) and softcap > 0):
-        raise ValueError(f"softcap must be a float > 0, got {softcap!r}")
+    _check_cap(softcap)
 
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return _scoremod.softcap_of(score, softcap=softcap, arch=_ARCH.get())
@@ -180,6 +239,16 @@ def softcap_mod_bwd(softcap: float):
     """The soft cap's score_mod_bwd (``utils.create_softcap_scoremod_bwd``): ``grad * (1 - t * t)`` with
     ``t = tanh.approx(score / softcap)``, ``1 - t * t`` one FFMA.
 
+    Parameters
+    ----------
+    softcap : float
+        > 0.
+
+    Returns
+    -------
+    callable
+        A score_mod_bwd.
+
     Examples
     --------
     >>> m = softcap_mod_bwd(30.0)
@@ -187,8 +256,7 @@ def softcap_mod_bwd(softcap: float):
     ...         aux_tensors=())[0, 0])
     2.0
     """
-    if not (isinstance(softcap, (int, float)) and softcap > 0):
-        raise ValueError(f"softcap must be a float > 0, got {softcap!r}")
+    _check_cap(softcap)
 
     def mod_bwd(grad, score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return _scoremod.softcap_grad_of(grad, score, softcap=softcap, arch=_ARCH.get())
@@ -198,6 +266,15 @@ def softcap_mod_bwd(softcap: float):
 def passthrough_bwd():
     """The score_mod_bwd of an additive mod (score + bias, ALiBi, relative bias): d(score + bias)/d score = 1, the
     gradient passes through unchanged.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    callable
+        A score_mod_bwd.
 
     Examples
     --------
@@ -213,6 +290,14 @@ def passthrough_bwd():
 def alibi_slopes(heads: int) -> np.ndarray:
     """ALiBi's head slopes ``2 ** (-8 * (h + 1) / heads)`` as float32 (powers of two when 8 % heads == 0).
 
+    Parameters
+    ----------
+    heads : int
+
+    Returns
+    -------
+    numpy.ndarray of float32 (heads,)
+
     Examples
     --------
     >>> alibi_slopes(4).tolist()
@@ -226,6 +311,17 @@ def alibi_mod(*, aux_index: int = 0, contract: bool = True):
     ``aux_tensors[aux_index]``. The product is rounded (``mul.rn``), exact for power-of-two slopes;
     ``contract``: the subtraction contracts with FA4's scale multiply (:func:`scaled_add`).
 
+    Parameters
+    ----------
+    aux_index : int
+        Which aux tensor holds the slopes.
+    contract : bool
+
+    Returns
+    -------
+    callable
+        A score_mod.
+
     Examples
     --------
     >>> m = alibi_mod()
@@ -235,9 +331,8 @@ def alibi_mod(*, aux_index: int = 0, contract: bool = True):
     """
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         slope = f32(aux_tensors[aux_index])[h_idx]
-        dist = np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32)).astype(np.float32)
-        bias = -(slope * dist).astype(np.float32)
-        return scaled_add(score, bias) if contract else (f32(score) + bias).astype(np.float32)
+        return _add_bias(score, -(slope * _distance(q_idx, kv_idx).astype(np.float32)).astype(np.float32),
+                         contract)
     return _name(mod, f"alibi_mod(aux_index={aux_index}, contract={contract})")
 
 
@@ -245,6 +340,15 @@ def alibi_exp2_mod(*, contract: bool = True):
     """Upstream's ``score_mod_alibi`` (tests/cute/score_mod_definitions.py): the slope computed in the kernel,
     ``exp2(float(-8 (h + 1)) * RN(0.125 ln2 log2e))`` (``cute.math.exp2``: ``ex2.approx``), then
     ``score - slope * |q_idx - kv_idx|``; ``contract`` as in :func:`alibi_mod`.
+
+    Parameters
+    ----------
+    contract : bool
+
+    Returns
+    -------
+    callable
+        A score_mod.
 
     Examples
     --------
@@ -257,15 +361,24 @@ def alibi_exp2_mod(*, contract: bool = True):
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         expo = (np.asarray(h_idx, np.int32) + 1) * -8
         slope = mufu("ex2", _ARCH.get(), ftz=False)((expo.astype(np.float32) * c).astype(np.float32))
-        dist = np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32)).astype(np.float32)
-        bias = -(slope * dist).astype(np.float32)
-        return scaled_add(score, bias) if contract else (f32(score) + bias).astype(np.float32)
+        return _add_bias(score, -(slope * _distance(q_idx, kv_idx).astype(np.float32)).astype(np.float32),
+                         contract)
     return _name(mod, f"alibi_exp2_mod(contract={contract})")
 
 
 def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
     """Relative position bias ``score + min(|q_idx - kv_idx|, clamp)`` (upstream's ``score_mod_rel_bias`` and
     ``_clamped``); ``contract`` as in :func:`alibi_mod`.
+
+    Parameters
+    ----------
+    clamp : int, optional
+    contract : bool
+
+    Returns
+    -------
+    callable
+        A score_mod.
 
     Examples
     --------
@@ -274,16 +387,22 @@ def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
     [[0.0, 3.0]]
     """
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
-        dist = np.abs(np.asarray(q_idx, np.int32) - np.asarray(kv_idx, np.int32))
-        if clamp is not None:
-            dist = np.minimum(dist, clamp)
-        bias = dist.astype(np.float32)
-        return scaled_add(score, bias) if contract else (f32(score) + bias).astype(np.float32)
+        dist = _distance(q_idx, kv_idx)
+        return _add_bias(score, (dist if clamp is None else np.minimum(dist, clamp)).astype(np.float32), contract)
     return _name(mod, f"rel_bias_mod(clamp={clamp}, contract={contract})")
 
 
 def causal_mask():
     """Causal, bottom-right aligned like FA4's ``causal=True``: ``kv_idx <= q_idx + seqlen_k - seqlen_q``.
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    callable
+        A mask_mod.
 
     Examples
     --------
@@ -298,6 +417,15 @@ def causal_mask():
 def sliding_window_mask(left: int | None, right: int | None):
     """The sliding window of ``window_size=(left, right)`` as a mask_mod (bottom-right aligned; None = unbounded
     side): ``q + off - left <= kv <= q + off + right``, ``off = seqlen_k - seqlen_q``.
+
+    Parameters
+    ----------
+    left, right : int or None
+
+    Returns
+    -------
+    callable
+        A mask_mod.
 
     Examples
     --------
@@ -319,6 +447,15 @@ def prefix_lm_mask(prefix: int):
     """Prefix-LM: the first ``prefix`` tokens see each other, the rest is causal (top-left: ``q_idx >= kv_idx``),
     upstream's ``cute_prefix_lm_mask``.
 
+    Parameters
+    ----------
+    prefix : int
+
+    Returns
+    -------
+    callable
+        A mask_mod.
+
     Examples
     --------
     >>> prefix_lm_mask(2)(0, 0, np.int32([[0]]), np.int32([[0, 1, 2]]), SeqlenInfo(3, 3), None).tolist()
@@ -333,6 +470,16 @@ def document_mask(*, aux_index: int = 0):
     """Document (packed sequences) mask: ``doc[b, q_idx] == doc[b, kv_idx]``, the int document ids (batch,
     seqlen), or (batch, heads, seqlen) as upstream's ``cute_document_mask`` reads them (``doc[b, h, idx]``), from
     ``aux_tensors[aux_index]`` (seqlen_q == seqlen_k).
+
+    Parameters
+    ----------
+    aux_index : int
+        Which aux tensor holds the document ids.
+
+    Returns
+    -------
+    callable
+        A mask_mod.
 
     Examples
     --------
@@ -361,6 +508,22 @@ def _call(fn, what, args, kwargs):
 
 def _wrap(idx, n, aux):
     return idx % n if (aux is not None and n > 0) else idx
+
+
+def _score_call(acc, flex: Flex, *, softmax_scale, batch, heads, q_idx, kv_idx, seqinfo):
+    """(RN(acc * softmax_scale), the positional b_idx/h_idx, the keyword arguments) of a score_mod(_bwd) call
+    (``softmax.call_score_mod``): indices wrapped modulo the lengths when aux tensors are given."""
+    acc = f32(acc)
+    with np.errstate(over="ignore", invalid="ignore"):
+        score = (acc * np.float32(softmax_scale)).astype(np.float32)
+    aux = flex.aux_tensors
+    kwargs = {"q_idx": _wrap(np.asarray(q_idx, np.int32)[:, None], seqinfo.seqlen_q, aux),
+              "kv_idx": _wrap(np.asarray(kv_idx, np.int32)[None, :], seqinfo.seqlen_k, aux),
+              "seqlen_info": seqinfo, "aux_tensors": () if aux is None else list(aux)}
+    if flex.aux_scalars is not None:
+        kwargs["aux_scalars"] = flex.aux_scalars
+    pos = (np.full((acc.shape[0], 1), batch, np.int32), np.asarray(heads, np.int32)[:, None])
+    return score, pos, kwargs
 
 
 def apply_score_mod(acc, flex: Flex, *, softmax_scale, batch: int, heads, q_idx, kv_idx, seqinfo: SeqlenInfo,
@@ -399,21 +562,13 @@ def apply_score_mod(acc, flex: Flex, *, softmax_scale, batch: int, heads, q_idx,
     [[1.0, 2.0]]
     """
     acc = f32(acc)
-    with np.errstate(over="ignore", invalid="ignore"):
-        score = (acc * np.float32(softmax_scale)).astype(np.float32)
-    aux = flex.aux_tensors
     r, n = acc.shape
-    kwargs = {"q_idx": _wrap(np.asarray(q_idx, np.int32)[:, None], seqinfo.seqlen_q, aux),
-              "kv_idx": _wrap(np.asarray(kv_idx, np.int32)[None, :], seqinfo.seqlen_k, aux),
-              "seqlen_info": seqinfo, "aux_tensors": () if aux is None else list(aux)}
-    if flex.aux_scalars is not None:
-        kwargs["aux_scalars"] = flex.aux_scalars
-    b_idx = np.full((r, 1), batch, np.int32)
-    h_idx = np.asarray(heads, np.int32)[:, None]
+    score, pos, kwargs = _score_call(acc, flex, softmax_scale=softmax_scale, batch=batch, heads=heads, q_idx=q_idx,
+                                     kv_idx=kv_idx, seqinfo=seqinfo)
     t_arch, t_scaled = _ARCH.set(arch), _SCALED.set((score, acc, np.float32(softmax_scale)))
     try:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            out = _call(flex.score_mod, "score_mod", (score, b_idx, h_idx), kwargs)
+            out = _call(flex.score_mod, "score_mod", (score, *pos), kwargs)
     finally:
         _SCALED.reset(t_scaled)
         _ARCH.reset(t_arch)
@@ -451,22 +606,13 @@ def apply_score_mod_bwd(grad, acc, flex: Flex, *, softmax_scale, batch: int, hea
     ...                     seqinfo=SeqlenInfo(1, 1), arch="sm90").tolist()
     [[1.5]]
     """
-    acc = f32(acc)
-    with np.errstate(over="ignore", invalid="ignore"):
-        score = (acc * np.float32(softmax_scale)).astype(np.float32)
-    aux = flex.aux_tensors
-    r, n = acc.shape
-    kwargs = {"q_idx": _wrap(np.asarray(q_idx, np.int32)[:, None], seqinfo.seqlen_q, aux),
-              "kv_idx": _wrap(np.asarray(kv_idx, np.int32)[None, :], seqinfo.seqlen_k, aux),
-              "seqlen_info": seqinfo, "aux_tensors": () if aux is None else list(aux)}
-    if flex.aux_scalars is not None:
-        kwargs["aux_scalars"] = flex.aux_scalars
+    r, n = np.shape(acc)
+    score, pos, kwargs = _score_call(acc, flex, softmax_scale=softmax_scale, batch=batch, heads=heads, q_idx=q_idx,
+                                     kv_idx=kv_idx, seqinfo=seqinfo)
     token = _ARCH.set(arch)
     try:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            out = _call(flex.score_mod_bwd, "score_mod_bwd",
-                        (f32(grad), score, np.full((r, 1), batch, np.int32), np.asarray(heads, np.int32)[:, None]),
-                        kwargs)
+            out = _call(flex.score_mod_bwd, "score_mod_bwd", (f32(grad), score, *pos), kwargs)
     finally:
         _ARCH.reset(token)
     out = np.asarray(out)
@@ -574,6 +720,16 @@ def dense_mask(mask_mod, *, batch: int, heads: int, seqlen_q: int, seqlen_k: int
                aux_scalars=None) -> np.ndarray:
     """The mask_mod on the whole (batch, heads, seqlen_q, seqlen_k) grid: bool, True = kept.
 
+    Parameters
+    ----------
+    mask_mod : callable
+    batch, heads, seqlen_q, seqlen_k : int
+    aux_tensors, aux_scalars : optional
+
+    Returns
+    -------
+    bool numpy.ndarray (batch, heads, seqlen_q, seqlen_k)
+
     Examples
     --------
     >>> dense_mask(causal_mask(), batch=1, heads=1, seqlen_q=2, seqlen_k=2)[0, 0].tolist()
@@ -658,6 +814,15 @@ def check_block_sparse(tensors, *, batch: int, heads: int, seqlen_q: int, seqlen
     as a :class:`BlockSparse`; ValueError naming ``block_sparse_tensors`` for a missing block size, wrong shapes
     or indices out of range.
 
+    Parameters
+    ----------
+    tensors : BlockSparseTensorsTorch-like or dict
+    batch, heads, seqlen_q, seqlen_k : int
+
+    Returns
+    -------
+    BlockSparse
+
     Examples
     --------
     >>> t = block_sparse_tensors(causal_mask(), batch=1, heads=1, seqlen_q=128, seqlen_k=128, block_size=(128, 128))
@@ -707,7 +872,23 @@ def check_block_sparse(tensors, *, batch: int, heads: int, seqlen_q: int, seqlen
 
 
 def check_mod(fn, name: str):
-    """``fn`` if it is None or a callable taking FA4's arguments; TypeError naming ``name`` otherwise."""
+    """``fn`` if it is None or a callable; TypeError naming ``name`` otherwise.
+
+    Parameters
+    ----------
+    fn : callable or None
+    name : str
+        The argument's name, for the message.
+
+    Returns
+    -------
+    callable or None
+
+    Examples
+    --------
+    >>> check_mod(None, "score_mod") is None
+    True
+    """
     if fn is None:
         return None
     if not callable(fn):

@@ -32,7 +32,8 @@ class BwdTile:
     cta_group: int = 1     # SM100: 2 with 2-CTA instructions (the cluster's two KV blocks act as one)
 
 
-def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -> BwdTile:
+def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False,
+                  sparse_block_q: int | None = None) -> BwdTile:
     """The SM90 backward tile of FA4 b36 for ``head_dim`` (== head_dim_v).
 
     Parameters
@@ -41,6 +42,9 @@ def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -
         head_dim (== head_dim_v), 8..256.
     causal, local : bool
         Causal or local (sliding-window) masking: for head_dim 97..128 FA4 then uses tile_m 64 instead of 80.
+    sparse_block_q : int, optional
+        The query rows of a block-sparse backward's sparse blocks: tile_m 64 where 80 does not divide them,
+        tile 64 x 64 for head_dim 256.
 
     Returns
     -------
@@ -66,9 +70,12 @@ def sm90_bwd_tile(head_dim: int, *, causal: bool = False, local: bool = False) -
     if head_dim <= 96:
         return BwdTile(64, 128, 32, True)
     if head_dim <= 128:
-        return BwdTile(64 if (causal or local) else 80, 128, 32, False)
+        tm = 64 if (causal or local) else 80
+        return BwdTile(64 if sparse_block_q is not None and sparse_block_q % tm else tm, 128, 32, False)
     if head_dim <= 192:
         return BwdTile(64, 96, 64, False)      # dKV_swapAB
+    if sparse_block_q is not None:
+        return BwdTile(64, 64, 32, False)      # hd256 block-sparse: no dKV_swapAB
     return BwdTile(64, 48, 64, False)          # hd256: dKV_swapAB, tile_n 48
 
 
@@ -217,7 +224,10 @@ class Sm90(Kernel):
         if rel is not None and d > 192 and "sm90_backward_hd_gt_192" in rel.not_emulated:
             raise ValueError(f"fa4_release={rel.name!r}: {rel.not_emulated['sm90_backward_hd_gt_192']}; not "
                              f"emulated (head_dim={d})")
-        return sm90_bwd_tile(d, causal=problem.window.causal, local=problem.window.local)
+        fl = problem.flex
+        sparse = None if fl is None else fl.block_sparse_bwd
+        return sm90_bwd_tile(d, causal=problem.window.causal, local=problem.window.local,
+                             sparse_block_q=None if sparse is None else sparse.block_size[0])
 
 
 @dataclass(frozen=True)
@@ -276,12 +286,14 @@ class Sm100(Kernel):
         ov = problem.overrides
         pack = self.pack_gqa(problem)
         tile_n, num_splits, _ = self.splits(problem, pack_gqa=pack)
+        # interface.py _flash_attn_fwd: no 2-CTA kernel with block sparsity
+        sparse = problem.flex is not None and problem.flex.block_sparse is not None
         opts = config.sm100_defaults(
             dtype=problem.dtype, head_dim=problem.head_dim, causal=problem.window.causal,
             seqlen_q=problem.max_seqlen_q, qhead_per_kvhead=problem.qhead_per_kvhead, batch=problem.batch,
             heads=problem.heads, local=problem.window.local, head_dim_v=problem.head_dim_v,
             pack_gqa=pack, varlen_q=problem.varlen_q, split_kv=num_splits > 1,
-            page_size=problem.page_size, use_2cta_instrs=ov.get("use_2cta_instrs"),
+            page_size=problem.page_size, use_2cta_instrs=ov.get("use_2cta_instrs", False if sparse else None),
             is_sm103=ov.get("is_sm103", False), seqused_q=problem.seqused_q is not None, release=problem.release)
         return config.replace(opts, tile_n=tile_n, num_splits=num_splits)
 
@@ -323,6 +335,8 @@ class Sm100(Kernel):
         rows = problem.max_seqlen_q * (g if opts.pack_gqa else 1)
         if "use_2cta_instrs" in problem.overrides:
             why_2cta = "use_2cta_instrs given"
+        elif problem.flex is not None and problem.flex.block_sparse is not None:
+            why_2cta = "block sparsity: FA4 runs no 2-CTA kernel with block_sparse_tensors"
         else:
             why_2cta = config.sm100_2cta(
                 head_dim=problem.head_dim, head_dim_v=problem.head_dim_v, causal=problem.window.causal,

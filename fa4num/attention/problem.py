@@ -458,7 +458,8 @@ class Problem:
             return []
         return [n for n, x in (("score_mod", fl.score_mod), ("mask_mod", fl.mask_mod),
                                ("block_sparse_tensors", fl.block_sparse), ("aux_tensors", fl.aux_tensors),
-                               ("aux_scalars", fl.aux_scalars), ("score_mod_bwd", fl.score_mod_bwd)) if x is not None]
+                               ("aux_scalars", fl.aux_scalars), ("score_mod_bwd", fl.score_mod_bwd),
+                               ("block_sparse_tensors_bwd", fl.block_sparse_bwd)) if x is not None]
 
     def refuse_flex(self, who: str) -> None:
         """ValueError naming the FlexAttention arguments that ``who`` does not model (a consumer that would
@@ -480,7 +481,7 @@ def plan(q, k, v, *, softmax_scale=None, causal=False, kernel=DEFAULT_KERNEL, so
          max_seqlen_k=None, num_splits=1, q_descale=None, k_descale=None, v_descale=None, page_table=None,
          seqused_q=None, seqused_k=None, seqlen_k_per_split=None, nonfinite="propagate", mode="bitexact",
          score_mod=None, mask_mod=None, aux_tensors=None, aux_scalars=None, block_sparse_tensors=None,
-         score_mod_bwd=None, fa4_release=None, **options) -> Problem:
+         score_mod_bwd=None, block_sparse_tensors_bwd=None, fa4_release=None, **options) -> Problem:
     """Check FA4's arguments and resolve the kernel's options: the :class:`Problem` every consumer takes.
 
     Parameters
@@ -495,10 +496,10 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     seqused_q, seqused_k, seqlen_k_per_split
         FA4's ``seqused_q/k`` (int (batch,): the rows / keys of each sequence used) and ``seqlen_k_per_split``
         (split-KV kernels: the keys of every split fixed, a multiple of tile_n).
-    score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd
+    score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd, block_sparse_tensors_bwd
         FlexAttention's arguments (:mod:`fa4num.attention.flex`, docs/flex.md): Python callables with FA4's
-        calling convention, their side inputs, FA4's block-sparse tensors, the score_mod's derivative for the
-        backward.
+        calling convention, their side inputs, FA4's block-sparse tensors, the score_mod's derivative and the
+        query-direction block-sparse tensors for the backward.
     fa4_release : str, optional
         The flash-attn-4 release whose numerics to emulate: a profile of
         :func:`fa4num.attention.releases.known` or a release it covers (default "4.0.0b36"); ValueError for
@@ -580,7 +581,7 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     if pack_gqa is not None and not _is_bool(pack_gqa):
         raise TypeError(f"pack_gqa must be None, True or False, got {pack_gqa!r}")
     flex = _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd,
-                       softcap=softcap,
+                       block_sparse_tensors_bwd, softcap=softcap,
                        window=window, batch=batch, heads=h, seqlen_q=longest_q, seqlen_k=longest_k,
                        varlen=cu_q is not None or cu_k is not None or lay.seqused_q is not None
                        or lay.seqused_k is not None, sink=sink, num_splits=num_splits)
@@ -619,11 +620,22 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
     return replace(problem, opts=opts, num_splits=splits)
 
 
-def _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd, *, softcap,
-                window, batch, heads, seqlen_q, seqlen_k, varlen, sink, num_splits):
+def _host_sparse(tensors) -> dict:
+    """FA4's block-sparse tensors (``BlockSparseTensorsTorch`` or a dict of its fields) with the arrays on the
+    host (numpy)."""
+    get = tensors.get if isinstance(tensors, dict) else (lambda n, d=None: getattr(tensors, n, d))
+    host = {n: get(n, None) for n in ("block_size", *_flex.UNMODELLED_FIELDS)}
+    host.update({n: plain(get(n, None)) for n in _flex.ARRAY_FIELDS})
+    return host
+
+
+def _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd,
+                block_sparse_tensors_bwd, *, softcap, window, batch, heads, seqlen_q, seqlen_k, varlen, sink,
+                num_splits):
     """The FlexAttention arguments as a :class:`fa4num.attention.flex.Flex` (None without any); ValueError
     naming the argument for what FA4 refuses or fa4num does not model."""
-    if all(x is None for x in (score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd)):
+    if all(x is None for x in (score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tensors, score_mod_bwd,
+                               block_sparse_tensors_bwd)):
         return None
     score_mod = _flex.check_mod(score_mod, "score_mod")
     score_mod_bwd = _flex.check_mod(score_mod_bwd, "score_mod_bwd")
@@ -646,18 +658,30 @@ def _check_flex(score_mod, mask_mod, aux_tensors, aux_scalars, block_sparse_tens
         if not isinstance(aux_scalars, (list, tuple)) or not all(_is_real(x) for x in aux_scalars):
             raise TypeError(f"aux_scalars must be a tuple of numbers, got {aux_scalars!r}")
         aux_scalars = tuple(aux_scalars) or None   # FA4: an empty tuple is None
-    sparse = None
-    if block_sparse_tensors is not None:
+    sparse = sparse_bwd = None
+    for name, given in (("block_sparse_tensors", block_sparse_tensors),
+                        ("block_sparse_tensors_bwd", block_sparse_tensors_bwd)):
+        if given is None:
+            continue
         for bad, why in ((window.masked, "causal or window_size"), (varlen, "varlen (cu_seqlens / seqused)"),
                          (sink is not None, "learnable_sink"), (num_splits != 1, "num_splits != 1")):
             if bad:
-                raise ValueError(f"block_sparse_tensors with {why} is not modelled by fa4num")
-        get = block_sparse_tensors.get if isinstance(block_sparse_tensors, dict) else \
-            (lambda n, d=None: getattr(block_sparse_tensors, n, d))
-        host = {n: get(n, None) for n in ("block_size", *_flex.UNMODELLED_FIELDS)}
-        host.update({n: plain(get(n, None)) for n in _flex.ARRAY_FIELDS})
-        sparse = _flex.check_block_sparse(host, batch=batch, heads=heads, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
-    return _flex.Flex(score_mod, mask_mod, aux_tensors, aux_scalars, sparse, score_mod_bwd)
+                raise ValueError(f"{name} with {why} is not modelled by fa4num")
+    if block_sparse_tensors is not None:
+        sparse = _flex.check_block_sparse(_host_sparse(block_sparse_tensors), batch=batch, heads=heads,
+                                          seqlen_q=seqlen_q, seqlen_k=seqlen_k)
+    if block_sparse_tensors_bwd is not None:
+        # the query direction: per KV block its query blocks, so the roles of the lengths swap
+        host = _host_sparse(block_sparse_tensors_bwd)
+        bs = host["block_size"]
+        host["block_size"] = None if bs is None or len(bs) != 2 else (bs[1], bs[0])
+        try:
+            t = _flex.check_block_sparse(host, batch=batch, heads=heads, seqlen_q=seqlen_k, seqlen_k=seqlen_q)
+        except ValueError as e:
+            raise ValueError(str(e).replace("block_sparse_tensors", "block_sparse_tensors_bwd")) from None
+        sparse_bwd = _flex.BlockSparse(t.mask_block_cnt, t.mask_block_idx, t.full_block_cnt, t.full_block_idx,
+                                       (t.block_size[1], t.block_size[0]))
+    return _flex.Flex(score_mod, mask_mod, aux_tensors, aux_scalars, sparse, score_mod_bwd, sparse_bwd)
 
 
 def _check_sparse_tiles(sparse, opts, kern):

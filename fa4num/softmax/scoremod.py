@@ -46,6 +46,18 @@ def softcap_of(x, *, softcap: float, arch: str = "sm90") -> np.ndarray:
     """The soft cap of already scaled float32 scores ``x`` (the score_mod of ``create_softcap_scoremod``):
     RN(softcap * tanh.approx(RN(x / softcap))).
 
+    Parameters
+    ----------
+    x : float32 array_like
+        RN(S * softmax_scale).
+    softcap : float
+    arch : str
+        The MUFU model (a table set of fa4num.hw, or "libm").
+
+    Returns
+    -------
+    numpy.ndarray of float32
+
     Examples
     --------
     >>> float(softcap_of(np.float32([0.0]), softcap=30.0, arch="libm")[0])
@@ -68,6 +80,19 @@ def softcap_grad(grad, s, *, softcap: float, softmax_scale, arch: str = "sm90") 
 def softcap_grad_of(grad, x, *, softcap: float, arch: str = "sm90") -> np.ndarray:
     """:func:`softcap_grad` of already scaled float32 scores ``x`` (the score_mod_bwd of
     ``create_softcap_scoremod_bwd``): RN(grad * fma(-t, t, 1)), t = tanh.approx(RN(x / softcap)).
+
+    Parameters
+    ----------
+    grad : float32 array_like
+        dS.
+    x : float32 array_like
+        RN(S * softmax_scale) of the unmodified score.
+    softcap : float
+    arch : str
+
+    Returns
+    -------
+    numpy.ndarray of float32
 
     Examples
     --------

@@ -192,6 +192,24 @@ def test_sparse_document_mask_differs_from_dense_as_the_planner_says(kernel):
     assert _same(forward(problem=nofull), forward(problem=dense))
 
 
+def test_sparse_backward_visits_partial_then_full_query_blocks():
+    """The backward's KV block visits its partial query blocks, then its full ones, each in list order: a long
+    document cut by block edges puts full blocks after a later partial one, and dK/dV (chained over the query
+    blocks in that order) differ from the dense backward; a causal mask gives the dense bits."""
+    s = 640
+    q, k, v, do = _qkv(s, s, seed=19, n=4, d=128)
+    doc = np.repeat(np.arange(3, dtype=np.int32), [100, 480, 60])[None]
+    for m, aux, equal in ((flex.document_mask(), [doc], False), (flex.causal_mask(), None, True)):
+        kw = dict(batch=1, heads=2, seqlen_q=s, seqlen_k=s, block_size=(128, 128), aux_tensors=aux)
+        f = forward(q, k, v, mask_mod=m, aux_tensors=aux)
+        dense = backward(q, k, v, f.out, do, f.lse, mask_mod=m, aux_tensors=aux, deterministic=True)
+        sparse = backward(q, k, v, f.out, do, f.lse, mask_mod=m, aux_tensors=aux, deterministic=True,
+                          block_sparse_tensors_bwd=flex.block_sparse_tensors(m, q_direction=True, **kw))
+        same = all((_u(x) == _u(y)).all() for x, y in ((dense.dk, sparse.dk), (dense.dv, sparse.dv)))
+        assert same == equal, m.__name__
+        assert np.abs(np.asarray(dense.dk, np.float32) - np.asarray(sparse.dk, np.float32)).max() < 0.1
+
+
 def test_sparse_visiting_order():
     from fa4num.attention.schedule import sparse_visits
     assert sparse_visits([1, 3], [0, 2]) == [(3, True, True), (1, True, False), (2, False, True), (0, False, False)]
@@ -217,6 +235,18 @@ def test_block_sparse_picks_fa4s_sm90_tile():
     assert plan(q, k, v, mask_mod=flex.causal_mask(), block_sparse_tensors=t).opts.tile_m == 128
 
 
+def test_block_sparse_turns_sm100_2cta_off():
+    """interface.py: the 2-CTA kernel needs ``not use_block_sparsity``; the dense mask_mod call of the same
+    problem runs it (hd 128, not causal, several M blocks)."""
+    q = np.zeros((1, 1024, 2, 128), BF)
+    m = flex.causal_mask()
+    t = flex.block_sparse_tensors(m, batch=1, heads=2, seqlen_q=1024, seqlen_k=1024, block_size=(256, 128))
+    assert plan(q, q, q, kernel="fa4-sm100", mask_mod=m).opts.use_2cta_instrs
+    sparse = plan(q, q, q, kernel="fa4-sm100", mask_mod=m, block_sparse_tensors=t)
+    assert not sparse.opts.use_2cta_instrs and sparse.opts.tile_m == 256
+    assert "block sparsity" in plan_of(sparse).reasons["ctas"]
+
+
 # ---------------------------------------------------------------------------------------------- refusals
 def test_refusals_name_the_argument():
     q, k, v, do = _qkv(64, 64, seed=14, n=4)
@@ -237,11 +267,13 @@ def test_refusals_name_the_argument():
     with pytest.raises(ValueError, match="score_mod_bwd needs a score_mod"):
         plan(q, k, v, score_mod_bwd=flex.passthrough_bwd())
     f = forward(q, k, v, mask_mod=m, block_sparse_tensors=t)
-    with pytest.raises(ValueError, match="block_sparse_tensors: the block-sparse backward"):
-        backward(q, k, v, f.out, do, f.lse, mask_mod=m, block_sparse_tensors=t)
+    tb = flex.block_sparse_tensors(m, batch=1, heads=2, seqlen_q=64, seqlen_k=64, block_size=(128, 64),
+                                   q_direction=True)
+    with pytest.raises(ValueError, match="block_sparse_tensors_bwd.block_size must be"):
+        backward(q, k, v, f.out, do, f.lse, mask_mod=m, block_sparse_tensors_bwd=tb)
     with pytest.raises(ValueError, match="score_mod_bwd is required"):
         backward(q, k, v, f.out, do, f.lse, score_mod=flex.rel_bias_mod())
-    with pytest.raises(ValueError, match="kernel='fa4-sm90' only"):
+    with pytest.raises(ValueError, match="mask_mod in the backward: modelled for kernel='fa4-sm90' only"):
         backward(q, k, v, f.out, do, f.lse, mask_mod=m, kernel="fa4-sm100")
 
 

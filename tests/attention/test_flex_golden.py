@@ -37,8 +37,8 @@ def _records(path=GOLDEN):
 
 
 def check_case(rec, arrays):
-    """Assert one captured case: inputs, the emulator's forward bits, for dense backward cases dq, dk, dv (the
-    block-sparse backward is not modelled: its forward is checked), and for sparse cases the dense twin."""
+    """Assert one captured case: inputs, the emulator's forward bits, for backward cases dq, dk, dv, and for
+    sparse cases the dense twin."""
     case, name = rec["case"], rec["case"]["name"]
     arrs = cap.case_inputs(case)
     assert cap._sha(*(arrs[n] for n in ("q", "k", "v", "dout") if n in arrs)) == rec["input_sha256"], \
@@ -94,7 +94,7 @@ def test_capture_provenance_and_coverage():
 
 
 # ---------------------------------------------------------------------------------------------- bookkeeping
-DRY = ("sm_rel_bias_d128", "mm_document_d64", "bs_document_d128", "bs_causal_gqa_bcast_d128")
+DRY = ("sm_rel_bias_d128", "mm_document_d64", "bs_document_d128", "bs_causal_gqa_bcast_d128", "bwd_bs_document")
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +113,9 @@ def test_dry_run_file_checks_out(dry_capture):
     for rec in meta["cases"]:
         check_case(rec, arrays)
     # a document mask's full blocks interleave with its partial ones: the sparse order is not the dense one
-    rec = next(r for r in meta["cases"] if r["case"]["name"] == "dev.bs_document_d128")
-    assert rec["equal_to_dense"] is False
+    for name in ("dev.bs_document_d128", "dev.bwd_bs_document_d128"):
+        rec = next(r for r in meta["cases"] if r["case"]["name"] == name)
+        assert rec["equal_to_dense"] is False, name
 
 
 def test_checker_catches_a_changed_bit(dry_capture):
