@@ -156,7 +156,8 @@ def _capture_kit(args) -> int:
                   file=sys.stderr)
             return 2
         cases = [c for c in cases if c["name"] in args.only]
-    kit.capture_kit(args.out, device=dev, cases=cases, sections=tuple(args.sections), stride=args.stride)
+    kit.capture_kit(args.out, device=dev, cases=cases, sections=tuple(args.sections),
+                    stride=args.stride or kit.SAMPLE_STRIDE)
     return 0
 
 
@@ -301,8 +302,9 @@ def register(subparsers) -> None:
     q.add_argument("--sections", nargs="+", default=["mufu", "mma", "attention"],
                    choices=("mufu", "mma", "attention"))
     q.add_argument("--only", nargs="+", default=None, metavar="CASE", help="attention cases to run (default all)")
-    q.add_argument("--stride", type=positive_int, default=4099,
-                   help="the sampled MUFU sweep's stride over the 2^32 fp32 inputs (default 4099)")
+    q.add_argument("--stride", type=positive_int, default=None,
+                   help="the sampled MUFU sweep's stride over the 2^32 fp32 inputs (default fa4num.gpu.kit."
+                        "SAMPLE_STRIDE, 4099)")
     q.add_argument("--emulate", default=None, choices=("sm90", "sm100", "sm103"),
                    help="no GPU: write the kit fa4num's emulator predicts for this arch (a dry run)")
     q.set_defaults(func=_capture_kit)
