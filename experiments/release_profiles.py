@@ -24,7 +24,8 @@ FP8_OLD = {"rescale_threshold": {"16-bit": 8.0, "float8_e4m3fn": 4.0, "float8_e5
 FP8_NEW = {"rescale_threshold": {"16-bit": 8.0, "float8_e4m3fn": 0.0, "float8_e5m2": 0.0},
            "max_offset": {"16-bit": 0, "float8_e4m3fn": 8, "float8_e5m2": 8}}
 OLD = {"empty_kv": "an empty KV sequence gave O = 0 * (uninitialised TMEM), NaN possible (zero-filled in 4.0.0b36)",
-       "heuristic_splits_pack_gqa": "the automatic split count counted the heads differently under pack-GQA",
+       "heuristic_splits": "the automatic split count (num_splits < 1) counted the M blocks without the GQA heads "
+                           "and read a window side of 0 as unbounded (_get_fwd_config)",
        "sm90_backward_hd_gt_192": "the SM90 backward used 64 x 64 tiles for head dim > 192"}
 EMULATOR = {
     "4.0.0b10": dict(FP8_OLD, offset_headroom_assert=False, partial_descale_misplaced=True,

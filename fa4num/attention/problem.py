@@ -610,8 +610,7 @@ max_seqlen_q, max_seqlen_k, num_splits, q_descale, k_descale, v_descale, page_ta
         "descales_given": sum(x is not None for x in (q_descale, k_descale, v_descale)),
         "empty_kv": any(s.k.shape[0] == 0 for s in seqs),
         "sm100_hd256": kern.arch == "sm100" and d == dv == 256,
-        "heuristic_splits_pack_gqa": kern.split_kv and num_splits < 1 and pack_gqa is not False
-        and h > hk})
+        "heuristic_splits": kern.split_kv and num_splits < 1 and (h > hk or window.local)})
     kern = kern.for_release(problem)
     problem = replace(problem, kernel=kern)
     opts, splits = kern.options(problem)

@@ -95,6 +95,11 @@ def get(release=None) -> Release:
     ------
     ValueError
         Naming ``fa4_release`` and the known profiles, for another name.
+
+    Examples
+    --------
+    >>> get().name, get("4.0.0b27").covers
+    ('4.0.0b36', ('4.0.0b26', '4.0.0b27', '4.0.0b28'))
     """
     if isinstance(release, Release):
         return release
@@ -118,6 +123,14 @@ def _load(release: str) -> Release:
 def known() -> list[str]:
     """The release profiles, oldest first.
 
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    list of str
+
     Examples
     --------
     >>> known()[-1] == DEFAULT_RELEASE
@@ -127,7 +140,27 @@ def known() -> list[str]:
 
 
 def resolve_release(name: str) -> str:
-    """The profile that covers a release name (e.g. "4.0.0b28" -> "4.0.0b27"); ValueError when none does."""
+    """The profile that covers a release name.
+
+    Parameters
+    ----------
+    name : str
+        A profile's name or a release it covers.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    ValueError
+        Naming ``fa4_release`` and the releases covered, when no profile covers ``name``.
+
+    Examples
+    --------
+    >>> resolve_release("4.0.0b28")
+    '4.0.0b27'
+    """
     for rel in known():
         if name == rel or name in get(rel).covers:
             return rel
@@ -136,8 +169,32 @@ def resolve_release(name: str) -> str:
 
 
 def check_problem(release: Release, *, problem_fields: dict) -> None:
-    """ValueError naming ``fa4_release`` when the call uses something this profile records as different but
-    fa4num does not emulate (``problem_fields``: the Problem's fields the checks read)."""
+    """Refuse what this profile records as different from the default release but fa4num does not emulate.
+
+    Parameters
+    ----------
+    release : Release
+    problem_fields : dict
+        What the checks read of the call: ``descales_given`` (how many of q/k/v_descale), and a bool per key
+        of ``release.not_emulated`` (the call uses that feature).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        Naming ``fa4_release`` and what that release computed differently.
+
+    Examples
+    --------
+    >>> check_problem(get("4.0.0b27"), problem_fields={"descales_given": 0, "empty_kv": False})
+    >>> check_problem(get("4.0.0b27"), problem_fields={"descales_given": 0, "empty_kv": True})
+    Traceback (most recent call last):
+    ...
+    ValueError: fa4_release='4.0.0b27': an empty KV sequence gave O = 0 * (uninitialised TMEM), NaN possible (zero-filled in 4.0.0b36); not emulated (use fa4_release='4.0.0b36')
+    """
     if release.partial_descale_misplaced and problem_fields["descales_given"] not in (0, 3):
         raise ValueError(f"fa4_release={release.name!r}: FA4 {release.name} placed q/k/v descales in the wrong "
                          "slots when only some are given (fixed in 4.0.0b23); not emulated: give all three or none")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 
-from fa4num.argtypes import COEFFS_HELP, add_registry_option, coeffs, finite_float, int_tuple, nonneg_int, not_nan_float
+from fa4num.argtypes import (COEFFS_HELP, add_registry_option, add_release_option, coeffs, finite_float, int_tuple,
+                             nonneg_int, not_nan_float)
 from fa4num.attention.kernels import KERNELS
 from fa4num.attention.problem import DEFAULT_KERNEL
 from fa4num.fp.dtypes import DTYPES
@@ -62,7 +63,7 @@ def _attention(args) -> int:
     q = (rng.standard_normal((b, s, h, d), dtype=np.float32) * np.float32(args.q_mult)).astype(dt)
     k = rng.standard_normal((b, sk, h, d), dtype=np.float32).astype(dt)
     v = rng.standard_normal((b, sk, h, d), dtype=np.float32).astype(dt)
-    opts = {}
+    opts = {} if args.fa4_release is None else {"fa4_release": args.fa4_release}
     if args.rescale_threshold is not None:
         opts["rescale_threshold"] = args.rescale_threshold
     if args.coeffs is not None:
@@ -122,6 +123,7 @@ def register(subparsers) -> None:
     add_registry_option(a)
     a.add_argument("--q-mult", type=finite_float, default=1.0, help="scale of q (larger logits)")
     a.add_argument("--seed", type=nonneg_int, default=0)
+    add_release_option(a)
     a.set_defaults(func=_attention)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from fa4num.argtypes import finite_float, int_tuple, key_value, nonneg_int, path_arg, positive_int
+from fa4num.argtypes import add_release_option, finite_float, int_tuple, key_value, nonneg_int, path_arg, positive_int
 
 
 def _check_gpu() -> bool:
@@ -102,6 +102,8 @@ def _twin(args) -> int:
     q, k, v = (torch.randn(b, n, heads, d, generator=g).to(dt) for n, heads in ((sq, h), (sk, hk), (sk, hk)))
     dev = "cpu" if interpreted() else "cuda"
     kw = dict(kernel=args.kernel, causal=args.causal, **opts)
+    if args.fa4_release is not None:
+        kw["fa4_release"] = args.fa4_release
     qd, kd, vd = (x.to(dev) for x in (q, k, v))
     times = []
     for _ in range(args.repeats):
@@ -155,7 +157,8 @@ def _capture_kit(args) -> int:
                   file=sys.stderr)
             return 2
         cases = [c for c in cases if c["name"] in args.only]
-    kit.capture_kit(args.out, device=dev, cases=cases, sections=tuple(args.sections), stride=args.stride)
+    kit.capture_kit(args.out, device=dev, cases=cases, sections=tuple(args.sections),
+                    stride=args.stride or kit.SAMPLE_STRIDE)
     return 0
 
 
@@ -292,6 +295,7 @@ def register(subparsers) -> None:
     q.add_argument("--repeats", type=positive_int, default=3)
     q.add_argument("--check", action="store_true", help="also run the CPU emulator and compare the bits")
     q.add_argument("--json", type=path_arg, default=None, help="write the record (with provenance) here")
+    add_release_option(q)
     q.set_defaults(func=_twin)
     q = sub.add_parser("capture-kit", help="the capture kit: MUFU tables and sweeps, a tensor-core probe and FA4's "
                                            "forward/backward on a fixed case list, into one file (SM90 or SM100)")
@@ -299,8 +303,9 @@ def register(subparsers) -> None:
     q.add_argument("--sections", nargs="+", default=["mufu", "mma", "attention"],
                    choices=("mufu", "mma", "attention"))
     q.add_argument("--only", nargs="+", default=None, metavar="CASE", help="attention cases to run (default all)")
-    q.add_argument("--stride", type=positive_int, default=4099,
-                   help="the sampled MUFU sweep's stride over the 2^32 fp32 inputs (default 4099)")
+    q.add_argument("--stride", type=positive_int, default=None,
+                   help="the sampled MUFU sweep's stride over the 2^32 fp32 inputs (default fa4num.gpu.kit."
+                        "SAMPLE_STRIDE, 4099)")
     q.add_argument("--emulate", default=None, choices=("sm90", "sm100", "sm103"),
                    help="no GPU: write the kit fa4num's emulator predicts for this arch (a dry run)")
     q.set_defaults(func=_capture_kit)

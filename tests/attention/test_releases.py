@@ -97,6 +97,10 @@ def test_what_is_not_emulated_is_refused():
         plan(q, k, v, kernel="fa4-sm100", fa4_release="4.0.0b27", pack_gqa=True)
     with pytest.raises(ValueError, match="does not support learnable_sink"):
         plan(q, k, v, kernel="fa4-sm100", fa4_release="4.0.0b27", learnable_sink=np.zeros(4, np.float32))
+    q, k, v = _qkv(1, 4, 2048, 4, 128, hk=2)
+    with pytest.raises(ValueError, match="automatic split count"):
+        plan(q, k, v, kernel="fa4-sm100", fa4_release="4.0.0b27", num_splits=0)
+    assert plan(q, k, v, kernel="fa4-sm100", num_splits=0).num_splits > 1
     with pytest.raises(ValueError, match=r"fa4_release must be one of \['4.0.0b10'"):
         plan(q, k, v, fa4_release="4.0.0b99")
 
