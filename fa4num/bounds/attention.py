@@ -115,11 +115,6 @@ def _gamma(n, u):
     return math.expm1(n * math.log1p(u)) * _F64_SAFETY
 
 
-def _gamma_prob(n, u, lam):
-    """Higham-Mary probabilistic counterpart: exp(lam sqrt(n) u + n u^2 / (1 - u)) - 1."""
-    return math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u)) * _F64_SAFETY
-
-
 @dataclass(frozen=True)
 class _Gemm:
     """Error model of one accumulation chain: per chunk |err| <= gamma (|C| + sum |terms|) + eta."""
@@ -493,15 +488,15 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             # output cast (RN to the output dtype), through the monotonicity of RN: o lies in [o* - B, o* + B]
             cast = _cast_bound(ostar, err_o, out_dt)
             bound = cast * _F64_SAFETY
-            # probabilistic: P-cast, row-sum and PV rounding errors random (Hoeffding / Higham-Mary gamma~)
-            w2v2 = np.sqrt(w2 @ (V * V))
+            # probabilistic (docs/bounds.md, section 8): the P-cast errors of keys with distinct scores and the
+            # row sum's RN roundings random (Hoeffding / Higham-Mary gamma~); keys of one score share their cast
+            # error (one variable per score), and the PV chain truncates (RZ, biased): worst case
+            w2v2 = _tied_root_sum_squares(S, w2, V)
             t_p_prob = (lam_p * u_p * w2v2 + eta_pn[:, None] * Vabs) / denom[:, None]
             Dv = np.broadcast_to(D, (sq,)).astype(np.float64)
             g_D_prob = np.expm1(lam_p * np.sqrt(Dv) * U32 + Dv * U32 * U32 / (1 - U32)) * _F64_SAFETY
             eps_p = (1 + rcp_rel) * (1 + U32) / (1 - np.minimum(g_D, g_D_prob)) - 1
-            gp = _Gemm(gemm_pv.gamma, gemm_pv.eta, gemm_pv.chunk)
-            t_pv_prob = _prob_chain(gp, nch[:, None], T_abs, nresc[:, None], lam_p) / denom[:, None]
-            Rp = np.minimum(t_p_prob, t_p) + np.minimum(t_pv_prob, t_pv)
+            Rp = np.minimum(t_p_prob, t_p) + t_pv
             err_p = t_w + Rp + eps_p[:, None] * (np.abs(ostar) + t_w + Rp)
             bound_p = _cast_bound(ostar, err_p, out_dt) * _F64_SAFETY
             hm = has[:, None]
@@ -923,11 +918,20 @@ def _upd(terms, name, arr):
     terms[name] = max(terms[name], float(np.max(arr, initial=0.0)))
 
 
-def _prob_chain(g: _Gemm, nchunks, absum, nresc, lam):
-    """Higham-Mary: the chunk and rescale rounding errors as independent mean-zero variables."""
-    growth = np.exp(lam * np.sqrt(nchunks) * g.gamma + nchunks * g.gamma ** 2 / (1 - g.gamma)
-                    + lam * np.sqrt(nresc) * U32 + nresc * U32 * U32)
-    return np.expm1(np.log(growth)) * absum * _F64_SAFETY + nchunks * g.eta * growth
+def _tied_root_sum_squares(S, w2, V):
+    """sqrt(sum_g (sum_{j in g} w_j (1 + theta_j) |v_j|)^2) per row and column, g the keys of one row with equal
+    scores: they get the same P, hence the same cast error, so each group is one random variable of the
+    Hoeffding sum (rows without ties: sqrt(sum_j w2_j v_j^2))."""
+    out = np.sqrt(w2 @ (V * V))
+    srt = np.sort(S, axis=1)
+    wa, aV = np.sqrt(w2), np.abs(V)
+    for i in np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1)):
+        o = np.argsort(S[i], kind="stable")
+        s = S[i, o]
+        starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+        g = np.add.reduceat(wa[i, o, None] * aV[o], starts, axis=0)
+        out[i] = np.sqrt((g * g).sum(axis=0))
+    return out
 
 
 def _round_dir(x: np.ndarray, up: bool) -> np.ndarray:
