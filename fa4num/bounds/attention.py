@@ -8,8 +8,12 @@ kernel is never run: the bound holds for whatever bits the kernel produces withi
 (fa4num.hw.mma tensor-core truncation, MUFU tables, fa4num.bounds.exp2 for the software exp2).
 
 Worst case (``out``, ``lse``) and probabilistic (``out_probabilistic``: holds with probability >= 1 - delta per
-element when the rounding errors of the P cast, the row sum and the PV accumulation are independent, mean zero
-and bounded, the model of Higham and Mary, SIAM J. Sci. Comput. 41 (2019) A2815-A2835; Hoeffding's inequality).
+element under the model of Higham and Mary, SIAM J. Sci. Comput. 41 (2019) A2815-A2835, with Hoeffding's
+inequality, assumed for two sources only: (A1) the P-cast errors of keys with distinct scores are independent and
+mean-zero (keys of equal score share one error and count as one variable), (A2) the row sum's RN errors are
+independent and mean-zero. The PV chain truncates (RZ: biased, measured mean -4 to -20 u per step) and keeps its
+worst case, as do the weights' systematic errors. A1 and A2 are assumptions about the inputs, not properties of the
+hardware; docs/bounds.md section 8 gives what experiments/prob_bound_check.py measured).
 """
 from __future__ import annotations
 
@@ -64,7 +68,8 @@ class AttentionBound:
     lse : numpy.ndarray
         (batch, heads, seqlen_q) float64: worst-case bound on the natural-log LSE per row.
     out_probabilistic : numpy.ndarray
-        As ``out``, holding with probability >= 1 - delta per element (Higham-Mary model).
+        As ``out``, holding with probability >= 1 - delta per element under assumptions A1-A2 of the module
+        docstring (Higham-Mary model for the P cast and the row sum; worst case elsewhere).
     out_exact : numpy.ndarray
         The real-arithmetic attention (float64, its evaluation error is inside the bound).
     lse_exact : numpy.ndarray

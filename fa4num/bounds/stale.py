@@ -44,7 +44,7 @@ def stale_max_construction(height, v0, *, head_dim=64, tile_n=128):
 
     Examples
     --------
-    >>> q, k, v = stale_max_construction(5.5, 1.0)
+    >>> q, k, v = stale_max_construction(6.28125, 1.125)
     >>> q.shape, k.shape
     ((1, 1, 1, 64), (1, 129, 1, 64))
     """
@@ -91,9 +91,9 @@ def stale_max_lower_bound(height, v0, *, threshold=8.0, tile_n=128):
 
     Examples
     --------
-    >>> r = stale_max_lower_bound(5.5, 1.0)
-    >>> r["stale"]["error"] > r["fresh"]["error"]
-    True
+    >>> r = stale_max_lower_bound(6.28125, 1.125)
+    >>> round(r["lower_bound"], 7), round(r["fresh"]["error"], 7)
+    (0.0064685, 0.001344)
     """
     h, v = float(height), float(v0)
     if not 0 < h <= float(threshold):
