@@ -9,6 +9,8 @@
   |q k| <= 1 and |v| <= 1 per entry as the formula assumes);
 - curve: the signed relative error of the software exp2 (degrees 1..5) on x = -k 2^-22, k < 2^22 (every f = x - floor(x)
   on that grid), as min and max per 256 bins of f, next to the bound;
+- stale_lower_bound: the construction of docs/bounds.md Lemma 5 (h = 6.28125, v0 = 1.125): its proved errors at
+  threshold 8 and 0 (fa4num.bounds.stale);
 - golden: per-element worst-case and probabilistic bounds against the H200 goldens' outputs
   (fa4num.bounds.validate.golden_checks): violations, bound / observed.
 """
@@ -54,7 +56,14 @@ def main() -> int:
     for thr in (0.0, 8.0):
         for n in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072):
             a = a_priori_bound(head_dim=128, seqlen_k=n, threshold=thr, kernel="fa4-sm100")
-            out["a_priori"].append({"threshold": thr, "seqlen_k": n, "bound": a["bound"], "terms": a["terms"]})
+            out["a_priori"].append({"threshold": thr, "seqlen_k": n, "bound": a["bound"], "terms": a["terms"],
+                                    "theta": a["theta"], "exp2_relative": a["exp2_relative"],
+                                    "rescale_exp2_relative": a["rescale_exp2_relative"]})
+    # the stale max's proved lower bound (docs/bounds.md, Lemma 5) at the construction's worst point
+    from fa4num.bounds.stale import stale_max_lower_bound
+    st = stale_max_lower_bound(6.28125, 1.125, threshold=8.0)
+    out["stale_lower_bound"] = {"height": 6.28125, "v0": 1.125, "threshold": 8.0, "o_exact": st["o_exact"],
+                                "stale": st["stale"], "fresh": st["fresh"]}
     for c in golden_checks():
         out["golden"].append(c.as_dict())
     p = ROOT / "experiments" / "results" / "paper_bounds.json"

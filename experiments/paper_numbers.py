@@ -167,6 +167,19 @@ def exp2_bound(b):
     m += macro("aprioriLarge", sci(a[(8.0, ns[-1])]["bound"]))
     m += macro("aprioriThrRatio", f"{max(a[(8.0, n)]['bound'] / a[(0.0, n)]['bound'] for n in ns):.6f}")
     m += macro("aprioriPcast", sci(a[(8.0, ns[0])]["terms"]["p_cast"]))
+    m += macro("aprioriLargeTheta", sci(a[(8.0, ns[-1])]["theta"]))
+    st = b["stale_lower_bound"]
+    m += macro("staleLowerHeight", f"{st['height']:g}")
+    m += macro("staleLowerVzero", f"{st['v0']:g}")
+    m += macro("staleLowerErr", sci(st["stale"]["error"], 4))
+    m += macro("staleFreshErr", sci(st["fresh"]["error"], 4))
+    m += macro("staleLowerRatio", f"{st['stale']['error'] / st['fresh']['error']:.2f}")
+    pb = json.loads((pc.RESULTS / "prob_bound_check.json").read_text())["summary"]
+    m += macro("probCheckElements", f"{sum(r['elements'] for r in pb.values()):,}".replace(",", "{,}"))
+    m += macro("probCheckExceeded", str(sum(r["prob_exceeded"] for r in pb.values())))
+    m += macro("probPvMeanGauss", f"{pb['fa4-sm90/gaussian']['pv_mean_over_u_median']:.1f}")
+    m += macro("probPvZPeaked", f"{pb['fa4-sm90/peaked']['pv_z_median']:.1f}")
+    m += macro("probPcastZPeaked", f"{pb['fa4-sm90/peaked']['p_cast_z_median']:.1f}")
     return tex, m
 
 
