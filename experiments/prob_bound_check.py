@@ -36,16 +36,9 @@ def family(name, seed, *, rows=32, n=1024, d=64):
         q, k, v = (rng.standard_normal((1, m, 1, d)).astype(np.float32) for m in (rows, n, n))
         return q, k, v, 1.0 / math.sqrt(d)
     if name == "peaked":
-        tn = 128
-        q, k = np.zeros((1, rows, 1, d), np.float32), np.zeros((1, 2 * tn, 1, d), np.float32)
-        q[0, :, 0, 0] = 1.0
-        q[0, :, 0, 1] = np.round(rng.uniform(4, 6, rows) * 64) / 64
-        k[0, :, 0, 0] = np.round(rng.uniform(-3, 0, 2 * tn) * 16) / 16
-        k[0, tn, 0, 0] = 0.0
-        peak = rng.integers(0, tn)
-        k[0, peak, 0, 0], k[0, peak, 0, 1] = 0.0, 1.0
-        v = rng.standard_normal((1, 2 * tn, 1, d)).astype(np.float32)
-        return q, k, v, math.log(2)
+        from fa4num.bounds.stale import peaked_rows
+        q, k, v = peaked_rows(seed, rows=rows, head_dim=d)
+        return q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), math.log(2)
     if name == "one_score":
         q = np.zeros((1, rows, 1, d), np.float32)
         q[0, :, 0, 0] = 1.0

@@ -21,7 +21,7 @@ from fa4num.softmax import scale_log2_of
 from .attention import _row_sum_depth, _sw_bound
 from .exp2 import mufu_error_bounds
 
-__all__ = ["stale_max_construction", "stale_max_lower_bound"]
+__all__ = ["peaked_rows", "stale_max_construction", "stale_max_lower_bound"]
 
 _BF = ml_dtypes.bfloat16
 
@@ -60,6 +60,41 @@ def stale_max_construction(height, v0, *, head_dim=64, tile_n=128):
     k[0, 1:tile_n, 0, 0] = -200.0
     k[0, 0, 0, 1] = 1.0
     v[0, 0, 0, :] = v0
+    return tuple(a.astype(_BF) for a in (q, k, v))
+
+
+def peaked_rows(seed, *, rows=64, head_dim=64, tile_n=128):
+    """The random stale-max family of docs/bounds.md section 5.9: softmax_scale ln 2 (scores in log2 units); the
+    block FA4 visits first has max 0 and scores on a 1/16 grid in [-3, 0]; the other block holds one key 4-6 above
+    it (per row, on a 1/64 grid), so a threshold of 8 keeps the stale max and casts that key's P = 2^(4..6) to bf16,
+    where threshold 0 rescales and casts it as 1.
+
+    Parameters
+    ----------
+    seed : int
+    rows, head_dim, tile_n : int
+        Query rows, head dimension (>= 2) and FA4's KV block width (2 tile_n keys).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        (q, k, v), bf16, shape (1, n, 1, head_dim); v ~ N(0, 1).
+
+    Examples
+    --------
+    >>> q, k, v = peaked_rows(0, rows=4)
+    >>> q.shape, k.shape
+    ((1, 4, 1, 64), (1, 256, 1, 64))
+    """
+    rng = np.random.default_rng(seed)
+    q, k = np.zeros((1, rows, 1, head_dim), np.float32), np.zeros((1, 2 * tile_n, 1, head_dim), np.float32)
+    q[0, :, 0, 0] = 1.0
+    q[0, :, 0, 1] = np.round(rng.uniform(4, 6, rows) * 64) / 64
+    k[0, :, 0, 0] = np.round(rng.uniform(-3, 0, 2 * tile_n) * 16) / 16
+    k[0, tile_n, 0, 0] = 0.0
+    peak = rng.integers(0, tile_n)
+    k[0, peak, 0, 0], k[0, peak, 0, 1] = 0.0, 1.0
+    v = rng.standard_normal((1, 2 * tile_n, 1, head_dim), dtype=np.float32)
     return tuple(a.astype(_BF) for a in (q, k, v))
 
 
