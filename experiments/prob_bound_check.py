@@ -123,6 +123,9 @@ def main() -> int:
                 "prob_over_worst_median": float(np.median([c["prob_over_worst_median"] for c in rs])),
                 "p_cast_mean_over_u_median": float(np.median([c["p_cast_mean_over_u"] for c in rs])),
                 "p_cast_z_median": float(np.median([c["p_cast_z"] for c in rs])),
+                # one sign per seed where the errors are tied (one score): the size of the bias
+                "p_cast_abs_mean_over_u_median": float(np.median([abs(c["p_cast_mean_over_u"]) for c in rs])),
+                "p_cast_abs_z_median": float(np.median([abs(c["p_cast_z"]) for c in rs])),
                 "pv_mean_over_u_median": float(np.median([c["pv_mean_over_u"] for c in rs])),
                 "pv_z_median": float(np.median([c["pv_z"] for c in rs]))}
     out = {"provenance": provenance(kind="prob_bound_check"), "delta": 1e-6, "summary": summary, "cases": cases}
