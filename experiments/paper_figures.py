@@ -163,7 +163,7 @@ def bounds(b):
     ax.set_yscale("log")
     ax.set_xlabel("$n$ = seqlen$_k$")
     ax.set_ylabel("bound on max $|O - O^*|$ ($|v| \\leq 1$)")
-    ax.set_title("closed-form bound, bf16, $d = 128$", fontsize=9)
+    ax.set_title("closed-form bound, FA4 SM100 (software exp2 columns), bf16, $d = 128$", fontsize=9)
     ax.legend(fontsize=6.5, loc="center right")
     fig.tight_layout()
     _save(fig, "bounds")

@@ -128,21 +128,27 @@ def baselines(bl):
 
 
 def exp2_bound(b):
+    # the terms as computed on the fraction piece where the bound is attained: they sum to the bound
     body = []
     for r in b["exp2"]:
-        t = r["terms"]
-        body.append(f"{r['degree']} & ${sci(r['bound'], 4)}$ & ${sci(t['polynomial'], 4)}$ & "
-                    f"${sci(t['cody_waite'], 2)}$ & ${sci(t['horner_running_max'], 2)}$ & "
-                    f"{'$' + sci(t['exponent_insertion']) + '$' if t['exponent_insertion'] else '0'} & "
-                    f"{r['ratio_to_observed']:.6f} \\\\")
-    tex = ("\\begin{tabular}{rrrrrrr}\n\\toprule\n"
-           "degree & bound & polynomial & Cody--Waite & Horner (running) & exponent & bound / observed \\\\\n"
+        t = r["at_argmax"]
+        lo, hi = r["argmax_f"]
+        body.append(f"{r['degree']} & ${sci(r['bound'], 4)}$ & $[{lo:.4f}, {hi:.4f}]$ & ${sci(t['polynomial'], 4)}$ & "
+                    f"${sci(t['horner'], 3)}$ & "
+                    + " & ".join('$' + sci(t[n], 3) + '$' if t[n] else '0' for n in ("cody_waite", "exponent_insertion"))
+                    + f" & {r['ratio_to_observed']:.6f} \\\\")
+    tex = ("\\begin{tabular}{rrcrrrrr}\n\\toprule\n"
+           "degree & bound & worst piece of $f$ & polynomial & Horner (running) & Cody--Waite & exponent & "
+           "bound / observed \\\\\n"
            "\\midrule\n" + "\n".join(body) + "\n\\bottomrule\n\\end{tabular}\n")
     r3 = next(r for r in b["exp2"] if r["degree"] == 3)
     m = macro("boundExpThree", sci(r3["bound"], 4))
     m += macro("boundExpThreeRatio", f"{r3['ratio_to_observed']:.6f}")
-    m += macro("boundExpThreeHorner", sci(r3["terms"]["horner_running_max"], 2))
+    m += macro("boundExpThreeHorner", sci(r3["terms"]["horner_running"], 2))
     m += macro("boundExpThreeCW", sci(r3["terms"]["cody_waite"], 2))
+    m += macro("boundExpThreeArgHorner", sci(r3["at_argmax"]["horner"], 3))
+    m += macro("boundExpThreeArgCW", sci(r3["at_argmax"]["cody_waite"], 2) if r3["at_argmax"]["cody_waite"] else "0")
+    m += macro("boundExpThreeArgPoly", sci(r3["at_argmax"]["polynomial"], 4))
     m += macro("boundExpRatioMax", f"{max(r['ratio_to_observed'] for r in b['exp2']):.4f}")
     m += macro("boundMufuEx", sci(b["mufu"]["ex2_relative"], 3))
     m += macro("boundMufuRcp", sci(b["mufu"]["rcp_relative"], 3))
@@ -168,6 +174,19 @@ def exp2_bound(b):
     m += macro("aprioriLarge", sci(a[(8.0, ns[-1])]["bound"]))
     m += macro("aprioriThrRatio", f"{max(a[(8.0, n)]['bound'] / a[(0.0, n)]['bound'] for n in ns):.6f}")
     m += macro("aprioriPcast", sci(a[(8.0, ns[0])]["terms"]["p_cast"]))
+    m += macro("aprioriLargeTheta", sci(a[(8.0, ns[-1])]["theta"]))
+    st = b["stale_lower_bound"]
+    m += macro("staleLowerHeight", f"{st['height']:g}")
+    m += macro("staleLowerVzero", f"{st['v0']:g}")
+    m += macro("staleLowerErr", sci(st["stale"]["error"], 4))
+    m += macro("staleFreshErr", sci(st["fresh"]["error"], 4))
+    m += macro("staleLowerRatio", f"{st['stale']['error'] / st['fresh']['error']:.2f}")
+    pb = json.loads((pc.RESULTS / "prob_bound_check.json").read_text())["summary"]
+    m += macro("probCheckElements", f"{sum(r['elements'] for r in pb.values()):,}".replace(",", "{,}"))
+    m += macro("probCheckExceeded", str(sum(r["prob_exceeded"] for r in pb.values())))
+    m += macro("probPvMeanGauss", f"{pb['fa4-sm90/gaussian']['pv_mean_over_u_median']:.1f}")
+    m += macro("probPvZPeaked", f"{pb['fa4-sm90/peaked']['pv_z_median']:.1f}")
+    m += macro("probPcastZPeaked", f"{pb['fa4-sm90/peaked']['p_cast_z_median']:.1f}")
     return tex, m
 
 

@@ -13,6 +13,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -197,6 +198,8 @@ class Sm90(Kernel):
     def softmax_state(self, rows: int):
         return _sm90.Sm90State.empty(rows)
 
+    software_exp2: ClassVar[bool] = False   # no column's exp2 ever runs on the FMA units
+
     def emulated_columns(self, opts):
         """Columns of a KV block whose exp2 runs in software: none on SM90."""
         return None
@@ -355,6 +358,8 @@ class Sm100(Kernel):
     # -- the softmax step (fa4num.softmax.sm100): state, one KV block, the epilogue
     def softmax_state(self, rows: int):
         return _sm100.Sm100State.empty(rows)
+
+    software_exp2: ClassVar[bool] = True    # columns ex2_emu_freq selects run ex2_emulation_2
 
     def emulated_columns(self, opts):
         """(tile_n,) bool: the columns whose exp2 runs in software (``apply_exp2_convert``)."""

@@ -30,7 +30,7 @@ def _exp2(args) -> int:
     print(f"  subnormal absolute  {b.absolute_subnormal:.6g}")
     t = b.terms
     print(f"  terms: polynomial (certified) {t['polynomial']:.4g}, Cody-Waite rounding {t['cody_waite']:.3g}, "
-          f"Horner rounding {t['horner_running_max']:.3g} (half-ulps per step {', '.join(f'{h:.3g}' for h in t['horner'])}), "
+          f"Horner rounding {t['horner_running']:.3g} (half-ulps per step {', '.join(f'{h:.3g}' for h in t['horner'])}), "
           f"exponent insertion {t['exponent_insertion']:g}, ftz {t['ftz']:.3g}")
     if b.observed:
         o = b.observed

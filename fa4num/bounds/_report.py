@@ -47,7 +47,8 @@ def _exp2_part():
              "bound": b.relative, "observed": b.observed["max_rel"] if b.observed else None,
              "observed_x": b.observed["max_rel_x"] if b.observed else None,
              "inputs": b.observed["count"] if b.observed else None,
-             "terms": {k: v for k, v in b.terms.items() if isinstance(v, float)}}]
+             "terms": {k: v for k, v in b.terms.items() if isinstance(v, float)},
+             "at_argmax": dict(b.terms["at_argmax"])}]
     mb = mufu_error_bounds(MUFU_ARCH)
     obs = observed_exp2(observed_key(mufu_arch=MUFU_ARCH))
     rows.append({"implementation": f"MUFU ex2.approx.ftz.f32 ({MUFU_ARCH} tables)", "bound": mb.ex2_relative,
@@ -174,7 +175,8 @@ def report_sections(ctx) -> list:
         f"| {r['implementation']} | {r['bound']:.6g} | "
         + (f"{r['observed']:.6g} (x = {r['observed_x']!r}) | {r['bound'] / r['observed']:.5f} |"
            if r["observed"] is not None else "no cached sweep | – |") for r in exp2_rows)
-    terms = next(r["terms"] for r in exp2_rows if r["terms"])
+    terms, at = next((r["terms"], r["at_argmax"]) for r in exp2_rows if r["terms"])
+    at_arg = ", ".join(f"{k.replace('_', ' ')} {v:.4g}" for k, v in at.items())
     emu_rows = []
     for c, bound, _ in emu:
         bounded = c.elements - c.unbounded
@@ -226,9 +228,10 @@ maxima were swept once over all {swept:,} such inputs, `python -m fa4num.bounds.
 |---|---|---|---|
 {exp2_table}
 
-The cubic's terms: polynomial (certified sup of p/2^f - 1 on [0, 1]) {terms['polynomial']:.4g}, Cody-Waite
-rounding {terms['cody_waite']:.3g}, Horner rounding {terms['horner_running_max']:.3g}, exponent insertion
-{terms['exponent_insertion']:g}, ftz {terms['ftz']:g}. MUFU ({MUFU_ARCH} tables): rcp.approx relative bound
+The cubic's terms, each at its largest over the fraction pieces: polynomial (certified sup of p/2^f - 1 on
+[0, 1]) {terms['polynomial']:.4g}, Cody-Waite rounding {terms['cody_waite']:.3g}, Horner rounding
+{terms['horner_running']:.3g}, exponent insertion {terms['exponent_insertion']:g}, ftz {terms['ftz']:g}; on the
+piece where the bound is attained they are {at_arg}. MUFU ({MUFU_ARCH} tables): rcp.approx relative bound
 {mb.rcp_relative:.4g}, lg2 table error {max(mb.lg2_table_abs):.4g} (absolute, plus one fp32 ulp of the result).
 
 **Attention, against the emulator** (`attention_error_bound` vs `forward` on one problem per kernel: shape

@@ -8,8 +8,12 @@ kernel is never run: the bound holds for whatever bits the kernel produces withi
 (fa4num.hw.mma tensor-core truncation, MUFU tables, fa4num.bounds.exp2 for the software exp2).
 
 Worst case (``out``, ``lse``) and probabilistic (``out_probabilistic``: holds with probability >= 1 - delta per
-element when the rounding errors of the P cast, the row sum and the PV accumulation are independent, mean zero
-and bounded, the model of Higham and Mary, SIAM J. Sci. Comput. 41 (2019) A2815-A2835; Hoeffding's inequality).
+element under the model of Higham and Mary, SIAM J. Sci. Comput. 41 (2019) A2815-A2835, with Hoeffding's
+inequality, assumed for two sources only: (A1) the P-cast errors of keys with distinct scores are independent and
+mean-zero (keys of equal score share one error and count as one variable), (A2) the row sum's RN errors are
+independent and mean-zero. The PV chain truncates (RZ: biased, measured mean -4 to -20 u per step) and keeps its
+worst case, as do the weights' systematic errors. A1 and A2 are assumptions about the inputs, not properties of the
+hardware; docs/bounds.md section 8 gives what experiments/prob_bound_check.py measured).
 """
 from __future__ import annotations
 
@@ -64,7 +68,8 @@ class AttentionBound:
     lse : numpy.ndarray
         (batch, heads, seqlen_q) float64: worst-case bound on the natural-log LSE per row.
     out_probabilistic : numpy.ndarray
-        As ``out``, holding with probability >= 1 - delta per element (Higham-Mary model).
+        As ``out``, holding with probability >= 1 - delta per element under assumptions A1-A2 of the module
+        docstring (Higham-Mary model for the P cast and the row sum; worst case elsewhere).
     out_exact : numpy.ndarray
         The real-arithmetic attention (float64, its evaluation error is inside the bound).
     lse_exact : numpy.ndarray
@@ -113,11 +118,6 @@ def _sw_bound(deg, coeffs, hi):
 def _gamma(n, u):
     """(1 + u)^n - 1, rounded up (n roundings of relative size u in a chain)."""
     return math.expm1(n * math.log1p(u)) * _F64_SAFETY
-
-
-def _gamma_prob(n, u, lam):
-    """Higham-Mary probabilistic counterpart: exp(lam sqrt(n) u + n u^2 / (1 - u)) - 1."""
-    return math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u)) * _F64_SAFETY
 
 
 @dataclass(frozen=True)
@@ -494,15 +494,15 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             # output cast (RN to the output dtype), through the monotonicity of RN: o lies in [o* - B, o* + B]
             cast = _cast_bound(ostar, err_o, out_dt)
             bound = cast * _F64_SAFETY
-            # probabilistic: P-cast, row-sum and PV rounding errors random (Hoeffding / Higham-Mary gamma~)
-            w2v2 = np.sqrt(w2 @ (V * V))
+            # probabilistic (docs/bounds.md, section 8): the P-cast errors of keys with distinct scores and the
+            # row sum's RN roundings random (Hoeffding / Higham-Mary gamma~); keys of one score share their cast
+            # error (one variable per score), and the PV chain truncates (RZ, biased): worst case
+            w2v2 = _tied_root_sum_squares(S, w2, V)
             t_p_prob = (lam_p * u_p * w2v2 + eta_pn[:, None] * Vabs) / denom[:, None]
             Dv = np.broadcast_to(D, (sq,)).astype(np.float64)
             g_D_prob = np.expm1(lam_p * np.sqrt(Dv) * U32 + Dv * U32 * U32 / (1 - U32)) * _F64_SAFETY
             eps_p = (1 + rcp_rel) * (1 + U32) / (1 - np.minimum(g_D, g_D_prob)) - 1
-            gp = _Gemm(gemm_pv.gamma, gemm_pv.eta, gemm_pv.chunk)
-            t_pv_prob = _prob_chain(gp, nch[:, None], T_abs, nresc[:, None], lam_p) / denom[:, None]
-            Rp = np.minimum(t_p_prob, t_p) + np.minimum(t_pv_prob, t_pv)
+            Rp = np.minimum(t_p_prob, t_p) + t_pv
             err_p = t_w + Rp + eps_p[:, None] * (np.abs(ostar) + t_w + Rp)
             bound_p = _cast_bound(ostar, err_p, out_dt) * _F64_SAFETY
             hm = has[:, None]
@@ -573,6 +573,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     try:
         ap = a_priori_bound(head_dim=d, seqlen_k=sk, threshold=thr, max_offset=off, dtype=dt, kernel=kern.name,
                             exp2_relative=max(ex2_rel, sw.relative if sw is not None else 0.0),
+                            rescale_exp2_relative=ex2_rel,
                             qk_abs_max=float(np.abs(qa.astype(np.float64)).max(initial=0) *
                                              np.abs(ka.astype(np.float64)).max(initial=0)),
                             v_abs_max=vmax_all, scale_log2=sl2, tile_n=tn)
@@ -923,11 +924,20 @@ def _upd(terms, name, arr):
     terms[name] = max(terms[name], float(np.max(arr, initial=0.0)))
 
 
-def _prob_chain(g: _Gemm, nchunks, absum, nresc, lam):
-    """Higham-Mary: the chunk and rescale rounding errors as independent mean-zero variables."""
-    growth = np.exp(lam * np.sqrt(nchunks) * g.gamma + nchunks * g.gamma ** 2 / (1 - g.gamma)
-                    + lam * np.sqrt(nresc) * U32 + nresc * U32 * U32)
-    return np.expm1(np.log(growth)) * absum * _F64_SAFETY + nchunks * g.eta * growth
+def _tied_root_sum_squares(S, w2, V):
+    """sqrt(sum_g (sum_{j in g} w_j (1 + theta_j) |v_j|)^2) per row and column, g the keys of one row with equal
+    scores: they get the same P, hence the same cast error, so each group is one random variable of the
+    Hoeffding sum (rows without ties: sqrt(sum_j w2_j v_j^2))."""
+    out = np.sqrt(w2 @ (V * V))
+    srt = np.sort(S, axis=1)
+    wa, aV = np.sqrt(w2), np.abs(V)
+    for i in np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1)):
+        o = np.argsort(S[i], kind="stable")
+        s = S[i, o]
+        starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+        g = np.add.reduceat(wa[i, o, None] * aV[o], starts, axis=0)
+        out[i] = np.sqrt((g * g).sum(axis=0))
+    return out
 
 
 def _round_dir(x: np.ndarray, up: bool) -> np.ndarray:
@@ -948,17 +958,24 @@ def _cast_bound(ostar, err, out_dt):
 
 
 def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="bfloat16", kernel=DEFAULT_KERNEL,
-                   exp2_relative=2.4e-7, qk_abs_max=1.0, v_abs_max=1.0, scale_log2=None, tile_n=128,
-                   gemm="wgmma") -> dict:
-    """Closed-form normwise bound on ``max |out - out_exact|`` from the problem's sizes alone.
+                   exp2_relative=None, rescale_exp2_relative=None, poly_degree=3, coeffs=None, qk_abs_max=1.0,
+                   v_abs_max=1.0, scale_log2=None, tile_n=128, gemm="wgmma") -> dict:
+    """Closed-form normwise bound on ``max |out - out_exact|`` from the problem's sizes alone (docs/bounds.md,
+    section 7).
 
-    With n = seqlen_k, blocks B = ceil(n / tile_n), u_p the unit roundoff of P's format, u_o the output's,
-    gamma_m the per-chunk tensor-core error (fa4num.hw.mma), theta = 2^(e_x) (1 + e_exp2)(1 + e_ex2)^(B-1) - 1 with
-    e_x = sl2 * ceil(d/L) gamma_m * d * qk_max (S error) + 2^-24 ``(|x| + |bias|)`` terms bounded by
-    2 * 2 sl2 d qk_max::
+    With n = seqlen_k, B = ceil(n / tile_n) blocks, u_p the unit roundoff of P's format, u_o the output's, gamma_m
+    the per-chunk tensor-core error (fa4num.hw.mma), e_col the exp2 of P (the largest over the columns: the
+    software exp2 on the emulated ones, MUFU elsewhere) and e_resc the MUFU ex2 of the rescale factors, each P
+    meets one exp2 of its column and at most B - 1 rescales, so
+
+        theta = 2^(e_x) (1 + e_col) (1 + e_resc)^(B-1) - 1,
+
+    with e_x = sl2 ((1 + gamma_m)^ceil(d/L) - 1) d qk_max (S error) + 3 2^-24 (2 sl2 d qk_max + thr + off)
+    (exponent and bias roundings) + 2 2^-24 sl2 2 d qk_max (rescale arguments), and::
 
         |out - out*| <= 2 theta v_max / (1 - theta) + u_p (1 + theta) v_max / (1 - theta)
-                        + (ceil(n/L) gamma_m + B u) (1 + u_p) v_max + (gamma_D + 2^-22) v_max + u_o v_max.
+                        + ((1 + gamma_m)^ceil(n/L) (1 + u)^B - 1) (1 + u_p) v_max / (1 - theta)
+                        + (gamma_D + 2^-22) v_max + u_o v_max.
 
     Parameters
     ----------
@@ -968,11 +985,21 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
         FA4's SM100 rescale_threshold and max_offset (0 for SM90).
     dtype : {"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"}
         The inputs' (and P's) format.
-    kernel : a name of fa4num.attention.kernels.KERNELS (its tensor-core accumulator)
-    exp2_relative : float
-        Relative error bound of the exp2 used for P (e.g. exp2_error_bound(...).relative).
+    kernel : a name of fa4num.attention.kernels.KERNELS (its tensor-core accumulator, row-sum order, and whether
+        some columns run the software exp2)
+    exp2_relative : float, optional
+        Relative error bound of the exp2 that computes P, the largest over the columns. Default: the MUFU bound of
+        the measured sm90 tables, and for a kernel with software-exp2 columns the larger of it and
+        ``exp2_error_bound(poly_degree, coeffs=coeffs, domain=(-inf, threshold + max_offset + 1))``.
+    rescale_exp2_relative : float, optional
+        Relative error bound of the ex2 of the rescale factors (MUFU on both kernels, ``update_row_max``).
+        Default: the MUFU bound of the measured sm90 tables.
+    poly_degree : int
+        Degree of the software exp2 (FA4's POLY_EX2 of that degree when ``coeffs`` is None).
+    coeffs : tuple of float, optional
+        The software exp2's fp32 coefficients c0..c_d.
     qk_abs_max, v_abs_max : float
-        Bounds on ``|q|``, ``|k|`` entries and on ``|v|`` entries.
+        Bounds on ``|q| |k|`` products of entries and on ``|v|`` entries.
     scale_log2 : float, optional
         softmax_scale * log2(e) as the kernel rounds it (default: from 1/sqrt(head_dim)).
     tile_n : int
@@ -983,26 +1010,38 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     Returns
     -------
     dict
-        {"bound": float, "terms": {"weights", "p_cast", "pv_gemm", "row_sum_rcp", "out_cast"}, "formula": str}.
+        {"bound": float, "terms": {"weights", "p_cast", "pv_gemm", "row_sum_rcp", "out_cast"}, "theta": float,
+        "exp2_relative": float, "rescale_exp2_relative": float, "formula": str}. The bound is the sum of the terms
+        (times 1 + 2^-20 for the float64 evaluation).
 
     Examples
     --------
-    >>> r = a_priori_bound(head_dim=128, seqlen_k=4096)
-    >>> sorted(r["terms"]), r["bound"] > max(r["terms"].values())
+    >>> r = a_priori_bound(head_dim=128, seqlen_k=4096, kernel="fa4-sm100", threshold=8.0)
+    >>> sorted(r["terms"]), r["exp2_relative"] > 100 * r["rescale_exp2_relative"]
     (['out_cast', 'p_cast', 'pv_gemm', 'row_sum_rcp', 'weights'], True)
     """
-    arch = get_kernel(kernel).accumulator
+    kern = get_kernel(kernel)
+    arch = kern.accumulator
     sl2 = float(scale_log2_of(1.0 / math.sqrt(head_dim))) if scale_log2 is None else float(scale_log2)
+    mufu = mufu_error_bounds("sm90").ex2_relative
+    e_resc = mufu if rescale_exp2_relative is None else float(rescale_exp2_relative)
+    if exp2_relative is None:
+        sw = _sw_bound(poly_degree, None if coeffs is None else tuple(float(c) for c in coeffs),
+                       float(threshold) + float(max_offset) + 1.0).relative if kern.software_exp2 else 0.0
+        e_col = max(mufu, sw)
+    else:
+        e_col = float(exp2_relative)
     g = _gemm_model(gemm, arch, dtype, head_dim)
     L = g.chunk
     smax = head_dim * qk_abs_max
     e_s = sl2 * (math.expm1(-(-head_dim // L) * math.log1p(g.gamma))) * smax
     e_x = e_s + U32 * (2 * smax * sl2 + threshold + max_offset) * 3 + 2 * U32 * sl2 * 2 * smax
     B = -(-seqlen_k // tile_n)
-    theta = math.exp(e_x * math.log(2) + math.log1p(exp2_relative) + (B - 1) * math.log1p(exp2_relative)) - 1
+    # one exp2 of the column per P, then at most one MUFU ex2 factor per later block (docs/bounds.md, Lemma 2)
+    theta = math.expm1(e_x * math.log(2) + math.log1p(e_col) + (B - 1) * math.log1p(e_resc))
     u_p = P_FORMATS[dtype][0]
     u_o = DTYPES["bfloat16" if dtype.startswith("float8") else dtype].unit_roundoff
-    D = int(_row_sum_depth(get_kernel(kernel).lazy_rescale, B, tile_n)) + B + 1   # (+ blas, + a sink)
+    D = int(_row_sum_depth(kern.lazy_rescale, B, tile_n)) + B + 1   # (+ blas, + a sink)
     g_D = math.expm1(D * math.log1p(U32))
     t = {"weights": 2 * theta / (1 - theta) * v_abs_max,
          "p_cast": u_p * (1 + theta) / (1 - theta) * v_abs_max,
@@ -1010,6 +1049,8 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
          * v_abs_max / (1 - theta),
          "row_sum_rcp": (g_D + 2.0 ** -22) * v_abs_max,
          "out_cast": u_o * v_abs_max}
-    return {"bound": sum(t.values()) * (1 + 2.0 ** -20), "terms": t,
-            "formula": "2θ/(1-θ)·vmax + u_p(1+θ)/(1-θ)·vmax + γ_PV(1+u_p)·vmax + (γ_D + 2^-22)·vmax + u_o·vmax"}
+    return {"bound": sum(t.values()) * (1 + 2.0 ** -20), "terms": t, "theta": theta, "exp2_relative": e_col,
+            "rescale_exp2_relative": e_resc,
+            "formula": "2θ/(1-θ)·vmax + u_p(1+θ)/(1-θ)·vmax + γ_PV(1+u_p)·vmax + (γ_D + 2^-22)·vmax + u_o·vmax, "
+                       "θ = 2^e_x (1+ε_col)(1+ε_resc)^(B-1) - 1"}
 

@@ -122,9 +122,13 @@ class Exp2Bound:
     absolute_subnormal : float
         ``>= |ex2(x) - 2^x|`` for every fp32 x in the domain with 2^x < 2^-126.
     terms : dict
-        Per source: "polynomial" (certified sup over [0, 1]), "polynomial_reached" (sup of the enclosure over the
-        fractions reached), "cody_waite" (relative, from f = RN(1 + a)), "horner" (largest running rounding bound
-        of each step, relative to 2^f), "exponent_insertion", "ftz".
+        Per source, each its largest value over the pieces (they peak on different pieces, so they do not add up
+        to ``relative``): "polynomial" (certified sup over [0, 1]), "polynomial_reached" (sup of the enclosure over
+        the fractions reached), "cody_waite" (relative, from f = RN(1 + a)), "horner" (largest half-ulp of each
+        Horner step), "horner_running" (the running rounding bound, relative to 2^f), "exponent_insertion", "ftz". "at_argmax": the terms as computed on the piece ``argmax_f``
+        where ``relative`` is attained ("polynomial", "horner" (running rounding bound), "cody_waite",
+        "exponent_insertion", and "ftz" when the flush is the largest): they sum to ``relative`` up to outward
+        rounding.
     argmax_f : tuple
         The fraction subinterval (lo, hi) where ``relative`` is attained.
     """
@@ -208,7 +212,8 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
 
     ln2 = arb.const_log2()
     best, arg = 0.0, (0.0, 0.0)
-    poly_reached = cw_term = 0.0
+    at_arg = {}
+    poly_reached = cw_term = horner_run = 0.0
     horner_terms = [0.0] * deg
     q0_lo, q0_hi = math.inf, -math.inf
     abs_sub = 0.0
@@ -248,10 +253,13 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
         dp = dpb
         rounding = _up(arb(e) * (-arb(a_lo) * ln2).exp())
         total = approx + rounding
+        horner_run = max(horner_run, rounding)
+        parts = {"polynomial": approx, "horner": rounding, "cody_waite": 0.0, "exponent_insertion": 0.0}
         if cw_round and a_hi > 0.5:
             # result q0 2^(n) vs 2^(n + f*), |f - f*| <= 2^-25: |(1 + t) 2^(f - f*) - 1| <= t + (1 + t)(2^(2^-25) - 1)
             extra = _up((1 + arb(total)) * ((arb(_CW_ROUND) * ln2).exp() - 1))
             cw_term = max(cw_term, extra)
+            parts["cody_waite"] = extra
             total = total + extra
         if low_q0 and lo < -125.0 and hi >= -126.0:
             # x in [-126, -125) with q0 < 1: exponent field 126 - 126 = 0, the bits decode as the subnormal
@@ -259,10 +267,13 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
             r2mid = (2 * pm - 1) * (-mid * ln2).exp() - 1
             r2prime = (2 * dp - ln2 * (2 * p - 1)) * (-ball * ln2).exp()
             sub_enc = (_mag(r2mid) + _mag(r2prime) * (a_hi - a_lo) / 2 + _up(2 * arb(e) * (-arb(a_lo) * ln2).exp()))
-            total = max(total, sub_enc)
+            if sub_enc > total:
+                # the subnormal decode's enclosure replaces the sum on this piece
+                parts = {"polynomial": 0.0, "horner": 0.0, "cody_waite": 0.0, "exponent_insertion": sub_enc}
+                total = sub_enc
         poly_reached = max(poly_reached, approx)
         if total > best:
-            best, arg = total, (a_lo, a_hi)
+            best, arg, at_arg = total, (a_lo, a_hi), parts
         if has_sub and a_lo >= 0.0:
             # x in [-127, -126): exponent field 0, so the bits decode as the subnormal (q0 - 1) 2^-126 instead of
             # q0 2^-127 (0.m 2^-126); |(q0 - 1) 2^-126 - 2^(f - 127)| = 2^-127 |2 (p - 1) - 2^f| + 2^-126 e
@@ -277,14 +288,15 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
         # max.ftz turns a subnormal x into 0, so the result is exactly 1 = 2^x (1 + O(2^-126 ln 2))
         ftz_term = _up((arb(_MIN_NORMAL) * ln2).exp() - 1)
     relative = max(best, ftz_term) if has_normal else 0.0
+    if ftz_term > best:
+        at_arg = {"polynomial": 0.0, "horner": 0.0, "cody_waite": 0.0, "exponent_insertion": 0.0, "ftz": ftz_term}
     if has_sub:
         # x < -127: the clamp gives +0 (bits 0x3F800000 - 127 << 23), error 2^x < 2^-127
         abs_sub = max(abs_sub, 2.0 ** -127 if lo < -127.0 else 0.0)
     from fa4num.fit import sup_norm
     cert = sup_norm("2^x", [float(c) for c in reversed(rc)], (0.0, 1.0), error="relative")
     terms = {"polynomial": cert.certified_bound, "polynomial_reached": poly_reached, "cody_waite": cw_term,
-             "horner": horner_terms, "horner_running_max": best - poly_reached - cw_term,
-             "exponent_insertion": 0.0, "ftz": ftz_term,
+             "horner": horner_terms, "horner_running": horner_run, "exponent_insertion": 0.0, "ftz": ftz_term, "at_argmax": at_arg,
              "q0_range": (q0_lo, q0_hi)}
     from ._observed import observed_exp2, observed_key
     obs = None

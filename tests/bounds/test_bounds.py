@@ -430,20 +430,10 @@ def test_attention_bound_with_paged_kv_and_refusals(kernel):
         attention_error_bound(q[..., :12], k[..., :12], v, kernel=kernel)
 
 
-def _peaked_rows(seed, rows=64, d=64, tn=128):
-    """The stale-max family (docs/bounds.md, section 5.9): softmax_scale ln 2 (scores in log2 units); block 1,
-    processed first, has max 0; block 0 holds one key 4-6 above it (per row), so a threshold of 8 keeps the
-    stale max and casts that key's P = 2^(4..6) to bf16, where threshold 0 rescales and casts it as 1."""
-    rng = np.random.default_rng(seed)
-    q, k = np.zeros((1, rows, 1, d), np.float32), np.zeros((1, 2 * tn, 1, d), np.float32)
-    q[0, :, 0, 0] = 1.0
-    q[0, :, 0, 1] = np.round(rng.uniform(4, 6, rows) * 64) / 64
-    k[0, :, 0, 0] = np.round(rng.uniform(-3, 0, 2 * tn) * 16) / 16
-    k[0, tn, 0, 0] = 0.0
-    peak = rng.integers(0, tn)
-    k[0, peak, 0, 0], k[0, peak, 0, 1] = 0.0, 1.0
-    v = rng.standard_normal((1, 2 * tn, 1, d), dtype=np.float32)
-    return q.astype(ml_dtypes.bfloat16), k.astype(ml_dtypes.bfloat16), v.astype(ml_dtypes.bfloat16)
+def _peaked_rows(seed):
+    """The stale-max family of docs/bounds.md section 5.9 (fa4num.bounds.stale.peaked_rows)."""
+    from fa4num.bounds.stale import peaked_rows
+    return peaked_rows(seed)
 
 
 def test_attention_bound_sees_the_stale_max():
