@@ -535,6 +535,11 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     # with a score_mod the kernel keeps softmax_scale apart and exponentiates with LOG2_E alone
     # (utils.compute_softmax_scale_log2 / flash_bwd_sm90.py __call__)
     fl = _check_flex_backward(problem)
+    if fl is not None and fl.block_sparse_bwd is not None and deterministic:
+        # flash_bwd_sm90.py asserts it; captured on the H200 (experiments/gpu/flex_capture.py, bwd_bs_* cases)
+        raise ValueError("deterministic=True with block_sparse_tensors_bwd: FA4 4.0.0b36's SM90 backward "
+                         "asserts 'Deterministic not implemented for block-sparse backward'; pass "
+                         "deterministic=False (and dq_order= for one order of its dQ atomics)")
     sl2 = scoremod.SCALE_LOG2_WITH_SCOREMOD if softcap or (fl is not None and fl.score_mod is not None) \
         else np.float32(s32 * LOG2_E_F32)
     # the gemm option names the tensor-core model; the accumulator is always the kernel's own

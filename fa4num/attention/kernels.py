@@ -12,7 +12,7 @@ Examples
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import numpy as np
@@ -432,7 +432,7 @@ SM100 = Sm100(name="fa4-sm100", arch="sm100", dtypes=config.DTYPES_SM100, accumu
               dq_postprocess_threads=128)
 KERNELS = {k.name: k for k in (SM90, SM100)}
 # selected by a release profile (Kernel.for_release), not by name: the name stays FA4's kernel="fa4-sm100"
-SM100_HD256_DEDICATED = Sm100Hd256Dedicated(**{f: getattr(SM100, f) for f in SM100.__dataclass_fields__})
+SM100_HD256_DEDICATED = Sm100Hd256Dedicated(**{f.name: getattr(SM100, f.name) for f in fields(SM100)})
 
 
 def get(kernel) -> Kernel:
