@@ -42,6 +42,11 @@ from fa4num.softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
 _BALLOT_TILE = ballot.GRANULARITIES["tile"]    # 128 rows: the program height
 _SKIPS = ("rescales_row", "rescales_warp", "rescales_tile", "events_row", "events_warp", "events_tile")
+# the kernel knobs the twin runs; any other knob set to a value that is not FA4's is refused by name
+# (fa4num.attention.kernels.Kernel.knob_refusal): SM90's ffma_exponent=False, for one, is not in the twin
+IMPLEMENTED_KNOBS = frozenset({"tile_m", "tile_n", "gemm", "mufu_arch", "pack_gqa", "use_2cta_instrs", "is_sm103",
+                               "fused_bias", "rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res",
+                               "ex2_emu_start_frg", "poly_degree", "coeffs"})
 
 
 def refusal(problem) -> str | None:
@@ -88,7 +93,7 @@ def refusal(problem) -> str | None:
     if p.head_dim % 16 or p.head_dim_v % 16:
         return (f"head_dim={p.head_dim}, head_dim_v={p.head_dim_v}: the twin takes multiples of 16 (tl.dot's K "
                 f"step)")
-    return None
+    return p.kernel.knob_refusal(p, IMPLEMENTED_KNOBS, who="the GPU twin")
 
 
 def _pow2(n: int) -> int:
