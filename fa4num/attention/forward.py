@@ -442,7 +442,8 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
         ``mode`` = "bitexact" (default) or "statistical" (fp32 GEMMs through torch; numpy
         exp2/rcp/log2); kernel knobs: the fields of the kernel's options (``config.Sm90Options``,
         ``config.Sm100Options``; :func:`fa4num.attention.kernels.knob_table` lists them with their defaults and
-        values: ``gemm``, ``tile_n``, ``rescale_threshold``, ``coeffs``, ...). Each knob is checked where it enters (:func:`fa4num.attention.config.apply_overrides`): what FA4 refuses
+        values: ``gemm``, ``tile_n``, ``rescale_threshold``, ``coeffs``, ...). Each knob is checked where it
+        enters (:func:`fa4num.attention.config.apply_overrides`): what FA4 refuses
         or cannot mean is refused with a ValueError naming it (a NaN, infinite or negative
         ``rescale_threshold``, which FA4's ``rescale_threshold > 0.0`` test would silently treat as 0; a
         non-integer ``max_offset`` or ``ex2_emu_freq``); what FA4 accepts (any finite ``softmax_scale``,

@@ -123,8 +123,9 @@ class Exp2Bound:
         ``>= |ex2(x) - 2^x|`` for every fp32 x in the domain with 2^x < 2^-126.
     terms : dict
         Per source: "polynomial" (certified sup over [0, 1]: the largest enclosure on its subintervals),
-        "polynomial_reached" (sup of the enclosure over the fractions reached), "cody_waite" (relative, from f = RN(1 + a)), "horner" (largest running rounding bound
-        of each step, relative to 2^f), "exponent_insertion", "ftz".
+        "polynomial_reached" (sup of the enclosure over the fractions reached), "cody_waite" (relative, from
+        f = RN(1 + a)), "horner" (largest running rounding bound of each step, relative to 2^f),
+        "exponent_insertion", "ftz".
     argmax_f : tuple
         The fraction subinterval (lo, hi) where ``relative`` is attained.
     """

@@ -13,8 +13,9 @@ start_frg``, degree/coeffs, ``fused_bias``, ``is_sm103``, tiles), causal, slidin
 sinks, GQA/MQA with and without pack_gqa, head dims up to 256. What it refuses, with a ValueError naming the
 argument: fp8 (FA4's SM100 fp8 path accumulates with F = 25 fraction bits, Hopper's fp8 wgmma with 13: the twin
 would not give the emulator's bits), varlen, paged KV and split-KV (not yet in the twin: use the CPU emulator),
-the statistical mode (use ``fa4num.attention.forward_torch``), and GEMM or MUFU models other than the H200's
-(``gemm="wgmma"``, ``mufu_arch="sm90"``).
+the statistical mode (use ``fa4num.attention.forward_torch``), GEMM or MUFU models other than the H200's
+(``gemm="wgmma"``, ``mufu_arch="sm90"``), and a knob outside ``IMPLEMENTED_KNOBS`` set to a value that is not
+FA4's (SM90's ``ffma_exponent=False``).
 
 On a machine without a GPU the same kernel runs in Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton
 is imported), each instruction evaluated by fa4num's models (:mod:`fa4num.gpu._twin_interp`): slow, for tests on
