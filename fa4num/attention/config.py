@@ -316,6 +316,15 @@ _CHECKS = {
 def allowed_values(name: str) -> str:
     """What the knob ``name`` may be, in words (the text of its check's error message); "" for an unchecked name.
 
+    Parameters
+    ----------
+    name : str
+        A kernel knob (a field of the options dataclasses).
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> allowed_values("tile_n")

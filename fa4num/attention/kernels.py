@@ -33,6 +33,17 @@ def step_knob_names(step, options) -> tuple:
     same name, in the options' field order. The kernel object passes each of them to its step by name, so a new
     softmax knob is a field of the options and a parameter of the step, and no call in between changes.
 
+    Parameters
+    ----------
+    step : callable
+        A softmax step (``fa4num.softmax.sm100.softmax_step``, ``fa4num.softmax.sm90.online_softmax``).
+    options : type
+        The kernel's options dataclass (``config.Sm90Options``, ``config.Sm100Options``).
+
+    Returns
+    -------
+    tuple of str
+
     Examples
     --------
     >>> step_knob_names(_sm100.softmax_step, config.Sm100Options)
@@ -415,6 +426,10 @@ def knob_table() -> str:
     problem), who reads it (the softmax step by name, the column rule, or the kernel's other rules) and what
     it may be. Written from the options dataclasses, the kernel objects and the checks, so a new knob appears
     here with no edit (the docs' table is this output).
+
+    Parameters
+    ----------
+    None
 
     Returns
     -------
