@@ -149,9 +149,8 @@ class Kernel:
     ``backward_tile``. A new kernel is one more subclass and one entry of :data:`KERNELS`.
 
     ``options_type``: its options dataclass (config); ``step_knobs``: the options fields its softmax step takes
-    by name (:func:`step_knob_names`); ``softmax_knobs``:
-    those and the ones its column rule reads, the knobs the studies vary and ``fa4num bounds attention`` offers
-    as flags."""
+    by name (:func:`step_knob_names`); ``softmax_knobs``: those and the ones its column rule reads, the knobs
+    the studies vary and ``fa4num bounds attention`` offers as flags."""
     name: str             # the ``kernel=`` argument
     arch: str             # the GPU generation, for messages and reports
     dtypes: tuple         # input dtypes the forward takes (FA4's names)
