@@ -445,7 +445,7 @@ def stale_max():
 
 
 def twin():
-    """The GPU twin on the H200 (fa4num.gpu.twin): against the CPU emulator, and against the real FA4 SM90 kernel
+    """The GPU twin on the H200 (fa4num.attention.twin): against the CPU emulator, and against the real FA4 SM90 kernel
     at long sequences (experiments/results/h200_20261201/twin_*.json)."""
     e = json.loads((pc.H200 / "twin_vs_emulator.json").read_text())
     b = json.loads((pc.H200 / "twin_bench.json").read_text())["equality"]

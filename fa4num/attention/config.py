@@ -377,6 +377,27 @@ _CHECKS = {
 }
 
 
+def allowed_values(name: str) -> str:
+    """What the knob ``name`` may be, in words (the text of its check's error message); "" for an unchecked name.
+
+    Parameters
+    ----------
+    name : str
+        A kernel knob (a field of the options dataclasses).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> allowed_values("tile_n")
+    'a positive multiple of 16'
+    """
+    check = _CHECKS.get(name)
+    return "" if check is None else check[1]
+
+
 def check_option(name: str, value) -> None:
     """ValueError naming ``name`` when ``value`` is not a valid value of that knob (see _CHECKS)."""
     check = _CHECKS.get(name)

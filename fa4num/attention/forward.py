@@ -461,11 +461,10 @@ def forward(q=None, k=None, v=None, *, problem: Problem | None = None, **fa4_arg
         right to left).
     **options
         ``mode`` = "bitexact" (default) or "statistical" (fp32 GEMMs through torch; numpy
-        exp2/rcp/log2); kernel knobs (``gemm`` in config.GEMM_MODELS, ``tile_m``, ``tile_n``, ``mufu_arch``;
-        fa4-sm90 ``ffma_exponent``;
-        fa4-sm100 ``rescale_threshold``, ``max_offset``, ``ex2_emu_freq``, ``ex2_emu_res``,
-        ``ex2_emu_start_frg``, ``poly_degree``, ``coeffs``, ``use_2cta_instrs``, ``is_sm103``, ``fused_bias``).
-        Each knob is checked where it enters (:func:`fa4num.attention.config.apply_overrides`): what FA4 refuses
+        exp2/rcp/log2); kernel knobs: the fields of the kernel's options (``config.Sm90Options``,
+        ``config.Sm100Options``; :func:`fa4num.attention.kernels.knob_table` lists them with their defaults and
+        values: ``gemm``, ``tile_n``, ``rescale_threshold``, ``coeffs``, ...). Each knob is checked where it
+        enters (:func:`fa4num.attention.config.apply_overrides`): what FA4 refuses
         or cannot mean is refused with a ValueError naming it (a NaN, infinite or negative
         ``rescale_threshold``, which FA4's ``rescale_threshold > 0.0`` test would silently treat as 0; a
         non-integer ``max_offset`` or ``ex2_emu_freq``); what FA4 accepts (any finite ``softmax_scale``,

@@ -12,7 +12,9 @@ Examples
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import inspect
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 from typing import ClassVar
 
 import numpy as np
@@ -22,6 +24,39 @@ from fa4num.softmax import sm90 as _sm90
 from fa4num.softmax import sm100 as _sm100
 
 from . import config
+
+# the options fields FA4's column rule reads (softmax.py apply_exp2_convert; softmax.sm100.emulated_columns)
+_COLUMN_KNOBS = ("ex2_emu_freq", "ex2_emu_res", "ex2_emu_start_frg")
+
+
+def step_knob_names(step, options) -> tuple:
+    """The fields of the options dataclass ``options`` that the softmax ``step`` takes as keyword arguments of the
+    same name, in the options' field order. The kernel object passes each of them to its step by name, so a new
+    softmax knob is a field of the options and a parameter of the step, and no call in between changes.
+
+    Parameters
+    ----------
+    step : callable
+        A softmax step (``fa4num.softmax.sm100.softmax_step``, ``fa4num.softmax.sm90.online_softmax``).
+    options : type
+        The kernel's options dataclass (``config.Sm90Options``, ``config.Sm100Options``).
+
+    Returns
+    -------
+    tuple of str
+
+    Examples
+    --------
+    >>> step_knob_names(_sm100.softmax_step, config.Sm100Options)
+    ('rescale_threshold', 'max_offset', 'poly_degree', 'coeffs', 'fused_bias')
+    """
+    params = inspect.signature(step).parameters
+    return _in_field_order(options, params)
+
+
+def _in_field_order(options, names) -> tuple:
+    return tuple(f.name for f in fields(options) if f.name in names)
+
 
 @dataclass(frozen=True)
 class BwdTile:
@@ -119,7 +154,11 @@ class Kernel:
     """What is common to FA4's kernels. :class:`Sm90` and :class:`Sm100` add their rules, each the same set of
     methods: ``head_dims_ok``, ``defaults(problem)`` (the tuning table), ``finish`` (rules after the overrides),
     the softmax step (``softmax_state``, ``emulated_columns``, ``softmax_step``, ``finalize``) and
-    ``backward_tile``. A new kernel is one more subclass and one entry of :data:`KERNELS`."""
+    ``backward_tile``. A new kernel is one more subclass and one entry of :data:`KERNELS`.
+
+    ``options_type``: its options dataclass (config); ``step_knobs``: the options fields its softmax step takes
+    by name (:func:`step_knob_names`); ``softmax_knobs``: those and the ones its column rule reads, the knobs
+    the studies vary and ``fa4num bounds attention`` offers as flags."""
     name: str             # the ``kernel=`` argument
     arch: str             # the GPU generation, for messages and reports
     dtypes: tuple         # input dtypes the forward takes (FA4's names)
@@ -149,6 +188,32 @@ class Kernel:
         dispatched it elsewhere (:class:`Sm100Hd256Dedicated`)."""
         return self
 
+    def knob_refusal(self, problem, implemented, *, who: str) -> str | None:
+        """Why ``who``, which implements only the knobs ``implemented``, cannot run ``problem``: a sentence naming
+        the caller's first knob (``problem.overrides``) outside ``implemented`` whose resolved value is not FA4's
+        own for this problem (:meth:`defaults` with no knob set), or None. The torch and Triton backends, the GPU
+        twin and the bound ask it, so a knob they do not know is refused by name instead of silently ignored.
+
+        Examples
+        --------
+        >>> import numpy as np, ml_dtypes
+        >>> from fa4num.attention import plan
+        >>> q = np.ones((1, 64, 1, 64), ml_dtypes.bfloat16)
+        >>> p = plan(q, q, q, kernel="fa4-sm100", fused_bias=False, rescale_threshold=8.0)
+        >>> p.kernel.knob_refusal(p, {"rescale_threshold"}, who="this backend").split(";")[0]
+        'fused_bias=False: not implemented by this backend (FA4 runs fused_bias=True here)'
+        """
+        outside = [n for n in problem.overrides if n not in implemented]
+        if not outside:
+            return None
+        # FA4's choices for this call with no knob set (a tuning-table key such as is_sm103 is a knob too)
+        fa4 = self.defaults(replace(problem, overrides=MappingProxyType({})))
+        for n in outside:
+            if getattr(problem.opts, n) != getattr(fa4, n):
+                return (f"{n}={getattr(problem.opts, n)!r}: not implemented by {who} (FA4 runs {n}="
+                        f"{getattr(fa4, n)!r} here); fa4num.attention.forward runs every knob")
+        return None
+
     def options(self, problem):
         """(options, num_splits): :meth:`defaults` with the caller's overrides (``problem.overrides``), each
         checked (:func:`fa4num.attention.config.apply_overrides`), then the kernel's own consistency rules."""
@@ -162,7 +227,9 @@ class Kernel:
 class Sm90(Kernel):
     """The Hopper forward (``flash_fwd_sm90.py``) as the H200 runs it: eager rescaling, wgmma GEMMs."""
     table_keys = frozenset()     # no override picks another tuning-table entry
-    softmax_knobs = ("ffma_exponent",)   # the options fields the softmax step reads, for studies to vary
+    options_type = config.Sm90Options
+    step_knobs = step_knob_names(_sm90.online_softmax, config.Sm90Options)
+    softmax_knobs = step_knobs
 
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return 8 <= head_dim <= 256 and 8 <= head_dim_v <= 256
@@ -208,7 +275,7 @@ class Sm90(Kernel):
         """(P, row scale, lag or None, rows whose O is rescaled) of one KV block (``Softmax.online_softmax``):
         every row rescales at once, so no lag. ``block_max``: the block's ``np.fmax.reduce(s, axis=1)``, if known."""
         p, scale = _sm90.online_softmax(s, state, scale_log2=scale_log2, is_first=is_first, arch=opts.mufu_arch,
-                                        ffma_exponent=opts.ffma_exponent, block_max=block_max)
+                                        block_max=block_max, **{n: getattr(opts, n) for n in self.step_knobs})
         return p, scale, None, np.ones(s.shape[0], bool)
 
     def finalize(self, state, *, scale_log2, opts, sink, v_descale, softmax_scale=None):
@@ -238,9 +305,9 @@ class Sm100(Kernel):
     """The Blackwell forward (``flash_fwd_sm100.py``) from FA4's source: lazy rescaling, software exp2 columns,
     split-KV, fp8 (not run on a Blackwell GPU)."""
     table_keys = frozenset({"use_2cta_instrs", "is_sm103"})   # overrides that pick the tuning-table entry
-    # the options fields the softmax step reads (softmax_step, emulated_columns), for studies to vary
-    softmax_knobs = ("rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res", "ex2_emu_start_frg",
-                     "poly_degree", "coeffs", "fused_bias")
+    options_type = config.Sm100Options
+    step_knobs = step_knob_names(_sm100.softmax_step, config.Sm100Options)
+    softmax_knobs = _in_field_order(config.Sm100Options, step_knobs + _COLUMN_KNOBS)
 
     def head_dims_ok(self, head_dim: int, head_dim_v: int) -> bool:
         return (8 <= head_dim <= 128 and 8 <= head_dim_v <= 128) or (head_dim, head_dim_v) in ((192, 128),
@@ -369,11 +436,10 @@ class Sm100(Kernel):
     def softmax_step(self, s, state, *, scale_log2, is_first, opts, emulate, block_max=None):
         """(P, acc_scale, lag, rows whose O is rescaled) of one KV block (``softmax_step``). ``block_max``: the
         block's ``np.fmax.reduce(s, axis=1)``, if known."""
-        step = _sm100.softmax_step(s, state, scale_log2=scale_log2, is_first=is_first,
-                                   rescale_threshold=opts.rescale_threshold, max_offset=opts.max_offset,
-                                   emulate=emulate, poly_degree=opts.poly_degree, coeffs=opts.coeffs,
-                                   arch=opts.mufu_arch, fused_bias=opts.fused_bias,
-                                   scale_ex2_ftz=not opts.is_sm103, block_max=block_max)
+        # the knobs the step takes by their options names go by name (step_knobs); these two are renamed
+        step = _sm100.softmax_step(s, state, scale_log2=scale_log2, is_first=is_first, emulate=emulate,
+                                   arch=opts.mufu_arch, scale_ex2_ftz=not opts.is_sm103, block_max=block_max,
+                                   **{n: getattr(opts, n) for n in self.step_knobs})
         # correction_loop: a warp (32 rows from the tile's first) rescales O only when one of its rows has
         # scale < 1 (vote_ballot_sync); a lane whose scale is 1.0 is then multiplied by 1.0 (unchanged)
         return step.p, step.acc_scale, step.lag, _ballot.group_any(step.acc_scale < 1, _ballot.WARP_ROWS)
@@ -435,6 +501,47 @@ KERNELS = {k.name: k for k in (SM90, SM100)}
 SM100_HD256_DEDICATED = Sm100Hd256Dedicated(**{f.name: getattr(SM100, f.name) for f in fields(SM100)})
 
 
+def knob_table() -> str:
+    """The kernel knobs of every kernel in :data:`KERNELS`, as an aligned text table: name, the kernels that
+    have it, the options dataclass's default (FA4's tuning table, ``defaults(problem)``, may pick another for a
+    problem), who reads it (the softmax step by name, the column rule, or the kernel's other rules) and what
+    it may be. Written from the options dataclasses, the kernel objects and the checks, so a new knob appears
+    here with no edit (the docs' table is this output).
+
+    Parameters
+    ----------
+    None
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> print(knob_table().splitlines()[0].split())
+    ['knob', 'kernels', 'default', 'read', 'by', 'values']
+    >>> "rescale_threshold  fa4-sm100" in knob_table()
+    True
+    """
+    from dataclasses import MISSING
+    rows = {}     # knob -> [{kernel: default}, read by]: a knob of several kernels is listed once
+    for kern in KERNELS.values():
+        for f in fields(kern.options_type):
+            default = "tuning table" if f.default is MISSING else repr(f.default)
+            if f.name not in rows:
+                rows[f.name] = [{}, "softmax step" if f.name in kern.step_knobs else
+                                "column rule" if f.name in _COLUMN_KNOBS else "kernel"]
+            rows[f.name][0][kern.name] = default
+    table = [("knob", "kernels", "default", "read by", "values")]
+    for n, (defaults, read) in rows.items():
+        shown = (next(iter(defaults.values())) if len(set(defaults.values())) == 1 else
+                 ", ".join(f"{d} ({k})" for k, d in defaults.items()))
+        table.append((n, ", ".join(defaults), shown, read,
+                      config.allowed_values(n) or f"FA4's argument {n} (plan checks it)"))
+    width = [max(len(r[i]) for r in table) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], width)) + "  " + r[4] for r in table)
+
+
 def get(kernel) -> Kernel:
     """The kernel object of a name in :data:`KERNELS` (or a kernel object itself).
 
@@ -464,5 +571,5 @@ def get(kernel) -> Kernel:
     return KERNELS[kernel]
 
 
-__all__ = ["Kernel", "Sm90", "Sm100", "Sm100Hd256Dedicated", "SM90", "SM100", "SM100_HD256_DEDICATED", "KERNELS", "get", "BwdTile", "sm90_bwd_tile",
-           "sm100_bwd_tile"]
+__all__ = ["Kernel", "Sm90", "Sm100", "Sm100Hd256Dedicated", "SM90", "SM100", "SM100_HD256_DEDICATED",
+           "KERNELS", "get", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile", "step_knob_names", "knob_table"]

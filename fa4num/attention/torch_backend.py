@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import masking
+from . import masking, triton_backend
 from .forward import AttentionResult, AttentionStats
 from .problem import Problem, given_or_plan
 from ..constants import FP8_MAX as _FP8_MAX
@@ -22,6 +22,10 @@ from ..softmax import LOG2_E_F32, scale_log2_of
 from ..softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
 _BELOW_MIN_NORMAL = float(np.nextafter(np.float32(2.0 ** -126), np.float32(0)))   # threshold_ keeps p > this
+# the kernel knobs forward_torch runs: the Triton kernel's and fused_bias (the rest are refused by name,
+# fa4num.attention.kernels.Kernel.knob_refusal). is_sm103 picks its tuning entry (no software exp2); its
+# rescale factor without .ftz is below what the statistical mode models (libm exp2, as mode="statistical" has it)
+IMPLEMENTED_KNOBS = triton_backend.IMPLEMENTED_KNOBS | {"fused_bias"}
 
 
 def _ex2_emulation(x, coeffs):
@@ -266,7 +270,10 @@ def _dense(q, k, v, *, setup, kernel, dev, max_tile_elems, qk_descale=1.0, v_des
             acc64 = acc.double()
             suffix = torch.flip(torch.cumprod(torch.flip(acc64, [-1]), -1), [-1])
             later = torch.cat([suffix[..., 1:], torch.ones_like(suffix[..., :1])], -1)
-            bias = (offset - m_safe.double() * sl2).float().flip(-1)                 # back to memory order
+            if not sm100 or opts.fused_bias:   # one FFMA: max_offset - m * scale_log2 rounded once
+                bias = (offset - m_safe.double() * sl2).float().flip(-1)   # back to memory order
+            else:                  # FMUL then FADD (softmax.sm100.scale_subtract_rowmax, fused_bias=False)
+                bias = (offset - m_safe * sl2).flip(-1)
             p, bsum, nsat = tile_p(sb, bias, sl2, emu_cols, coeffs, p_dtype, _FP8_MAX.get(dt))
             sat += nsat
             bsum = bsum.flip(-1)                                                     # visiting order
@@ -324,11 +331,14 @@ BACKENDS = ("auto", "torch", "triton")
 
 def _pick_backend(backend, dev, setup):
     """The function that runs one dense batch: ``_dense`` (torch) or the Triton kernel's wrapper."""
-    from . import triton_backend
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     fits = triton_backend.supports(dtype=setup.dtype, head_dim=setup.head_dim, head_dim_v=setup.head_dim_v,
                                    tile_n=setup.opts.tile_n)
+    why = setup.kernel.knob_refusal(setup, triton_backend.IMPLEMENTED_KNOBS, who="backend='triton'")
+    if backend == "triton" and why is not None:
+        raise ValueError(why)
+    fits = fits and why is None
     if backend == "triton":
         if not triton_backend.available():
             raise ValueError("backend='triton' needs the triton package")
@@ -444,6 +454,9 @@ def forward_torch(q=None, k=None, v=None, *, problem: Problem | None = None, dev
                          f"{setup.mode!r}, gemm {setup.opts.gemm!r}, mufu_arch {setup.opts.mufu_arch!r}")
     if setup.num_splits_given != 1:
         raise ValueError("num_splits is not supported by forward_torch (split-KV runs in fa4num.attention.forward)")
+    why = setup.kernel.knob_refusal(setup, IMPLEMENTED_KNOBS, who="forward_torch")
+    if why is not None:
+        raise ValueError(why)
     q, k, v = (_as_tensor(x, torch) for x in (setup.q, setup.k, setup.v))
     seqs = setup.seqs if q is setup.q else setup.sequences(q, k, v)
     kernel, descaled = setup.kernel, setup.descaled

@@ -84,6 +84,13 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+# the kernel knobs this kernel runs (the rest are refused by name: fa4num.attention.kernels.Kernel.knob_refusal);
+# fused_bias=False is not among them: the bias offset - m * scale_log2 is left to Triton, which contracts it
+IMPLEMENTED_KNOBS = frozenset({"tile_m", "tile_n", "gemm", "mufu_arch", "pack_gqa", "use_2cta_instrs", "is_sm103",
+                               "rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res", "ex2_emu_start_frg",
+                               "poly_degree", "coeffs"})
+
+
 def supports(*, dtype: str, head_dim: int, head_dim_v: int, tile_n: int) -> bool:
     """Whether the kernel handles this case: 16-bit inputs, power-of-two head dims up to 256 and tile_n.
 
@@ -396,4 +403,4 @@ def dense_triton(q, k, v, *, setup, kernel, block_m: int = 128, num_warps: int =
     return out, lse, counters
 
 
-__all__ = ["available", "interpreted", "supports", "dense_triton"]
+__all__ = ["available", "interpreted", "supports", "dense_triton", "IMPLEMENTED_KNOBS"]

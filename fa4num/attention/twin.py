@@ -13,8 +13,9 @@ start_frg``, degree/coeffs, ``fused_bias``, ``is_sm103``, tiles), causal, slidin
 sinks, GQA/MQA with and without pack_gqa, head dims up to 256. What it refuses, with a ValueError naming the
 argument: fp8 (FA4's SM100 fp8 path accumulates with F = 25 fraction bits, Hopper's fp8 wgmma with 13: the twin
 would not give the emulator's bits), varlen, paged KV and split-KV (not yet in the twin: use the CPU emulator),
-the statistical mode (use ``fa4num.attention.forward_torch``), and GEMM or MUFU models other than the H200's
-(``gemm="wgmma"``, ``mufu_arch="sm90"``).
+the statistical mode (use ``fa4num.attention.forward_torch``), GEMM or MUFU models other than the H200's
+(``gemm="wgmma"``, ``mufu_arch="sm90"``), and a knob outside ``IMPLEMENTED_KNOBS`` set to a value that is not
+FA4's (SM90's ``ffma_exponent=False``).
 
 On a machine without a GPU the same kernel runs in Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton
 is imported), each instruction evaluated by fa4num's models (:mod:`fa4num.attention._twin_interp`): slow, for tests on
@@ -43,6 +44,12 @@ from fa4num.softmax.scoremod import SCALE_LOG2_WITH_SCOREMOD
 
 _BALLOT_TILE = ballot.GRANULARITIES["tile"]    # 128 rows: the program height
 _SKIPS = ("rescales_row", "rescales_warp", "rescales_tile", "events_row", "events_warp", "events_tile")
+# the kernel knobs the twin runs; any other knob set to a value that is not FA4's is refused by name
+# (fa4num.attention.kernels.Kernel.knob_refusal): SM90's ffma_exponent=False, for one, is not in the twin
+IMPLEMENTED_KNOBS = frozenset({"tile_m", "tile_n", "gemm", "mufu_arch", "pack_gqa", "use_2cta_instrs", "is_sm103",
+                               "fused_bias", "rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res",
+                               "ex2_emu_start_frg", "poly_degree", "coeffs"})
+
 # AttentionStats fields in the twin's counter block: the kernel writes rows 0-9, the host's schedule 10-14
 _COUNTER_ROWS = ("rescale_events", "rescales_done", "p_saturated", "max_lag", *_SKIPS, "kv_blocks",
                  "masked_by_window", "rescale_steps", "exp2_emulated", "exp2_mufu")
@@ -130,7 +137,7 @@ def refusal(problem) -> str | None:
     if p.head_dim % 16 or p.head_dim_v % 16:
         return (f"head_dim={p.head_dim}, head_dim_v={p.head_dim_v}: the twin takes multiples of 16 (tl.dot's K "
                 f"step)")
-    return None
+    return p.kernel.knob_refusal(p, IMPLEMENTED_KNOBS, who="the GPU twin")
 
 
 def _pow2(n: int) -> int:

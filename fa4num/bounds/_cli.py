@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from fa4num.argtypes import (COEFFS_HELP, add_registry_option, add_release_option, coeffs, finite_float, int_tuple,
-                             nonneg_int, not_nan_float)
+                             key_value, nonneg_int, not_nan_float)
+from fa4num.attention.config import allowed_values, check_option
 from fa4num.attention.kernels import KERNELS
 from fa4num.attention.problem import DEFAULT_KERNEL
 from fa4num.fp.dtypes import DTYPES
@@ -51,24 +52,21 @@ def _attention(args) -> int:
     from .validate import check
     b, s, h, d = args.shape
     sk = s if args.seqlen_k is None else args.seqlen_k   # 0 is honoured: no keys, out 0 and LSE -inf as in FA4
-    if args.coeffs is not None and not KERNELS[args.kernel].lazy_rescale:
-        # the software exp2 lives in SoftmaxSm100, with the lazy rescale: the kernels that have one have the other
-        sw = ", ".join(n for n, kern in sorted(KERNELS.items()) if kern.lazy_rescale)
-        raise ValueError(f"--coeffs: {args.kernel} has no software exp2 (kernels that have one: {sw})")
-    if args.rescale_threshold is not None and not KERNELS[args.kernel].lazy_rescale:
-        lazy = ", ".join(n for n, kern in sorted(KERNELS.items()) if kern.lazy_rescale)
-        raise ValueError(f"--rescale-threshold: {args.kernel} does not rescale lazily (kernels that do: {lazy})")
+    opts = {name: getattr(args, name) for name in _knobs() if getattr(args, name) is not None}
+    for name in opts:
+        if name not in KERNELS[args.kernel].softmax_knobs:
+            have = ", ".join(n for n, kern in sorted(KERNELS.items()) if name in kern.softmax_knobs)
+            raise ValueError(f"{_flag(name)}: {args.kernel} has no knob {name} (kernels that have it: {have})")
     dt = DTYPES[args.dtype].dtype
     rng = np.random.default_rng(args.seed)
     q = (rng.standard_normal((b, s, h, d), dtype=np.float32) * np.float32(args.q_mult)).astype(dt)
     k = rng.standard_normal((b, sk, h, d), dtype=np.float32).astype(dt)
     v = rng.standard_normal((b, sk, h, d), dtype=np.float32).astype(dt)
-    opts = {} if args.fa4_release is None else {"fa4_release": args.fa4_release}
-    if args.rescale_threshold is not None:
-        opts["rescale_threshold"] = args.rescale_threshold
-    if args.coeffs is not None:
+    if args.fa4_release is not None:
+        opts["fa4_release"] = args.fa4_release
+    if "coeffs" in opts:
         from fa4num import polys
-        opts["coeffs"] = polys.resolve(args.coeffs, registry=args.registry).coeffs
+        opts["coeffs"] = polys.resolve(opts["coeffs"], registry=args.registry).coeffs
     res = forward(q, k, v, causal=args.causal, kernel=args.kernel, softmax_scale=args.softmax_scale, **opts)
     c = check(q, k, v, res.out, res.lse, name="cli", causal=args.causal, kernel=args.kernel,
               softmax_scale=args.softmax_scale, **opts)
@@ -118,8 +116,15 @@ def register(subparsers) -> None:
     a.add_argument("--causal", action="store_true")
     a.add_argument("--softmax-scale", type=finite_float, default=None,
                    help="default 1/sqrt(head_dim); any finite value FA4 accepts, negative included")
-    a.add_argument("--rescale-threshold", type=_threshold, default=None, help="fa4-sm100 only (>= 0)")
-    a.add_argument("--coeffs", type=coeffs, default=None, help=f"fa4-sm100 only: {COEFFS_HELP}")
+    # one flag per softmax knob of the kernel objects (fa4num.attention.kernels: softmax_knobs), so a new knob
+    # needs no flag of its own here; plan() checks the value for the kernel
+    for name in _knobs():
+        have = ", ".join(n for n, kern in sorted(KERNELS.items()) if name in kern.softmax_knobs)
+        if name == "coeffs":
+            a.add_argument("--coeffs", type=coeffs, default=None, help=f"{have} only: {COEFFS_HELP}")
+        else:
+            a.add_argument(_flag(name), dest=name, type=_knob_value(name), default=None, metavar="VALUE",
+                           help=f"{have} only: {allowed_values(name)}")
     add_registry_option(a)
     a.add_argument("--q-mult", type=finite_float, default=1.0, help="scale of q (larger logits)")
     a.add_argument("--seed", type=nonneg_int, default=0)
@@ -136,12 +141,31 @@ def _fa4_degree(text: str) -> int:
                                      f"got {text!r}")
 
 
-def _threshold(text: str) -> float:
+def _knobs() -> tuple:
+    """The softmax knobs of every kernel, each once, in the kernels' order."""
+    return tuple(dict.fromkeys(n for kern in KERNELS.values() for n in kern.softmax_knobs))
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _knob_value(name: str):
+    """The argparse type of a knob's flag: the value as ``--opt`` reads it (JSON where it parses, else text),
+    checked by the knob's own check (fa4num.attention.config.check_option), so a bad value is one line naming
+    the flag and exit status 2."""
     import argparse
-    value = finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
+
+    def parse(text: str):
+        value = key_value(f"{name}={text}")[1]
+        try:
+            check_option(name, value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err).removeprefix(f"{name}: ")) from None
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
 def _run_exp2(args) -> int:

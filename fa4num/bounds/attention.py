@@ -45,6 +45,11 @@ _NP = {n: d.dtype for n, d in _NARROW.items()}
 _TORCH = {f"torch.{n}": n for n in _NARROW}
 # the bound is evaluated in float64 from sums of at most ~1e6 terms: relative evaluation error far below 2^-30
 _F64_SAFETY = 1.0 + 2.0 ** -30
+# the kernel knobs the bound models, each with its term (below); any other knob set to a value that is not FA4's
+# is refused by name (fa4num.attention.kernels.Kernel.knob_refusal), not bounded as if FA4's
+MODELLED_KNOBS = frozenset({"tile_m", "tile_n", "gemm", "ffma_exponent", "mufu_arch", "pack_gqa", "use_2cta_instrs",
+                            "is_sm103", "fused_bias", "rescale_threshold", "max_offset", "ex2_emu_freq", "ex2_emu_res",
+                            "ex2_emu_start_frg", "poly_degree", "coeffs"})
 # documented PTX bounds (fa4num.hw.MufuModel.ptx_bound), used when the emulator runs numpy's libm
 # (mufu_arch="libm", statistical mode), and for tanh.approx.f32 where no measured table exists (the H200 table
 # measures 2^-16.5, see _tanh_abs_error)
@@ -186,7 +191,8 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
         scale_log2; causal, kernel, window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k, v
         (varlen), page_table (paged KV), pack_gqa, rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...),
         resolved by the forward's own :func:`fa4num.attention.plan`; head_dim_v may differ from head_dim. Not
-        modelled, and refused by name: fp8 descales, split-KV (num_splits resolved != 1). Configurations
+        modelled, and refused by name: fp8 descales, split-KV (num_splits resolved != 1), a knob outside
+        ``MODELLED_KNOBS`` set to a value that is not FA4's. Configurations
         without a finite bound (fp32 overflow, a scale that is 0 in fp32, ...) get +inf (docs/bounds.md, 5.8).
 
     Returns
@@ -216,6 +222,9 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
     if problem.num_splits != 1:
         raise ValueError(f"num_splits != 1: not modelled by attention_error_bound (split-KV resolved to "
                          f"{problem.num_splits} splits; pass num_splits=1)")
+    why = problem.kernel.knob_refusal(problem, MODELLED_KNOBS, who="attention_error_bound")
+    if why is not None:
+        raise ValueError(why)
     if problem.sink is not None and not np.isfinite(problem.sink).all():
         raise ValueError(f"learnable_sink must be a finite float array of shape (heads,) = ({problem.heads},) for "
                          "the bound")

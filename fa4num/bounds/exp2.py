@@ -9,8 +9,8 @@ The software exp2 (flash_attn/cute/utils.py ``ex2_emulation_2``, emulated by fa4
 and its error on a normal result splits into (docs/bounds.md proves each):
 - Cody-Waite split: t = floor(a) exactly, and f = a - floor(a) exactly except for a in (-1/2, 0), where
   f = RN(1 + a) is within 2^-25 of the true fraction (Sterbenz elsewhere);
-- polynomial approximation |p(f)/2^f - 1|, enclosed with python-flint arb (mean-value form on subintervals),
-  certified over [0, 1] by fa4num.fit.sup_norm;
+- polynomial approximation |p(f)/2^f - 1|, enclosed with python-flint arb (mean-value form on subintervals);
+  the largest enclosure over the subintervals of [0, 1] certifies its sup there (no fitter needed);
 - Horner rounding: a running error bound e_k = e_{k+1} |f| + halfulp(y_k) over each subinterval, with the
   half-ulp of the binade the exact intermediate y_k can reach there (not the crude 3u);
 - exponent insertion: exact (integer add on the exponent field) while q_0 is in [1, 2) and n >= -126;
@@ -123,7 +123,7 @@ class Exp2Bound:
         ``>= |ex2(x) - 2^x|`` for every fp32 x in the domain with 2^x < 2^-126.
     terms : dict
         Per source, each its largest value over the pieces (they peak on different pieces, so they do not add up
-        to ``relative``): "polynomial" (certified sup over [0, 1]), "polynomial_reached" (sup of the enclosure over
+        to ``relative``): "polynomial" (certified sup over [0, 1]: the largest enclosure on its subintervals), "polynomial_reached" (sup of the enclosure over
         the fractions reached), "cody_waite" (relative, from f = RN(1 + a)), "horner" (largest half-ulp of each
         Horner step), "horner_running" (the running rounding bound, relative to 2^f), "exponent_insertion", "ftz". "at_argmax": the terms as computed on the piece ``argmax_f``
         where ``relative`` is attained ("polynomial", "horner" (running rounding bound), "cody_waite",
@@ -213,7 +213,7 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
     ln2 = arb.const_log2()
     best, arg = 0.0, (0.0, 0.0)
     at_arg = {}
-    poly_reached = cw_term = horner_run = 0.0
+    poly_reached = poly_unit = cw_term = horner_run = 0.0
     horner_terms = [0.0] * deg
     q0_lo, q0_hi = math.inf, -math.inf
     abs_sub = 0.0
@@ -272,6 +272,8 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
                 parts = {"polynomial": 0.0, "horner": 0.0, "cody_waite": 0.0, "exponent_insertion": sub_enc}
                 total = sub_enc
         poly_reached = max(poly_reached, approx)
+        if a_lo >= 0.0:
+            poly_unit = max(poly_unit, approx)
         if total > best:
             best, arg, at_arg = total, (a_lo, a_hi), parts
         if has_sub and a_lo >= 0.0:
@@ -293,10 +295,9 @@ def exp2_error_bound(degree=3, *, coeffs=None, variant="packed", domain=(-127.0,
     if has_sub:
         # x < -127: the clamp gives +0 (bits 0x3F800000 - 127 << 23), error 2^x < 2^-127
         abs_sub = max(abs_sub, 2.0 ** -127 if lo < -127.0 else 0.0)
-    from fa4num.fit import sup_norm
-    cert = sup_norm("2^x", [float(c) for c in reversed(rc)], (0.0, 1.0), error="relative")
-    terms = {"polynomial": cert.certified_bound, "polynomial_reached": poly_reached, "cody_waite": cw_term,
-             "horner": horner_terms, "horner_running": horner_run, "exponent_insertion": 0.0, "ftz": ftz_term, "at_argmax": at_arg,
+    terms = {"polynomial": poly_unit, "polynomial_reached": poly_reached, "cody_waite": cw_term,
+             "horner": horner_terms, "horner_running": horner_run, "exponent_insertion": 0.0, "ftz": ftz_term,
+             "at_argmax": at_arg,
              "q0_range": (q0_lo, q0_hi)}
     from ._observed import observed_exp2, observed_key
     obs = None

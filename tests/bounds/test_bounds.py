@@ -62,6 +62,26 @@ def test_exp2_subnormal_absolute_bound():
     assert err.max() <= b.absolute_subnormal <= 1.01 * err.max()
 
 
+@pytest.mark.parametrize("degree", [1, 3, 5])
+def test_exp2_polynomial_term_is_certified_without_the_fitter(degree):
+    """The bound's polynomial term (its own arb enclosure on [0, 1]) lies between the fitter's certified lower
+    bound of the sup and 1.01 times its certified upper bound."""
+    from fa4num.ex2 import poly_coeffs
+    from fa4num.fit import sup_norm
+    cert = sup_norm("2^x", [float(c) for c in poly_coeffs(degree)], (0.0, 1.0), error="relative")
+    term = exp2_error_bound(degree).terms["polynomial"]
+    assert cert.certified_lower <= term <= 1.01 * cert.certified_bound
+
+
+def test_exp2_bound_does_not_import_the_fitter():
+    import subprocess
+    import sys
+    code = ("import sys; from fa4num.bounds import exp2_error_bound; exp2_error_bound(3); "
+            "print(any(m.startswith('fa4num.fit') for m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
 def test_exp2_bound_terms_and_errors():
     b = exp2_error_bound(3)
     t = b.terms
