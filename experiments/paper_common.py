@@ -44,10 +44,10 @@ KNOB_ORDER = list(KNOB_LABEL)
 SM100_MARK = "SM100, emulated (never run on Blackwell)"
 
 
-# The skip-rate stores the paper reads. study_skip_rate_h200 (16k-128k, 2026-12-01) was written by the
-# version-1 counter (per row only) and stays out until it is re-run with today's (experiments/gpu/skip_rate_h200.py);
-# require_skip_definition refuses a store or result of an older definition.
-SKIP_STORES = ("study_skip_rate_cpu",)
+# The skip-rate stores the paper reads: 1k-8k on the CPU, 16k-128k on the H200 (re-run 2026-12-02 with today's
+# counter, experiments/gpu/skip_rate_h200.py); require_skip_definition refuses a store or result of an older
+# definition.
+SKIP_STORES = ("study_skip_rate_cpu", "study_skip_rate_h200")
 # the per-row / per-warp / per-tile shares of fa4num.softmax.ballot the paper reports, with their CIs
 SKIP_SHARES = tuple(f"{k}_share_{g}" for k in ("avoided", "skipped") for g in ("row", "warp", "tile"))
 

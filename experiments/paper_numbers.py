@@ -381,6 +381,26 @@ def error_budget(df):
     return tex, m
 
 
+def error_budget_gpu():
+    """The error budget bit-exact at scale: the GPU twin on the H200 through Dask
+    (experiments/grids/error_budget_gpu.toml, experiments/results/study_error_budget_gpu): the median over
+    families and seeds of rel. L2 / floor, at the shortest and longest length, per kernel and knob."""
+    from fa4num.study.store import read_store
+    df = read_store(pc.RESULTS / "study_error_budget_gpu")
+    df = df.assign(kernel=df["kernel"].fillna("fa4-sm100") if "kernel" in df else "fa4-sm100")
+    lo, hi = int(df.seqlen.min()), int(df.seqlen.max())
+    m = macro("ebgLo", f"{lo // 1024}k") + macro("ebgHi", f"{hi // 1024}k")
+    m += macro("ebgTasks", str(len(df))) + macro("ebgHeads", str(int(df.heads.max())))
+    m += macro("ebgSeeds", str(int(df.groupby(["kernel", "knob", "dist", "seqlen"]).seed.nunique().min())))
+    for tag, kern, knob in (("Default", "fa4-sm100", "default"), ("ThrZero", "fa4-sm100", "rescale_threshold=0"),
+                            ("ThrSixteen", "fa4-sm100", "rescale_threshold=16"), ("NoEmu", "fa4-sm100", "ex2_emu_freq=0"),
+                            ("SmNinety", "fa4-sm90", "default")):
+        for end, n in (("Lo", lo), ("Hi", hi)):
+            g = df[(df.kernel == kern) & (df.knob == knob) & (df.seqlen == n)]
+            m += macro(f"ebg{tag}{end}", f"{g.rel_l2_over_floor.median():.3f}")
+    return m
+
+
 def misc(k):
     m = ""
     d = json.loads((pc.H200 / "dask_scaling.json").read_text())
@@ -497,7 +517,7 @@ def main(argv=None) -> int:
     fit_tex, m5 = fit_table()
     fs_tex, m5b = fit_suite_table()
     m5 += m5b
-    m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility()
+    m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility() + error_budget_gpu()
     eb_tex, m7 = error_budget(pc.error_budget())
     m6 += m7
     bv_tex, m8 = bounds_validation(pc.bounds_validation())
