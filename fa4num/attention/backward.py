@@ -382,6 +382,37 @@ def _validate(problem: Problem, oa, doa, lse) -> np.ndarray:
     return check_lse(lse, (h, q.shape[0]) if problem.varlen else (q.shape[0], h, q.shape[1]))
 
 
+def prepare(problem: Problem, out, dout, lse) -> tuple:
+    """What every consumer of FA4's backward checks first: ``(out, dout, lse, tile)`` as numpy arrays and the
+    backward's :class:`BwdTile` (the kernel's, with the ``tile_m``/``tile_n`` overrides); ValueError for what the
+    backward refuses (:func:`backward`'s checks, one set of messages for the emulator and the bounds).
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> from fa4num.attention import forward, plan
+    >>> x = np.ones((1, 32, 1, 64), ml_dtypes.bfloat16)
+    >>> fw = forward(x, x, x)
+    >>> prepare(plan(x, x, x), fw.out, x, fw.lse)[3].tile_n
+    128
+    """
+    oa, _ = to_numpy(out, "out")
+    doa, _ = to_numpy(dout, "dout")
+    lsea = _validate(problem, oa, doa, lse)
+    tile = problem.kernel.backward_tile(problem, use_2cta_instrs=problem.overrides.get("use_2cta_instrs"))
+    tile_m, tile_n = (problem.overrides.get(n) for n in ("tile_m", "tile_n"))
+    if tile_m is not None or tile_n is not None:
+        tm = tile.tile_m if tile_m is None else tile_m
+        tn = tile.tile_n if tile_n is None else tile_n
+        if tm < 16 or tm % 16 or tn < 16 or tn % 16:
+            raise ValueError(f"tile_m and tile_n must be positive multiples of 16, got {tm}, {tn}")
+        tile = BwdTile(tm, tn, tile.hdim_multiple_of, tile.dQ_single_wg, tile.cta_group)
+    scale = problem.softmax_scale
+    if not (math.isfinite(scale) and scale != 0):
+        raise ValueError(f"softmax_scale must be a finite nonzero float for the backward, got {scale}")
+    return oa, doa, lsea, tile
+
+
 def _block_order(dq_order) -> tuple:
     """``dq_order`` as a tuple of ints; TypeError naming it for a string, floats or bools (int() would turn
     "random" into an error about 'r', and 1.7 or True into block 1)."""
@@ -455,21 +486,8 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     deterministic = check_bool(deterministic, "deterministic")
     if out is None or dout is None or lse is None:
         raise TypeError("backward needs out, dout and lse (the forward's output and LSE, and the gradient)")
-    oa, _ = to_numpy(out, "out")
-    doa, _ = to_numpy(dout, "dout")
-    lsea = _validate(problem, oa, doa, lse)
+    oa, doa, lsea, tile = prepare(problem, out, dout, lse)
     dq_order = None if dq_order is None else _block_order(dq_order)
-    tile = kern.backward_tile(problem, use_2cta_instrs=problem.overrides.get("use_2cta_instrs"))
-    tile_m, tile_n = (problem.overrides.get(n) for n in ("tile_m", "tile_n"))
-    if tile_m is not None or tile_n is not None:
-        tm = tile.tile_m if tile_m is None else tile_m
-        tn = tile.tile_n if tile_n is None else tile_n
-        if tm < 16 or tm % 16 or tn < 16 or tn % 16:
-            raise ValueError(f"tile_m and tile_n must be positive multiples of 16, got {tm}, {tn}")
-        tile = BwdTile(tm, tn, tile.hdim_multiple_of, tile.dQ_single_wg, tile.cta_group)
-    scale = problem.softmax_scale
-    if not (math.isfinite(scale) and scale != 0):
-        raise ValueError(f"softmax_scale must be a finite nonzero float for the backward, got {scale}")
     s32 = problem.softmax_scale_f32
     # with a score_mod the kernel keeps softmax_scale apart and exponentiates with LOG2_E alone
     # (utils.compute_softmax_scale_log2 / flash_bwd_sm90.py __call__)
@@ -532,5 +550,5 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     return BackwardResult(*res, BackwardStats(**stats), kern.name, used, float(s32), deterministic, dsink)
 
 
-__all__ = ["backward", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",
+__all__ = ["backward", "prepare", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",
            "dpsum_sm90", "dsink_sm90"]

@@ -414,7 +414,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             fits = s_mag * max(1.0, abs(scale) if softcap else 1.0) < 2.0 ** 126
             if softcap:
                 # score_mod (utils.create_softcap_scoremod): S <- RN(cap tanh.approx(RN(RN(S scale) / cap)))
-                S, rho, rho_sc = _softcap_scores(S, A, rho, softcap=softcap, scale=scale, d=d, tanh_err=tanh_err)
+                S, rho, rho_sc, _ = _softcap_scores(S, A, rho, softcap=softcap, scale=scale, d=d, tanh_err=tanh_err)
                 A = np.zeros_like(A)
             # exponent (softmax.py scale_subtract_rowmax / online_softmax), rescales (update_row_max) and exp2 per
             # element, in one fused pass (_weights documents each term)
@@ -621,8 +621,9 @@ def _tanh_abs_error(arch: str) -> np.ndarray:
 
 
 def _softcap_scores(S, A, rho, *, softcap, scale, d, tanh_err):
-    """(S', rho', rho_sc): the exact soft-capped score S' = cap tanh(S scale / cap) (float64), a bound rho' on
-    |S'_kernel - S'| and its part rho_sc from the soft cap's own operations (docs/bounds.md, section 5.7).
+    """(S', rho', rho_sc, dt): the exact soft-capped score S' = cap tanh(S scale / cap) (float64), a bound rho' on
+    |S'_kernel - S'|, its part rho_sc from the soft cap's own operations (docs/bounds.md, section 5.7) and a bound
+    dt on |t - tanh z| of the kernel's t = tanh.approx(y) (the backward's 1 - t^2).
 
     Kernel (utils.create_softcap_scoremod, fa4num.softmax.scoremod): x = RN(S_k s32), y = RN(x / c32) (div.rn),
     t = tanh.approx(y), S'_k = RN(c32 t), with s32, c32 the fp32 scale and cap. With a = s32/c32,
@@ -645,7 +646,9 @@ def _softcap_scores(S, A, rho, *, softcap, scale, d, tanh_err):
     own = abs(c32 - softcap) + softcap * np.minimum(aS * (b + a * g2), 2.0) + c32 * ea \
         + u * c32 * (np.minimum(1.0, np.abs(np.tanh(z)) + dz + 2.0 ** -50) + ea)
     prop = softcap * np.minimum(rho * a, 2.0)
-    return Sx, (own + prop + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY
+    # |t_kernel - tanh z| for the backward's 1 - t^2 (the same t = tanh.approx(y); |tanh'| <= 1)
+    dt = (np.minimum(dz + f64 / softcap, 2.0) + ea) * _F64_SAFETY
+    return Sx, (own + prop + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY, dt
 
 
 def _s_error(Q, K, g: _Gemm, gemm: str, first, last):

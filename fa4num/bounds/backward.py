@@ -1,0 +1,477 @@
+"""Per-element error bounds of FA4's attention backward (dq, dk, dv, dsink) against real-arithmetic gradients.
+
+An enclosure analysis (docs/bounds.md, section 7): for every quantity the kernel holds in fp32 the bound keeps an
+interval that contains it, evaluated in float64 next to the exact value. The recomputed P = ex2(fma(S, sl2, -lse
+log2 e)) and dS = RN(P RN(dP - D)) get intervals per element, which the casts to the 16-bit input format map to
+intervals of representable values (RN is monotone): where both ends round to one value, the kernel's 16-bit P or
+dS is known exactly, and its error enters the GEMMs dV = P^T dO, dK = scale dS^T Q, dQ = scale dS K with its
+sign. The GEMMs add the tensor-core model's chain error (fa4num.hw.mma, the forward bound's ``_Gemm``), the dQ
+atomics an error that holds for every order of the fp32 adds, and the final casts are bounded through the
+monotonicity of RN again. The kernel is never run.
+
+The exact gradients are those of the real attention of the given q, k, v (and sink) with the given dout, as
+:func:`fa4num.attention.reference.backward_fp64` evaluates them: the given ``out`` and ``lse`` are the kernel's
+inputs, whatever their own error (it is measured against the exact O and LSE, not assumed).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fa4num.attention import config, masking
+from fa4num.attention.backward import LOG2_E_F32, prepare
+from fa4num.attention.problem import Problem, given_or_plan
+from fa4num.hw import mufu_model
+
+from .attention import (_PTX_EX2_REL, _as_array, _delta_lambda, _gemm_model, _round_dir, _s_error,
+                        _scale_vanishes, _softcap_scores, _tanh_abs_error)
+from .exp2 import mufu_error_bounds
+
+__all__ = ["BackwardBound", "attention_backward_error_bound"]
+
+U = 2.0 ** -24
+TINY = 2.0 ** -149        # bound on one fp32 RN's absolute error in the subnormal range
+REL = U + 2.0 ** -50      # one fp32 RN, plus the float64 evaluation of the interval's end
+LOG2E = 1.0 / math.log(2.0)
+FTZ = 2.0 ** -126         # ex2.approx.ftz flushes results below this to 0
+
+
+@dataclass
+class BackwardBound:
+    """Bounds on ``|kernel - exact|`` for FA4's backward, per element.
+
+    Elements without a finite bound are +inf (docs/bounds.md, section 7.8): those a non-finite input reaches,
+    those an fp32 or 16-bit overflow can reach, and every element for a negative or vanishing softmax_scale;
+    their exact values are NaN where undefined (non-finite inputs).
+
+    Attributes
+    ----------
+    dq, dk, dv : numpy.ndarray
+        float64 bounds in q's, k's and v's shapes.
+    dq_exact, dk_exact, dv_exact : numpy.ndarray
+        The real-arithmetic gradients (float64; their evaluation error is inside the bound).
+    dsink, dsink_exact : numpy.ndarray or None
+        (heads,) bound and exact value of the learnable sink's gradient (None without a sink).
+    kernel : str
+    options : dict
+        The tile and models the bound used.
+    """
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    dq_exact: np.ndarray
+    dk_exact: np.ndarray
+    dv_exact: np.ndarray
+    dsink: np.ndarray | None
+    dsink_exact: np.ndarray | None
+    kernel: str
+    options: dict = field(repr=False, default_factory=dict)
+
+
+def _gamma(n, u=U):
+    """(1 + u)^n - 1 rounded up, elementwise."""
+    return np.expm1(np.asarray(n, np.float64) * math.log1p(u)) * (1 + 2.0 ** -30)
+
+
+def _chain(g, nch, absum, neta):
+    """Error of an accumulator that went through ``nch`` chained MMA steps over terms of absolute sum ``absum``
+    (fa4num.hw.mma model: per step gamma (|C| + sum |terms|) + eta), with ``neta`` steps' floors eta in all."""
+    nch = np.asarray(nch, np.float64)
+    growth = np.exp(nch * math.log1p(g.gamma))
+    return (np.expm1(nch * math.log1p(g.gamma)) * absum + np.asarray(neta, np.float64) * g.eta * growth) \
+        * (1 + 2.0 ** -30)
+
+
+def _widen(lo, hi, rel=REL, ab=TINY):
+    """The interval [lo, hi] after one fp32 RN of whatever it holds (|RN(x) - x| <= u |x| + 2^-149)."""
+    return lo - rel * np.abs(lo) - ab, hi + rel * np.abs(hi) + ab
+
+
+def _imul(alo, ahi, blo, bhi):
+    """Interval product (the four corners), widened by float64's own rounding."""
+    c = np.stack([alo * blo, alo * bhi, ahi * blo, ahi * bhi])
+    lo, hi = c.min(axis=0), c.max(axis=0)
+    return lo - 2.0 ** -52 * np.abs(lo), hi + 2.0 ** -52 * np.abs(hi)
+
+
+def _cast(lo, hi, dt):
+    """[lo, hi] (reals) -> the interval of dt values an fp32 value in [lo, hi] rounds to (cvt.rn: RN is
+    monotone; fp32 first, outward)."""
+    glo = _round_dir(lo, False).astype(dt).astype(np.float64)
+    ghi = _round_dir(hi, True).astype(dt).astype(np.float64)
+    return glo, ghi
+
+
+def _bound_of(c, r, exact, margin, dt):
+    """max |RN_dt(x) - exact| over fp32 x in [c - r, c + r], plus the exact value's evaluation margin."""
+    with np.errstate(invalid="ignore"):
+        glo, ghi = _cast(c - r, c + r, dt)
+        b = np.maximum(np.abs(glo - exact), np.abs(ghi - exact)) + margin
+    return np.where(np.isnan(b), np.inf, b) * (1 + 2.0 ** -40)
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """What every (sequence, head) shares."""
+    tile: object
+    gemm: str
+    g_s: object
+    g_dp: object
+    g_dkv: object
+    g_dq: object
+    s32: float
+    scale: float
+    sl2: float
+    lam: float
+    dlam: float
+    ex2_rel: float
+    softcap: float
+    tanh_err: object
+    window: masking.Window
+    dt: np.dtype
+    d: int
+    dv: int
+    dvp: int
+    causal: bool
+
+
+def _nch(g, gemm, k):
+    """MMA steps of a chain over k elements (one BLAS call per GEMM in the statistical mode)."""
+    return np.where(np.asarray(k) > 0, 1, 0) if gemm == "blas" else -(-np.asarray(k) // g.chunk)
+
+
+def _blocks(sq, sk, ctx):
+    """Per query row: the KV blocks whose dQ tile is added into its dQaccum; per key: the rows (a multiple of
+    tile_m) its KV block's dK/dV chain runs over (BlockInfo.get_m_block_min_max, masking.m_block_range)."""
+    tm, tn = ctx.tile.tile_m, ctx.tile.tile_n
+    nb = np.zeros(sq, np.int64)
+    rows = np.zeros(sk, np.int64)
+    for n in range(-(-sk // tn)):
+        m0, m1 = masking.m_block_range(n, tile_m=tm, tile_n=tn, seqlen_q=sq, seqlen_k=sk, window=ctx.window)
+        if m0 >= m1:
+            continue
+        nb[m0 * tm:min(m1 * tm, sq)] += 1
+        rows[n * tn:min(n * tn + tn, sk)] = (m1 - m0) * tm
+    return nb, rows
+
+
+def _head(Q, K, V, O, dO, lse, vis, first, last, sigma, ctx: _Ctx):
+    """One (sequence, head): per-element enclosures of the kernel's 16-bit P and dS, the exact P and dS, and
+    the per-row / per-key quantities the GEMMs and dsink need (docs/bounds.md, section 7, Lemmas 7.1-7.5)."""
+    sq, sk = vis.shape
+    d, dv = Q.shape[1], V.shape[1]
+    has = vis.any(axis=1)
+    # Lemma 7.1: S = Q K^T through the tensor-core chain (rho >= |S_kernel - S|, float64 evaluation included)
+    S, A, rho = _s_error(Q, K, ctx.g_s, ctx.gemm, first, last)
+    ovf = (A + rho) * max(1.0, ctx.s32 if ctx.softcap else 1.0) >= 2.0 ** 126
+    if ctx.softcap:
+        # score_mod before the mask (utils.create_softcap_scoremod): S' = cap tanh(S scale / cap), exponent
+        # multiplier LOG2_E; |t - tanh z| <= dt for the 1 - t^2 of the backward
+        z = S * (ctx.scale / ctx.softcap)
+        Sx, rho_x, _, dtanh = _softcap_scores(S, A, rho, softcap=ctx.softcap, scale=ctx.scale, d=d,
+                                              tanh_err=ctx.tanh_err)
+        mx_s = LOG2E * (d * 2.0 ** -52 * A * ctx.scale + 2.0 ** -50 * ctx.softcap * (1 + np.abs(z)))
+    else:
+        Sx, rho_x = S, rho
+        mx_s = ctx.lam * d * 2.0 ** -52 * A
+    # exact log2 weights and LSE (with the sink's logit), the real value of x* within mx of the float64 one
+    z2 = np.where(vis, ctx.lam * Sx, -np.inf)
+    zs = -np.inf if sigma is None else sigma * LOG2E
+    zmax = np.maximum(z2.max(axis=1, initial=-np.inf), zs)
+    zmax_f = np.where(np.isfinite(zmax), zmax, 0.0)
+    ssum = np.exp2(z2 - zmax_f[:, None]).sum(axis=1) + (0.0 if sigma is None else np.exp2(zs - zmax_f))
+    with np.errstate(divide="ignore"):
+        L2 = np.where(ssum > 0, zmax_f + np.log2(ssum), -np.inf)
+    nvis = vis.sum(axis=1)
+    Lm = np.where(vis, mx_s, 0.0).max(axis=1, initial=0.0) + (nvis + 4) * 2.0 ** -52 * (1 + np.abs(np.where(
+        np.isfinite(L2), L2, 0.0)))
+    L2f = np.where(np.isfinite(L2), L2, 0.0)
+    xs = np.where(vis, z2 - L2f[:, None], -np.inf)
+    mx = mx_s + (np.abs(np.where(vis, z2, 0.0)) + np.abs(L2f)[:, None] + 4) * 2.0 ** -51 + Lm[:, None]
+    # Lemma 7.2: the kernel's exponent x = RN(S sl2 - RN(lse LOG2_E)) (flash_bwd_preprocess.py lse_log2, the
+    # FFMA of mma_one_m_block), P = ex2.approx.ftz(x)
+    lse32 = np.asarray(lse, np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        l2 = np.where(lse32 == -np.inf, np.float32(0), lse32 * LOG2_E_F32).astype(np.float64)
+        dl2 = np.where(np.isfinite(L2), np.abs(l2 - L2f), 0.0)
+        dl2 = np.where(np.isnan(dl2), np.inf, dl2)
+    xabs = np.abs(np.where(vis, xs, 0.0))
+    e0 = ctx.sl2 * rho_x + ctx.dlam * np.abs(np.where(vis, Sx, 0.0)) + dl2[:, None] + mx
+    e = (e0 + U * (xabs + e0)) * (1 + 2.0 ** -40)
+    with np.errstate(over="ignore", invalid="ignore"):
+        plo = np.where(vis, np.exp2(xs - e) * (1 - ctx.ex2_rel) * (1 - 2.0 ** -50), 0.0)
+        phi = np.where(vis, np.exp2(xs + e) * (1 + ctx.ex2_rel) * (1 + 2.0 ** -50), 0.0)
+    plo = np.where(plo < FTZ, 0.0, plo)
+    ovf |= ~(phi < 2.0 ** 127)
+    pstar = np.where(vis, np.exp2(xs), 0.0)
+    mP = np.where(vis, np.expm1(mx * math.log(2)) + 2.0 ** -51, 0.0)         # relative margin of pstar
+    # Lemma 7.3: dP = dO V^T (sigma), D = rowsum(dO * O) (the preprocess: exact products, depth roundings)
+    dPs, Adp, sig = _s_error(dO, V, ctx.g_dp, ctx.gemm, first, last)
+    kblk = 128 if ctx.dvp % 128 == 0 else 64 if ctx.dvp % 64 == 0 else 32 if ctx.dvp % 32 == 0 else 16
+    depth = 8 * (ctx.dvp // kblk) + int(math.log2(kblk // 8))
+    OdO = O * dO
+    Dc = OdO.sum(axis=1)
+    aOdO = np.abs(OdO).sum(axis=1)
+    rD = _gamma(depth) * aOdO + ctx.dvp * TINY + dv * 2.0 ** -52 * aOdO
+    Dstar = (pstar * dPs).sum(axis=1)
+    mD = (pstar * (mP * np.abs(dPs) + (1 + mP) * dv * 2.0 ** -51 * Adp)).sum(axis=1) \
+        + (nvis + 2) * 2.0 ** -52 * (pstar * np.abs(dPs)).sum(axis=1)
+    ovf |= (np.abs(dPs) + sig >= 2.0 ** 126) | ((np.abs(Dc) + rD) >= 2.0 ** 126)[:, None]
+    # Lemma 7.4: dS = RN(P RN(dP - D)) (then RN(dS fma(-t, t, 1)) under a soft cap)
+    dc = dPs - Dc[:, None]
+    dr = sig + rD[:, None] + 2.0 ** -52 * (np.abs(dPs) + np.abs(Dc)[:, None])
+    dr = dr + U * (np.abs(dc) + dr) + TINY
+    with np.errstate(invalid="ignore", over="ignore"):
+        ylo, yhi = _widen(*_imul(plo, phi, dc - dr, dc + dr))
+        delta = dPs - Dstar[:, None]
+        dsx = pstar * delta
+        mS = pstar * (mP * np.abs(delta) + (1 + mP) * (dv * 2.0 ** -51 * Adp + mD[:, None]
+                                                         + 2.0 ** -52 * np.abs(delta)))
+        if ctx.softcap:
+            tz = np.tanh(z)
+            f = 1 - tz * tz
+            ta_lo, ta_hi = np.maximum(np.abs(tz) - dtanh, 0.0), np.abs(tz) + dtanh
+            flo, fhi = _widen(1 - ta_hi * ta_hi, 1 - ta_lo * ta_lo)
+            ylo, yhi = _widen(*_imul(ylo, yhi, flo, fhi))
+            mS = mS * f + np.abs(dsx) * 2 * (d * 2.0 ** -52 * A * ctx.scale / ctx.softcap + 2.0 ** -50)
+            dsx = dsx * f
+    ylo, yhi = np.where(vis, ylo, 0.0), np.where(vis, yhi, 0.0)
+    # Lemma 7.5: the 16-bit copies (utils.cvt_f16, RN): intervals of representable values
+    with np.errstate(invalid="ignore", over="ignore"):
+        Pl, Ph = _cast(plo, np.minimum(phi, 2.0 ** 128), ctx.dt)
+        Sl, Sh = _cast(ylo, yhi, ctx.dt)
+    badP = ovf | ~(np.isfinite(Pl) & np.isfinite(Ph))
+    badS = ovf | ~(np.isfinite(Sl) & np.isfinite(Sh))
+    badP &= vis
+    badS &= vis
+    cP, rP = np.where(badP, 0.0, (Pl + Ph) / 2), np.where(badP, 0.0, (Ph - Pl) / 2)
+    cS, rS = np.where(badS, 0.0, (Sl + Sh) / 2), np.where(badS, 0.0, (Sh - Sl) / 2)
+    mS = np.where(vis, mS, 0.0)
+    dsx = np.where(vis, dsx, 0.0)
+    sink = None
+    if sigma is not None:
+        # dsink's term per row (flash_bwd_postprocess.py dsink_row_term): -p D with p = ex2(RN(RN(sink - lse)
+        # LOG2_E)), 1 for lse = -inf
+        xss = zs - L2f
+        ps = np.exp2(xss)
+        sl = np.abs(sigma - lse32.astype(np.float64))
+        es0 = float(LOG2_E_F32) * (U * sl + dl2 / LOG2E + Lm / LOG2E) + abs(float(LOG2_E_F32) - LOG2E) * (
+            sl + dl2 / LOG2E + Lm / LOG2E)
+        es = (es0 + U * (np.abs(xss) + es0)) * (1 + 2.0 ** -40)
+        with np.errstate(over="ignore", invalid="ignore"):
+            qlo = np.exp2(xss - es) * (1 - ctx.ex2_rel) * (1 - 2.0 ** -50)
+            qhi = np.exp2(xss + es) * (1 + ctx.ex2_rel) * (1 + 2.0 ** -50)
+        qlo = np.where(qlo < FTZ, 0.0, qlo)
+        inf_lse = lse32 == -np.inf
+        qlo, qhi = np.where(inf_lse, 1.0, qlo), np.where(inf_lse, 1.0, qhi)
+        tlo, thi = _imul(-qhi, -qlo, Dc - rD, Dc + rD)
+        mps = np.expm1(Lm * math.log(2)) + 2.0 ** -51
+        sink = dict(lo=tlo, hi=thi, exact=-ps * Dstar, margin=ps * (mps * np.abs(Dstar) + (1 + mps) * mD),
+                    bad=~(np.isfinite(tlo) & np.isfinite(thi)))
+    return dict(cP=cP, rP=rP, cS=cS, rS=rS, badP=badP, badS=badS, pstar=pstar, mP=mP * pstar, dsx=dsx, mS=mS,
+                has=has, sink=sink)
+
+
+def _gemms(hd, Q, K, dO, nb, rows, ctx: _Ctx):
+    """The three GEMMs of one head on the enclosures (center c, radius r): dV's and dK's fp32 accumulators per
+    key (before the GQA sum and the scale), dQ's dQaccum per row (Lemma 7.6), with the exact values."""
+    cP, rP, cS, rS = hd["cP"], hd["rP"], hd["cS"], hd["rS"]
+    aO, aQ, aK = np.abs(dO), np.abs(Q), np.abs(K)
+    sq = Q.shape[0]
+    nk = _nch(ctx.g_dkv, ctx.gemm, rows)[:, None]
+    f64k = (sq + 4) * 2.0 ** -52
+    ab = (np.abs(cP) + rP).T @ aO
+    dv = (cP.T @ dO, rP.T @ aO + _chain(ctx.g_dkv, nk, ab, nk) + f64k * ab)
+    ab = (np.abs(cS) + rS).T @ aQ
+    dk = (cS.T @ Q, rS.T @ aQ + _chain(ctx.g_dkv, nk, ab, nk) + f64k * ab)
+    # dQ: per KV block a chain of ceil(tile_n / L) steps from zero, then nb fp32 adds in any order
+    sk = K.shape[0]
+    nq = int(_nch(ctx.g_dq, ctx.gemm, ctx.tile.tile_n))
+    ab = (np.abs(cS) + rS) @ aK
+    ch = _chain(ctx.g_dq, nq, ab, (nb * nq)[:, None])
+    dq = (cS @ K, rS @ aK + ch + _gamma(nb)[:, None] * (ab + ch) + (sk + 4) * 2.0 ** -52 * ab)
+    ex_dv = hd["pstar"].T @ dO
+    ex_dk = hd["dsx"].T @ Q
+    ex_dq = hd["dsx"] @ K
+    m_dv = hd["mP"].T @ aO + f64k * (hd["pstar"].T @ aO)
+    m_dk = hd["mS"].T @ aQ + f64k * (np.abs(hd["dsx"]).T @ aQ)
+    m_dq = hd["mS"] @ aK + (sk + 4) * 2.0 ** -52 * (np.abs(hd["dsx"]) @ aK)
+    return dv, dk, dq, (ex_dv, m_dv), (ex_dk, m_dk), (ex_dq, m_dq)
+
+
+def attention_backward_error_bound(q=None, k=None, v=None, out=None, dout=None, lse=None, *,
+                                   problem: Problem | None = None, **fa4_args) -> BackwardBound:
+    """Rigorous per-element bounds on FA4's backward ``|dq - dq_exact|``, ``|dk - dk_exact|``, ``|dv - dv_exact|``
+    (and ``|dsink - dsink_exact|``), the exact values being the real-arithmetic gradients of the given inputs.
+
+    The bound holds for whatever bits the kernel produces within its hardware models (fa4num.hw.mma tensor
+    cores, the measured MUFU ex2 tables) and for every order of the dQ atomics (``deterministic`` either way; with
+    GQA also of the dK/dV head adds). Derivation: docs/bounds.md, section 7.
+
+    Parameters
+    ----------
+    q, k, v, out, dout, lse
+        As :func:`fa4num.attention.backward` takes them: FA4's layouts, the forward's output and LSE (whatever
+        produced them; their error is measured, not assumed) and the incoming gradient.
+    problem : Problem, optional
+        ``plan(q, k, v, **fa4_args)`` already made (then only out, dout, lse).
+    **fa4_args
+        FA4's arguments and the backward's knobs, resolved by the forward's own :func:`fa4num.attention.plan`
+        and checked by :func:`fa4num.attention.backward.prepare` (what the backward refuses, this refuses);
+        ``seqused_q``/``seqused_k`` are refused (not modelled).
+
+    Returns
+    -------
+    BackwardBound
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes
+    >>> from fa4num.attention import backward, forward
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v, do = (rng.standard_normal((1, 64, 1, 64)).astype(ml_dtypes.bfloat16) for _ in range(4))
+    >>> fw = forward(q, k, v)
+    >>> b = attention_backward_error_bound(q, k, v, fw.out, do, fw.lse)
+    >>> g = backward(q, k, v, fw.out, do, fw.lse)
+    >>> bool((np.abs(g.dq.astype(np.float64) - b.dq_exact) <= b.dq).all())
+    True
+    """
+    problem = given_or_plan(problem, q, k, v, fa4_args, who="attention_backward_error_bound")
+    if problem.seqused_q is not None or problem.seqused_k is not None:
+        raise ValueError("seqused_q/seqused_k: not modelled by attention_backward_error_bound")
+    oa, doa, lsea, tile = prepare(problem, out, dout, lse)
+    qa, ka, va = _as_array(problem.q, "q"), _as_array(problem.k, "k"), _as_array(problem.v, "v")
+    kern, opts = problem.kernel, problem.opts
+    scale, softcap = problem.softmax_scale, problem.softcap
+    s32 = float(problem.softmax_scale_f32)
+    gemm = config.GEMM_IMPL[opts.gemm][0]
+    arch, dtn = kern.accumulator, problem.dtype
+    d, dvd = problem.head_dim, problem.head_dim_v
+    rows_max = max(16, -(-(qa.shape[-3] if not problem.varlen else qa.shape[0]) // tile.tile_m) * tile.tile_m)
+    if mufu_model(opts.mufu_arch).exact("ex2"):
+        ex2_rel = mufu_error_bounds(opts.mufu_arch).ex2_relative
+    else:                                   # the statistical mode's libm: PTX's documented bound
+        ex2_rel = _PTX_EX2_REL
+    with np.errstate(over="ignore"):
+        sl2, lam, dlam, _ = _delta_lambda(1.0 if softcap else scale)
+    ctx = _Ctx(tile=tile, gemm=gemm, g_s=_gemm_model(gemm, arch, dtn, d), g_dp=_gemm_model(gemm, arch, dtn, dvd),
+               g_dkv=_gemm_model(gemm, arch, dtn, rows_max), g_dq=_gemm_model(gemm, arch, dtn, tile.tile_n),
+               s32=s32, scale=scale, sl2=abs(sl2), lam=lam, dlam=dlam,
+               ex2_rel=ex2_rel, softcap=softcap, tanh_err=_tanh_abs_error(opts.mufu_arch) if softcap else None,
+               window=problem.window, dt=qa.dtype, d=d, dv=dvd,
+               dvp=-(-dvd // tile.hdim_multiple_of) * tile.hdim_multiple_of, causal=problem.window.causal)
+    # no finite bound at all: masked scores give -inf * sl2 = NaN or +inf in the exponent (docs/bounds.md, 7.8)
+    unbounded = scale < 0 and not softcap or _scale_vanishes(scale, softcap)
+    f64 = [np.asarray(x).astype(np.float64) for x in (qa, ka, va, oa, doa)]
+    shapes = [x.shape for x in f64[:3]]
+    res = {n: np.zeros(s) for n, s in zip(("dq", "dk", "dv"), shapes)}
+    ex = {n: np.zeros(s) for n, s in zip(("dq", "dk", "dv"), shapes)}
+    h, hk = problem.heads, problem.heads_kv
+    g = h // hk
+    sink = problem.sink
+    nthr = 128 if tile.dQ_single_wg else kern.dq_postprocess_threads
+    sink_terms = [[] for _ in range(h)]
+    if problem.varlen:
+        cq, ck = problem.cu_seqlens_q, problem.cu_seqlens_k
+        seqs = [((slice(cq[i], cq[i + 1]),), (slice(ck[i], ck[i + 1]),), (lambda hh, s_=slice(cq[i], cq[i + 1]):
+                                                                             (hh, s_))) for i in range(cq.size - 1)]
+    else:
+        seqs = [((b,), (b,), (lambda hh, b=b: (b, hh))) for b in range(qa.shape[0])]
+    with np.errstate(invalid="ignore", over="ignore"):
+        for qi, ki, li in seqs:
+            Qs, Ks, Vs, Os, dOs = f64[0][qi], f64[1][ki], f64[2][ki], f64[3][qi], f64[4][qi]
+            sq, sk = Qs.shape[0], Ks.shape[0]
+            if sq == 0:
+                continue
+            vis = np.broadcast_to(masking.visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq,
+                                                  seqlen_k=sk, window=problem.window), (sq, sk))
+            any_ = vis.any(axis=1)
+            first = np.where(any_, vis.argmax(axis=1), 0).astype(np.int64)
+            last = np.where(any_, sk - 1 - vis[:, ::-1].argmax(axis=1), -1).astype(np.int64)
+            nb, rows = _blocks(sq, sk, ctx)
+            acc = {n: [np.zeros((sk, x)), np.zeros((sk, x)), np.zeros((sk, x)), np.zeros((sk, x)),
+                       np.zeros((sk, x)), np.zeros(sk, bool), np.zeros(sk, bool)] for n, x in (("dk", d), ("dv", dvd))}
+            for hh in range(h):
+                kv = hh // g
+                Q, K, V, O, dO = Qs[:, hh], Ks[:, kv], Vs[:, kv], Os[:, hh], dOs[:, hh]
+                finite = all(np.isfinite(x).all() for x in (Q, K, V, O, dO))
+                if not finite:
+                    Q, K, V, O, dO = (np.where(np.isfinite(x), x, 0.0) for x in (Q, K, V, O, dO))
+                lse_h = np.asarray(lsea[li(hh)], np.float32)
+                finite &= bool((~np.isnan(lse_h) & (lse_h < np.inf)).all())
+                hd = _head(Q, K, V, O, dO, np.where(np.isnan(lse_h) | (lse_h == np.inf), 0, lse_h), vis, first,
+                           last, None if sink is None else float(sink[hh]), ctx)
+                dvv, dkk, dqq, exv, exk, exq = _gemms(hd, Q, K, dO, nb, rows, ctx)
+                # dQ: RN(dQaccum * scale) (flash_bwd_postprocess.py), then the cast
+                c, r = dqq[0] * s32, dqq[1] * s32
+                r = r + U * (np.abs(c) + r) + TINY
+                bq = _bound_of(c, r, exq[0] * scale, exq[1] * abs(scale) + 2.0 ** -52 * np.abs(exq[0] * scale),
+                               ctx.dt)
+                bq[hd["badS"].any(axis=1)] = np.inf
+                if not finite:
+                    bq[:] = np.inf
+                res["dq"][qi][:, hh] = bq
+                ex["dq"][qi][:, hh] = exq[0] * scale if finite else np.nan
+                for n, (gc, gr), (e_, m_), bad in (("dk", dkk, exk, hd["badS"]), ("dv", dvv, exv, hd["badP"])):
+                    a = acc[n]
+                    a[0] += gc
+                    a[1] += gr
+                    a[2] += np.abs(gc) + gr
+                    a[3] += e_
+                    a[4] += m_
+                    a[5] |= bad.any(axis=0) | (not finite)
+                    a[6] |= not finite
+                if hd["sink"] is not None:
+                    sink_terms[hh].append((hd["sink"], finite))
+                if (hh + 1) % g:
+                    continue
+                # the group's heads are summed in fp32 (dK/dVaccum, any order; none without GQA), dK scaled
+                for n in ("dk", "dv"):
+                    c, r, aab, e_, m_, bad, _ = acc[n]
+                    if g > 1:
+                        r = r + _gamma(g - 1) * aab + 2.0 ** -50 * aab
+                    fac = s32 if n == "dk" else 1.0
+                    xs = scale if n == "dk" else 1.0
+                    c, r = c * fac, r * fac
+                    if n == "dk":
+                        r = r + U * (np.abs(c) + r) + TINY
+                    b = _bound_of(c, r, e_ * xs, m_ * abs(xs) + 2.0 ** -52 * np.abs(e_ * xs), ctx.dt)
+                    b[bad] = np.inf
+                    res[n][ki][:, kv] = b
+                    ex[n][ki][:, kv] = np.where(acc[n][6][:, None], np.nan, e_ * xs)
+                    for arr in acc[n][:5]:
+                        arr[...] = 0
+                    acc[n][5][...] = False
+                    acc[n][6][...] = False
+    dsink = dsink_x = None
+    if sink is not None:
+        dsink, dsink_x = np.zeros(h), np.zeros(h)
+        sdt = np.dtype(problem.sink_dtype)
+        for hh in range(h):
+            parts = sink_terms[hh]
+            lo = np.concatenate([p["lo"] for p, _ in parts])
+            hi = np.concatenate([p["hi"] for p, _ in parts])
+            c, r = (lo + hi) / 2, (hi - lo) / 2
+            depth = sum(-(-p["lo"].size // nthr) for p, _ in parts) + 10
+            tot_c, tot_r = c.sum(), r.sum() + _gamma(depth) * np.maximum(np.abs(lo), np.abs(hi)).sum() \
+                + lo.size * 2.0 ** -52 * np.abs(c).sum() + (lo.size + 10) * TINY
+            e_ = sum(p["exact"].sum() for p, _ in parts)
+            m_ = sum(p["margin"].sum() for p, _ in parts) + lo.size * 2.0 ** -52 * sum(np.abs(p["exact"]).sum()
+                                                                                        for p, _ in parts)
+            glo = _round_dir(np.array([tot_c - tot_r]), False).astype(sdt).astype(np.float64)
+            ghi = _round_dir(np.array([tot_c + tot_r]), True).astype(sdt).astype(np.float64)
+            b = float(max(abs(glo[0] - e_), abs(ghi[0] - e_)) + m_) * (1 + 2.0 ** -40)
+            ok = all(f for _, f in parts) and not any(p["bad"].any() for p, _ in parts) and math.isfinite(b)
+            dsink[hh] = b if ok else math.inf
+            dsink_x[hh] = e_
+    if unbounded:
+        for a in res.values():
+            a[...] = np.inf
+        if dsink is not None:
+            dsink[...] = np.inf
+    used = {"tile_m": tile.tile_m, "tile_n": tile.tile_n, "cta_group": tile.cta_group, "gemm": gemm,
+            "accumulator": arch, "mufu_arch": opts.mufu_arch, "ex2_relative": ex2_rel}
+    return BackwardBound(res["dq"], res["dk"], res["dv"], ex["dq"], ex["dk"], ex["dv"], dsink, dsink_x,
+                         kern.name, used)
