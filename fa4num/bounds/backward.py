@@ -19,14 +19,15 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit, prange
 
 from fa4num.attention import config, masking
 from fa4num.attention.backward import LOG2_E_F32, prepare
 from fa4num.attention.problem import Problem, given_or_plan
 from fa4num.hw import mufu_model
 
-from .attention import (_PTX_EX2_REL, _as_array, _delta_lambda, _gemm_model, _round_dir, _s_error,
-                        _scale_vanishes, _softcap_scores, _tanh_abs_error)
+from .attention import (_PTX_EX2_REL, P_FORMATS, _as_array, _delta_lambda, _gemm_model, _rn_format, _round_dir,
+                        _s_error, _scale_vanishes, _softcap_scores, _tanh_abs_error)
 from .exp2 import mufu_error_bounds
 
 __all__ = ["BackwardBound", "attention_backward_error_bound"]
@@ -131,6 +132,7 @@ class _Ctx:
     tanh_err: object
     window: masking.Window
     dt: np.dtype
+    dtn: str
     d: int
     dv: int
     dvp: int
@@ -157,56 +159,170 @@ def _blocks(sq, sk, ctx):
     return nb, rows
 
 
-def _head(Q, K, V, O, dO, lse, vis, first, last, sigma, ctx: _Ctx):
+@njit(cache=True, nogil=True, inline="always")
+def _rn16(x, u_p, ulp_min, pmax):
+    """RN of the real x to the 16-bit format (cvt.rn; monotone), +-inf past its largest finite value."""
+    g = _rn_format(abs(x), u_p, ulp_min)
+    if g > pmax:
+        g = np.inf
+    return -g if x < 0 else g
+
+
+@njit(inline="always")
+def _corners(alo, ahi, blo, bhi):
+    """Interval product, widened by float64's rounding (2^-52) and one fp32 RN (REL, TINY)."""
+    c1, c2, c3, c4 = alo * blo, alo * bhi, ahi * blo, ahi * bhi
+    lo = min(min(c1, c2), min(c3, c4))
+    hi = max(max(c1, c2), max(c3, c4))
+    lo -= 2.0 ** -52 * abs(lo)
+    hi += 2.0 ** -52 * abs(hi)
+    return lo - (2.0 ** -24 + 2.0 ** -50) * abs(lo) - 2.0 ** -149, hi + (2.0 ** -24 + 2.0 ** -50) * abs(hi) + 2.0 ** -149
+
+
+@njit(parallel=True, cache=True)
+def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2, dlam, ex2_rel, ovf_fac, d, dv,
+             softcap, z, dtanh, scale_cap, u_p, ulp_min, pmax):
+    """Per visible element (docs/bounds.md, section 7, Lemmas 7.2-7.5), one row per task: the exact log2 LSE
+    L2 (logsumexp of lam Sx with the sink's logit zs) and its margin Lm, P* = 2^(lam Sx - L2) and D* = sum P* dP*;
+    the enclosure [plo, phi] of the kernel's fp32 P = ex2.approx.ftz(RN(S sl2 - l2)), of RN(dP - D), of
+    dS = RN(P RN(dP - D)) (times RN(1 - t^2) under a soft cap), and the 16-bit values they round to, as centre and
+    radius (0 where the value is known exactly); bad where the kernel's fp32 or 16-bit arithmetic can overflow."""
+    sq, sk = Sx.shape
+    u = 2.0 ** -24
+    ln2 = math.log(2.0)
+    cP = np.zeros((sq, sk))
+    rP = np.zeros((sq, sk))
+    cS = np.zeros((sq, sk))
+    rS = np.zeros((sq, sk))
+    pst = np.zeros((sq, sk))
+    mPa = np.zeros((sq, sk))
+    dsx = np.zeros((sq, sk))
+    mS = np.zeros((sq, sk))
+    badP = np.zeros((sq, sk), np.bool_)
+    badS = np.zeros((sq, sk), np.bool_)
+    L2o = np.full(sq, -np.inf)
+    Lmo = np.zeros(sq)
+    dl2o = np.zeros(sq)
+    Dso = np.zeros(sq)
+    mDo = np.zeros(sq)
+    for i in prange(sq):
+        a, b = first[i], last[i]
+        zmax = zs
+        mxm = 0.0
+        for j in range(a, b + 1):
+            zmax = max(zmax, lam * Sx[i, j])
+            if softcap > 0:
+                mxs = (d * 2.0 ** -52 * A[i, j] * scale_cap * softcap + 2.0 ** -50 * softcap * (1 + abs(z[i, j]))) \
+                    / ln2
+            else:
+                mxs = lam * d * 2.0 ** -52 * A[i, j]
+            mxm = max(mxm, mxs)
+        if not math.isfinite(zmax):
+            continue
+        ssum = math.exp2(zs - zmax) if zs > -np.inf else 0.0
+        for j in range(a, b + 1):
+            ssum += math.exp2(lam * Sx[i, j] - zmax)
+        L2 = zmax + math.log2(ssum)
+        nvis = max(b - a + 1, 0)
+        Lm = mxm + (nvis + 4) * 2.0 ** -52 * (1 + abs(L2))
+        dl2 = abs(l2[i] - L2)
+        if math.isnan(dl2):
+            dl2 = np.inf
+        L2o[i], Lmo[i], dl2o[i] = L2, Lm, dl2
+        Ds = 0.0
+        mDs = 0.0
+        aPd = 0.0
+        for j in range(a, b + 1):
+            zz = lam * Sx[i, j]
+            if softcap > 0:
+                mxs = (d * 2.0 ** -52 * A[i, j] * scale_cap * softcap + 2.0 ** -50 * softcap * (1 + abs(z[i, j]))) \
+                    / ln2
+            else:
+                mxs = lam * d * 2.0 ** -52 * A[i, j]
+            mx = mxs + (abs(zz) + abs(L2) + 4) * 2.0 ** -51 + Lm
+            p = math.exp2(zz - L2)
+            mp = math.expm1(mx * ln2) + 2.0 ** -51
+            pst[i, j] = p
+            mPa[i, j] = mx          # the exponent's float64 margin for now, P*'s absolute margin below
+            Ds += p * dPs[i, j]
+            mDs += p * (mp * abs(dPs[i, j]) + (1 + mp) * dv * 2.0 ** -51 * Adp[i, j])
+            aPd += p * abs(dPs[i, j])
+        mD = mDs + (nvis + 2) * 2.0 ** -52 * aPd
+        Dso[i], mDo[i] = Ds, mD
+        dci = Dc[i]
+        for j in range(a, b + 1):
+            zz = lam * Sx[i, j]
+            xs = zz - L2
+            p = pst[i, j]
+            mx = mPa[i, j]
+            mp = math.expm1(mx * ln2) + 2.0 ** -51
+            e0 = sl2 * rho_x[i, j] + dlam * abs(Sx[i, j]) + dl2 + mx
+            e = (e0 + u * (abs(xs) + e0)) * (1 + 2.0 ** -40)
+            plo = math.exp2(xs - e) * (1 - ex2_rel) * (1 - 2.0 ** -50)
+            phi = math.exp2(xs + e) * (1 + ex2_rel) * (1 + 2.0 ** -50)
+            if plo < 2.0 ** -126:
+                plo = 0.0
+            ovf = (A[i, j] + rho_x[i, j]) * ovf_fac >= 2.0 ** 126 or not phi < 2.0 ** 127 \
+                or abs(dPs[i, j]) + sig[i, j] >= 2.0 ** 126 or abs(dci) + rD[i] >= 2.0 ** 126
+            dc = dPs[i, j] - dci
+            dr = sig[i, j] + rD[i] + 2.0 ** -52 * (abs(dPs[i, j]) + abs(dci))
+            dr = dr + u * (abs(dc) + dr) + 2.0 ** -149
+            ylo, yhi = _corners(plo, phi, dc - dr, dc + dr)
+            delta = dPs[i, j] - Ds
+            ds = p * delta
+            ms = p * (mp * abs(delta) + (1 + mp) * (dv * 2.0 ** -51 * Adp[i, j] + mD + 2.0 ** -52 * abs(delta)))
+            if softcap > 0:
+                tz = math.tanh(z[i, j])
+                f = 1 - tz * tz
+                ta_lo = max(abs(tz) - dtanh[i, j], 0.0)
+                ta_hi = abs(tz) + dtanh[i, j]
+                flo = 1 - ta_hi * ta_hi
+                fhi = 1 - ta_lo * ta_lo
+                flo -= (u + 2.0 ** -50) * abs(flo) + 2.0 ** -149
+                fhi += (u + 2.0 ** -50) * abs(fhi) + 2.0 ** -149
+                ylo, yhi = _corners(ylo, yhi, flo, fhi)
+                ms = ms * f + abs(ds) * 2 * (d * 2.0 ** -52 * A[i, j] * scale_cap + 2.0 ** -50)
+                ds = ds * f
+            dsx[i, j] = ds
+            mS[i, j] = ms
+            mPa[i, j] = mp * p
+            pl = _rn16(plo, u_p, ulp_min, pmax)
+            ph = _rn16(min(phi, 2.0 ** 128), u_p, ulp_min, pmax)
+            sl = _rn16(ylo, u_p, ulp_min, pmax)
+            sh = _rn16(yhi, u_p, ulp_min, pmax)
+            bp = ovf or not (abs(pl) <= pmax and abs(ph) <= pmax)
+            bs = ovf or not (abs(sl) <= pmax and abs(sh) <= pmax)
+            badP[i, j] = bp
+            badS[i, j] = bs
+            if not bp:
+                cP[i, j] = (pl + ph) / 2
+                rP[i, j] = (ph - pl) / 2
+            if not bs:
+                cS[i, j] = (sl + sh) / 2
+                rS[i, j] = (sh - sl) / 2
+    return cP, rP, cS, rS, pst, mPa, dsx, mS, badP, badS, L2o, Lmo, dl2o, Dso, mDo
+
+
+def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
     """One (sequence, head): per-element enclosures of the kernel's 16-bit P and dS, the exact P and dS, and
     the per-row / per-key quantities the GEMMs and dsink need (docs/bounds.md, section 7, Lemmas 7.1-7.5)."""
-    sq, sk = vis.shape
     d, dv = Q.shape[1], V.shape[1]
-    has = vis.any(axis=1)
     # Lemma 7.1: S = Q K^T through the tensor-core chain (rho >= |S_kernel - S|, float64 evaluation included)
     S, A, rho = _s_error(Q, K, ctx.g_s, ctx.gemm, first, last)
-    ovf = (A + rho) * max(1.0, ctx.s32 if ctx.softcap else 1.0) >= 2.0 ** 126
+    one = np.zeros((1, 1))
     if ctx.softcap:
         # score_mod before the mask (utils.create_softcap_scoremod): S' = cap tanh(S scale / cap), exponent
         # multiplier LOG2_E; |t - tanh z| <= dt for the 1 - t^2 of the backward
         z = S * (ctx.scale / ctx.softcap)
         Sx, rho_x, _, dtanh = _softcap_scores(S, A, rho, softcap=ctx.softcap, scale=ctx.scale, d=d,
                                               tanh_err=ctx.tanh_err)
-        mx_s = LOG2E * (d * 2.0 ** -52 * A * ctx.scale + 2.0 ** -50 * ctx.softcap * (1 + np.abs(z)))
     else:
-        Sx, rho_x = S, rho
-        mx_s = ctx.lam * d * 2.0 ** -52 * A
-    # exact log2 weights and LSE (with the sink's logit), the real value of x* within mx of the float64 one
-    z2 = np.where(vis, ctx.lam * Sx, -np.inf)
-    zs = -np.inf if sigma is None else sigma * LOG2E
-    zmax = np.maximum(z2.max(axis=1, initial=-np.inf), zs)
-    zmax_f = np.where(np.isfinite(zmax), zmax, 0.0)
-    ssum = np.exp2(z2 - zmax_f[:, None]).sum(axis=1) + (0.0 if sigma is None else np.exp2(zs - zmax_f))
-    with np.errstate(divide="ignore"):
-        L2 = np.where(ssum > 0, zmax_f + np.log2(ssum), -np.inf)
-    nvis = vis.sum(axis=1)
-    Lm = np.where(vis, mx_s, 0.0).max(axis=1, initial=0.0) + (nvis + 4) * 2.0 ** -52 * (1 + np.abs(np.where(
-        np.isfinite(L2), L2, 0.0)))
-    L2f = np.where(np.isfinite(L2), L2, 0.0)
-    xs = np.where(vis, z2 - L2f[:, None], -np.inf)
-    mx = mx_s + (np.abs(np.where(vis, z2, 0.0)) + np.abs(L2f)[:, None] + 4) * 2.0 ** -51 + Lm[:, None]
+        Sx, rho_x, z, dtanh = S, rho, one, one
     # Lemma 7.2: the kernel's exponent x = RN(S sl2 - RN(lse LOG2_E)) (flash_bwd_preprocess.py lse_log2, the
     # FFMA of mma_one_m_block), P = ex2.approx.ftz(x)
     lse32 = np.asarray(lse, np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         l2 = np.where(lse32 == -np.inf, np.float32(0), lse32 * LOG2_E_F32).astype(np.float64)
-        dl2 = np.where(np.isfinite(L2), np.abs(l2 - L2f), 0.0)
-        dl2 = np.where(np.isnan(dl2), np.inf, dl2)
-    xabs = np.abs(np.where(vis, xs, 0.0))
-    e0 = ctx.sl2 * rho_x + ctx.dlam * np.abs(np.where(vis, Sx, 0.0)) + dl2[:, None] + mx
-    e = (e0 + U * (xabs + e0)) * (1 + 2.0 ** -40)
-    with np.errstate(over="ignore", invalid="ignore"):
-        plo = np.where(vis, np.exp2(xs - e) * (1 - ctx.ex2_rel) * (1 - 2.0 ** -50), 0.0)
-        phi = np.where(vis, np.exp2(xs + e) * (1 + ctx.ex2_rel) * (1 + 2.0 ** -50), 0.0)
-    plo = np.where(plo < FTZ, 0.0, plo)
-    ovf |= ~(phi < 2.0 ** 127)
-    pstar = np.where(vis, np.exp2(xs), 0.0)
-    mP = np.where(vis, np.expm1(mx * math.log(2)) + 2.0 ** -51, 0.0)         # relative margin of pstar
     # Lemma 7.3: dP = dO V^T (sigma), D = rowsum(dO * O) (the preprocess: exact products, depth roundings)
     dPs, Adp, sig = _s_error(dO, V, ctx.g_dp, ctx.gemm, first, last)
     kblk = 128 if ctx.dvp % 128 == 0 else 64 if ctx.dvp % 64 == 0 else 32 if ctx.dvp % 32 == 0 else 16
@@ -215,41 +331,13 @@ def _head(Q, K, V, O, dO, lse, vis, first, last, sigma, ctx: _Ctx):
     Dc = OdO.sum(axis=1)
     aOdO = np.abs(OdO).sum(axis=1)
     rD = _gamma(depth) * aOdO + ctx.dvp * TINY + dv * 2.0 ** -52 * aOdO
-    Dstar = (pstar * dPs).sum(axis=1)
-    mD = (pstar * (mP * np.abs(dPs) + (1 + mP) * dv * 2.0 ** -51 * Adp)).sum(axis=1) \
-        + (nvis + 2) * 2.0 ** -52 * (pstar * np.abs(dPs)).sum(axis=1)
-    ovf |= (np.abs(dPs) + sig >= 2.0 ** 126) | ((np.abs(Dc) + rD) >= 2.0 ** 126)[:, None]
-    # Lemma 7.4: dS = RN(P RN(dP - D)) (then RN(dS fma(-t, t, 1)) under a soft cap)
-    dc = dPs - Dc[:, None]
-    dr = sig + rD[:, None] + 2.0 ** -52 * (np.abs(dPs) + np.abs(Dc)[:, None])
-    dr = dr + U * (np.abs(dc) + dr) + TINY
-    with np.errstate(invalid="ignore", over="ignore"):
-        ylo, yhi = _widen(*_imul(plo, phi, dc - dr, dc + dr))
-        delta = dPs - Dstar[:, None]
-        dsx = pstar * delta
-        mS = pstar * (mP * np.abs(delta) + (1 + mP) * (dv * 2.0 ** -51 * Adp + mD[:, None]
-                                                         + 2.0 ** -52 * np.abs(delta)))
-        if ctx.softcap:
-            tz = np.tanh(z)
-            f = 1 - tz * tz
-            ta_lo, ta_hi = np.maximum(np.abs(tz) - dtanh, 0.0), np.abs(tz) + dtanh
-            flo, fhi = _widen(1 - ta_hi * ta_hi, 1 - ta_lo * ta_lo)
-            ylo, yhi = _widen(*_imul(ylo, yhi, flo, fhi))
-            mS = mS * f + np.abs(dsx) * 2 * (d * 2.0 ** -52 * A * ctx.scale / ctx.softcap + 2.0 ** -50)
-            dsx = dsx * f
-    ylo, yhi = np.where(vis, ylo, 0.0), np.where(vis, yhi, 0.0)
-    # Lemma 7.5: the 16-bit copies (utils.cvt_f16, RN): intervals of representable values
-    with np.errstate(invalid="ignore", over="ignore"):
-        Pl, Ph = _cast(plo, np.minimum(phi, 2.0 ** 128), ctx.dt)
-        Sl, Sh = _cast(ylo, yhi, ctx.dt)
-    badP = ovf | ~(np.isfinite(Pl) & np.isfinite(Ph))
-    badS = ovf | ~(np.isfinite(Sl) & np.isfinite(Sh))
-    badP &= vis
-    badS &= vis
-    cP, rP = np.where(badP, 0.0, (Pl + Ph) / 2), np.where(badP, 0.0, (Ph - Pl) / 2)
-    cS, rS = np.where(badS, 0.0, (Sl + Sh) / 2), np.where(badS, 0.0, (Sh - Sl) / 2)
-    mS = np.where(vis, mS, 0.0)
-    dsx = np.where(vis, dsx, 0.0)
+    zs = -np.inf if sigma is None else sigma * LOG2E
+    u_p, eta_p, pmax = P_FORMATS[ctx.dtn]
+    (cP, rP, cS, rS, pstar, mP, dsx, mS, badP, badS, L2, Lm, dl2, Dstar, mD) = _enclose(
+        first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, ctx.lam, ctx.sl2, ctx.dlam, ctx.ex2_rel,
+        max(1.0, ctx.s32 if ctx.softcap else 1.0), d, dv, float(ctx.softcap), z, dtanh,
+        ctx.scale / ctx.softcap if ctx.softcap else 0.0, u_p, 2 * eta_p, pmax)
+    L2f = np.where(np.isfinite(L2), L2, 0.0)
     sink = None
     if sigma is not None:
         # dsink's term per row (flash_bwd_postprocess.py dsink_row_term): -p D with p = ex2(RN(RN(sink - lse)
@@ -270,34 +358,63 @@ def _head(Q, K, V, O, dO, lse, vis, first, last, sigma, ctx: _Ctx):
         mps = np.expm1(Lm * math.log(2)) + 2.0 ** -51
         sink = dict(lo=tlo, hi=thi, exact=-ps * Dstar, margin=ps * (mps * np.abs(Dstar) + (1 + mps) * mD),
                     bad=~(np.isfinite(tlo) & np.isfinite(thi)))
-    return dict(cP=cP, rP=rP, cS=cS, rS=rS, badP=badP, badS=badS, pstar=pstar, mP=mP * pstar, dsx=dsx, mS=mS,
-                has=has, sink=sink)
+    return dict(cP=cP, rP=rP, cS=cS, rS=rS, badP=badP, badS=badS, pstar=pstar, mP=mP, dsx=dsx, mS=mS,
+                sink=sink)
+
+
+def _abs_gemm(a, b):
+    """An upper bound on a @ b for nonnegative a, b: fp32 BLAS (half the cost of float64), each of the K products
+    and additions rounded to nearest or flushed below 2^-126, scaled up by (1 + 2^-23)^(K+2) plus K 2^-125."""
+    kdim = a.shape[1]
+    r = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float64)
+    return r * (1 + (kdim + 4) * 2.0 ** -23) + (kdim + 1) * 2.0 ** -125
+
+
+def _sparse_abs_gemm(r, b, transpose):
+    """r^T @ b (or r @ b) for the enclosures' radii r >= 0, which are 0 wherever the 16-bit value is known:
+    a sparse product where few are not."""
+    m = r.T if transpose else r
+    nz = np.count_nonzero(m)
+    if nz == 0:
+        return np.zeros((m.shape[0], b.shape[1]))
+    if nz > m.size // 20:
+        return m @ b
+    from scipy import sparse
+    return np.asarray(sparse.csr_matrix(m) @ b)
 
 
 def _gemms(hd, Q, K, dO, nb, rows, ctx: _Ctx):
     """The three GEMMs of one head on the enclosures (center c, radius r): dV's and dK's fp32 accumulators per
-    key (before the GQA sum and the scale), dQ's dQaccum per row (Lemma 7.6), with the exact values."""
+    key (before the GQA sum and the scale), dQ's dQaccum per row (Lemma 7.6), with the exact values and their
+    float64 evaluation margins. The float64 products of the centres and of the exact values share one BLAS call
+    per GEMM; the absolute sums that only scale error terms are taken in fp32, rounded up (:func:`_abs_gemm`)."""
     cP, rP, cS, rS = hd["cP"], hd["rP"], hd["cS"], hd["rS"]
     aO, aQ, aK = np.abs(dO), np.abs(Q), np.abs(K)
-    sq = Q.shape[0]
+    sq, sk = Q.shape[0], K.shape[0]
     nk = _nch(ctx.g_dkv, ctx.gemm, rows)[:, None]
-    f64k = (sq + 4) * 2.0 ** -52
-    ab = (np.abs(cP) + rP).T @ aO
-    dv = (cP.T @ dO, rP.T @ aO + _chain(ctx.g_dkv, nk, ab, nk) + f64k * ab)
-    ab = (np.abs(cS) + rS).T @ aQ
-    dk = (cS.T @ Q, rS.T @ aQ + _chain(ctx.g_dkv, nk, ab, nk) + f64k * ab)
+    f64k = (max(sq, sk) + 4) * 2.0 ** -52
+    aS = np.abs(cS)
+    # centres and exact values: [c | exact] in one product per GEMM
+    cv, ex_dv = np.split(np.concatenate([cP, hd["pstar"]], axis=1).T @ dO, 2)
+    ck, ex_dk = np.split(np.concatenate([cS, hd["dsx"]], axis=1).T @ Q, 2)
+    cq, ex_dq = np.split(np.concatenate([cS, hd["dsx"]], axis=0) @ K, 2)
+    rv, rk, rq = _sparse_abs_gemm(rP, aO, True), _sparse_abs_gemm(rS, aQ, True), _sparse_abs_gemm(rS, aK, False)
+    ab = _abs_gemm(cP.T, aO) + rv
+    dv = (cv, rv + _chain(ctx.g_dkv, nk, ab, nk) + f64k * ab)
+    ab = _abs_gemm(aS.T, aQ) + rk
+    dk = (ck, rk + _chain(ctx.g_dkv, nk, ab, nk) + f64k * ab)
     # dQ: per KV block a chain of ceil(tile_n / L) steps from zero, then nb fp32 adds in any order
-    sk = K.shape[0]
     nq = int(_nch(ctx.g_dq, ctx.gemm, ctx.tile.tile_n))
-    ab = (np.abs(cS) + rS) @ aK
+    ab = _abs_gemm(aS, aK) + rq
     ch = _chain(ctx.g_dq, nq, ab, (nb * nq)[:, None])
-    dq = (cS @ K, rS @ aK + ch + _gamma(nb)[:, None] * (ab + ch) + (sk + 4) * 2.0 ** -52 * ab)
-    ex_dv = hd["pstar"].T @ dO
-    ex_dk = hd["dsx"].T @ Q
-    ex_dq = hd["dsx"] @ K
-    m_dv = hd["mP"].T @ aO + f64k * (hd["pstar"].T @ aO)
-    m_dk = hd["mS"].T @ aQ + f64k * (np.abs(hd["dsx"]).T @ aQ)
-    m_dq = hd["mS"] @ aK + (sk + 4) * 2.0 ** -52 * (np.abs(hd["dsx"]) @ aK)
+    dq = (cq, rq + ch + _gamma(nb)[:, None] * (ab + ch) + f64k * ab)
+    # margins of the exact values (their own float64 error and that of the products): sum_i m_i |b_i| <=
+    # (sum_i m_i) max_i |b_i|, loose but 2^-40 below everything else
+    mv = hd["mP"] + f64k * hd["pstar"]
+    ms = hd["mS"] + f64k * np.abs(hd["dsx"])
+    m_dv = mv.sum(axis=0)[:, None] * aO.max(axis=0, initial=0.0)[None, :] * (1 + 2.0 ** -40)
+    m_dk = ms.sum(axis=0)[:, None] * aQ.max(axis=0, initial=0.0)[None, :] * (1 + 2.0 ** -40)
+    m_dq = ms.sum(axis=1)[:, None] * aK.max(axis=0, initial=0.0)[None, :] * (1 + 2.0 ** -40)
     return dv, dk, dq, (ex_dv, m_dv), (ex_dk, m_dk), (ex_dq, m_dq)
 
 
@@ -360,7 +477,7 @@ def attention_backward_error_bound(q=None, k=None, v=None, out=None, dout=None, 
                g_dkv=_gemm_model(gemm, arch, dtn, rows_max), g_dq=_gemm_model(gemm, arch, dtn, tile.tile_n),
                s32=s32, scale=scale, sl2=abs(sl2), lam=lam, dlam=dlam,
                ex2_rel=ex2_rel, softcap=softcap, tanh_err=_tanh_abs_error(opts.mufu_arch) if softcap else None,
-               window=problem.window, dt=qa.dtype, d=d, dv=dvd,
+               window=problem.window, dt=qa.dtype, dtn=dtn, d=d, dv=dvd,
                dvp=-(-dvd // tile.hdim_multiple_of) * tile.hdim_multiple_of, causal=problem.window.causal)
     # no finite bound at all: masked scores give -inf * sl2 = NaN or +inf in the exponent (docs/bounds.md, 7.8)
     unbounded = scale < 0 and not softcap or _scale_vanishes(scale, softcap)
@@ -401,8 +518,8 @@ def attention_backward_error_bound(q=None, k=None, v=None, out=None, dout=None, 
                     Q, K, V, O, dO = (np.where(np.isfinite(x), x, 0.0) for x in (Q, K, V, O, dO))
                 lse_h = np.asarray(lsea[li(hh)], np.float32)
                 finite &= bool((~np.isnan(lse_h) & (lse_h < np.inf)).all())
-                hd = _head(Q, K, V, O, dO, np.where(np.isnan(lse_h) | (lse_h == np.inf), 0, lse_h), vis, first,
-                           last, None if sink is None else float(sink[hh]), ctx)
+                hd = _head(Q, K, V, O, dO, np.where(np.isnan(lse_h) | (lse_h == np.inf), 0, lse_h), first, last,
+                           None if sink is None else float(sink[hh]), ctx)
                 dvv, dkk, dqq, exv, exk, exq = _gemms(hd, Q, K, dO, nb, rows, ctx)
                 # dQ: RN(dQaccum * scale) (flash_bwd_postprocess.py), then the cast
                 c, r = dqq[0] * s32, dqq[1] * s32
