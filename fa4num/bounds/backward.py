@@ -1,6 +1,6 @@
 """Per-element error bounds of FA4's attention backward (dq, dk, dv, dsink) against real-arithmetic gradients.
 
-An enclosure analysis (docs/bounds.md, section 7): for every quantity the kernel holds in fp32 the bound keeps an
+An enclosure analysis (docs/bounds.md, section 11): for every quantity the kernel holds in fp32 the bound keeps an
 interval that contains it, evaluated in float64 next to the exact value. The recomputed P = ex2(fma(S, sl2, -lse
 log2 e)) and dS = RN(P RN(dP - D)) get intervals per element, which the casts to the 16-bit input format map to
 intervals of representable values (RN is monotone): where both ends round to one value, the kernel's 16-bit P or
@@ -43,7 +43,7 @@ FTZ = 2.0 ** -126         # ex2.approx.ftz flushes results below this to 0
 class BackwardBound:
     """Bounds on ``|kernel - exact|`` for FA4's backward, per element.
 
-    Elements without a finite bound are +inf (docs/bounds.md, section 7.8): those a non-finite input reaches,
+    Elements without a finite bound are +inf (docs/bounds.md, section 11.8): those a non-finite input reaches,
     those an fp32 or 16-bit overflow can reach, and every element for a negative or vanishing softmax_scale;
     their exact values are NaN where undefined (non-finite inputs).
 
@@ -182,7 +182,7 @@ def _corners(alo, ahi, blo, bhi):
 @njit(parallel=True, cache=True)
 def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2, dlam, ex2_rel, ovf_fac, d, dv,
              softcap, z, dtanh, scale_cap, u_p, ulp_min, pmax):
-    """Per visible element (docs/bounds.md, section 7, Lemmas 7.2-7.5), one row per task: the exact log2 LSE
+    """Per visible element (docs/bounds.md, section 11, Lemmas B2-B5), one row per task: the exact log2 LSE
     L2 (logsumexp of lam Sx with the sink's logit zs) and its margin Lm, P* = 2^(lam Sx - L2) and D* = sum P* dP*;
     the enclosure [plo, phi] of the kernel's fp32 P = ex2.approx.ftz(RN(S sl2 - l2)), of RN(dP - D), of
     dS = RN(P RN(dP - D)) (times RN(1 - t^2) under a soft cap), and the 16-bit values they round to, as centre and
@@ -305,9 +305,9 @@ def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2,
 
 def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
     """One (sequence, head): per-element enclosures of the kernel's 16-bit P and dS, the exact P and dS, and
-    the per-row / per-key quantities the GEMMs and dsink need (docs/bounds.md, section 7, Lemmas 7.1-7.5)."""
+    the per-row / per-key quantities the GEMMs and dsink need (docs/bounds.md, section 11, Lemmas B1-B5)."""
     d, dv = Q.shape[1], V.shape[1]
-    # Lemma 7.1: S = Q K^T through the tensor-core chain (rho >= |S_kernel - S|, float64 evaluation included)
+    # Lemma B1: S = Q K^T through the tensor-core chain (rho >= |S_kernel - S|, float64 evaluation included)
     S, A, rho = _s_error(Q, K, ctx.g_s, ctx.gemm, first, last)
     one = np.zeros((1, 1))
     if ctx.softcap:
@@ -318,12 +318,12 @@ def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
                                               tanh_err=ctx.tanh_err)
     else:
         Sx, rho_x, z, dtanh = S, rho, one, one
-    # Lemma 7.2: the kernel's exponent x = RN(S sl2 - RN(lse LOG2_E)) (flash_bwd_preprocess.py lse_log2, the
+    # Lemma B2: the kernel's exponent x = RN(S sl2 - RN(lse LOG2_E)) (flash_bwd_preprocess.py lse_log2, the
     # FFMA of mma_one_m_block), P = ex2.approx.ftz(x)
     lse32 = np.asarray(lse, np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         l2 = np.where(lse32 == -np.inf, np.float32(0), lse32 * LOG2_E_F32).astype(np.float64)
-    # Lemma 7.3: dP = dO V^T (sigma), D = rowsum(dO * O) (the preprocess: exact products, depth roundings)
+    # Lemma B3: dP = dO V^T (sigma), D = rowsum(dO * O) (the preprocess: exact products, depth roundings)
     dPs, Adp, sig = _s_error(dO, V, ctx.g_dp, ctx.gemm, first, last)
     kblk = 128 if ctx.dvp % 128 == 0 else 64 if ctx.dvp % 64 == 0 else 32 if ctx.dvp % 32 == 0 else 16
     depth = 8 * (ctx.dvp // kblk) + int(math.log2(kblk // 8))
@@ -385,7 +385,7 @@ def _sparse_abs_gemm(r, b, transpose):
 
 def _gemms(hd, Q, K, dO, nb, rows, ctx: _Ctx):
     """The three GEMMs of one head on the enclosures (center c, radius r): dV's and dK's fp32 accumulators per
-    key (before the GQA sum and the scale), dQ's dQaccum per row (Lemma 7.6), with the exact values and their
+    key (before the GQA sum and the scale), dQ's dQaccum per row (Lemma B6), with the exact values and their
     float64 evaluation margins. The float64 products of the centres and of the exact values share one BLAS call
     per GEMM; the absolute sums that only scale error terms are taken in fp32, rounded up (:func:`_abs_gemm`)."""
     cP, rP, cS, rS = hd["cP"], hd["rP"], hd["cS"], hd["rS"]
@@ -425,7 +425,7 @@ def attention_backward_error_bound(q=None, k=None, v=None, out=None, dout=None, 
 
     The bound holds for whatever bits the kernel produces within its hardware models (fa4num.hw.mma tensor
     cores, the measured MUFU ex2 tables) and for every order of the dQ atomics (``deterministic`` either way; with
-    GQA also of the dK/dV head adds). Derivation: docs/bounds.md, section 7.
+    GQA also of the dK/dV head adds). Derivation: docs/bounds.md, section 11.
 
     Parameters
     ----------
@@ -479,7 +479,7 @@ def attention_backward_error_bound(q=None, k=None, v=None, out=None, dout=None, 
                ex2_rel=ex2_rel, softcap=softcap, tanh_err=_tanh_abs_error(opts.mufu_arch) if softcap else None,
                window=problem.window, dt=qa.dtype, dtn=dtn, d=d, dv=dvd,
                dvp=-(-dvd // tile.hdim_multiple_of) * tile.hdim_multiple_of, causal=problem.window.causal)
-    # no finite bound at all: masked scores give -inf * sl2 = NaN or +inf in the exponent (docs/bounds.md, 7.8)
+    # no finite bound at all: masked scores give -inf * sl2 = NaN or +inf in the exponent (docs/bounds.md, 11.8)
     unbounded = scale < 0 and not softcap or _scale_vanishes(scale, softcap)
     f64 = [np.asarray(x).astype(np.float64) for x in (qa, ka, va, oa, doa)]
     shapes = [x.shape for x in f64[:3]]
