@@ -148,3 +148,20 @@ def test_check_backward_reports_violations_honestly():
     b = attention_backward_error_bound(q, k, v, fw.out, do, fw.lse)
     err = np.abs(g.dq.astype(np.float64) - backward_fp64(q, k, v, do).dq)
     assert ((err > b.dq / 2) & (err > 0)).any()     # the bound is tight enough to be broken by halving it
+
+
+def test_cli_backward(capsys):
+    from fa4num.cli import main
+    assert main(["bounds", "backward", "--shape", "1,40,2,64", "--causal", "--kernel", "fa4-sm100"]) == 0
+    out = capsys.readouterr().out
+    assert "fa4-sm100 backward" in out and " v0" in out and "tightness" in out
+    for argv, text in ((["bounds", "backward"], "--shape: required"),
+                       (["bounds", "backward", "--golden", "--causal", "--softcap", "2"], "--softcap: --golden"),
+                       (["bounds", "backward", "--shape", "1,40,2,64", "--dtype", "float8_e4m3fn"], "--dtype")):
+        try:
+            code = main(argv)
+        except SystemExit as e:      # argparse's own refusals
+            code = e.code
+        assert code == 2
+        err = capsys.readouterr().err
+        assert text in err and len(err.strip().splitlines()) <= 3, err
