@@ -814,6 +814,12 @@ def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, f
     m, n = S.shape
     wr = np.zeros((m, n))
     u = 2.0 ** -24
+    # the ex2 error's factors per column, once (the same libm calls the per-element expressions made)
+    lo_f = np.empty(n)
+    hi_f = np.empty(n)
+    for j in range(n):
+        lo_f[j] = 1 - math.expm1(log_ex2_col[j])
+        hi_f[j] = math.exp(log_ex2_col[j])
     for i in prange(m):
         a, z = first[i], last[i]
         if z < a:
@@ -858,9 +864,8 @@ def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, f
                 xhi += eta
                 rj = u_p
                 if xlo >= -100.0 and xhi <= 100.0 and xhi - xlo < 1.0:
-                    e = log_ex2_col[j]
-                    lo = np.exp2(xlo) * (1 - math.expm1(e)) * (1 - 2.0 ** -50)
-                    hi = np.exp2(xhi) * math.exp(e) * (1 + 2.0 ** -50)
+                    lo = np.exp2(xlo) * lo_f[j] * (1 - 2.0 ** -50)
+                    hi = np.exp2(xhi) * hi_f[j] * (1 + 2.0 ** -50)
                     g = _rn_format(lo, u_p, ulp_min)
                     if lo > 0 and g == _rn_format(hi, u_p, ulp_min):
                         rj = min(u_p, max(abs(g - lo) / lo, abs(hi - g) / hi) * (1 + 2.0 ** -40))
