@@ -99,14 +99,14 @@ def _backward(args) -> int:
     import numpy as np
 
     from .validate_backward import backward_golden_checks, check_backward
-    if args.golden:
+    if args.golden is not None:
         given = [f"--{n.replace('_', '-')}" for n in ("shape", "seqlen_k", "softmax_scale", "softcap")
                  if getattr(args, n) is not None]
         if given:
             raise ValueError(f"{given[0]}: --golden runs the H200 backward goldens' own problems")
-        checks = backward_golden_checks(kernel=args.kernel)
+        checks = backward_golden_checks(args.golden, kernel=args.kernel)
         if not checks:
-            raise ValueError("--golden: no backward golden file found (tests/golden/attention/fa4_sm90_bwd_*_h200.npz)")
+            raise ValueError(f"--golden: no backward capture (fa4_sm90_bwd_*_h200.npz) in {args.golden}")
     else:
         if args.shape is None:
             raise ValueError("--shape: required (or --golden)")
@@ -119,7 +119,7 @@ def _backward(args) -> int:
         do = rng.standard_normal((b, s, h, d), dtype=np.float32).astype(dt)
         checks = [check_backward(q, k, v, do, name=f"{b}x{s}x{h}x{d} seqlen_k {sk}", causal=args.causal,
                                  kernel=args.kernel, softmax_scale=args.softmax_scale, softcap=args.softcap or 0.0)]
-    src = "H200 kernel bits" if args.golden and args.kernel == "fa4-sm90" else "emulator"
+    src = "H200 kernel bits" if args.golden is not None and args.kernel == "fa4-sm90" else "emulator"
     print(f"{args.kernel} backward vs real-arithmetic gradients ({src}); bound / observed per gradient")
     bad = 0
     for c in checks:
@@ -164,7 +164,8 @@ def register(subparsers) -> None:
     a.add_argument("--seed", type=nonneg_int, default=0)
     a.set_defaults(func=_attention)
     w = sub.add_parser("backward", help="per-element bounds of FA4's backward (dq, dk, dv, dsink) vs observed errors")
-    w.add_argument("--golden", action="store_true", help="every H200 backward golden case (the GPU's gradients)")
+    w.add_argument("--golden", metavar="DIR", default=None,
+                   help="every H200 backward golden case in DIR (a checkout's tests/golden/attention)")
     w.add_argument("--shape", type=_shape, default=None, help="batch,seqlen_q,heads,head_dim of q (Gaussian inputs)")
     w.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
     w.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))

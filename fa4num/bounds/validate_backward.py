@@ -4,7 +4,7 @@ fa4_sm90_bwd_{dev,holdout,sink,wide_window}_h200.npz) and the emulator (fa4num.a
 ``check_backward(q, k, v, dout, ...)`` runs the bit-exact forward (for ``out`` and ``lse``, unless given), the
 bit-exact backward, fp64 gradients (:func:`fa4num.attention.reference.backward_fp64`) and
 :func:`attention_backward_error_bound`, and counts violations (|kernel - fp64| > bound) and the tightness (largest
-finite bound / largest observed error) per gradient. ``backward_golden_checks()`` does it for every H200 backward
+finite bound / largest observed error) per gradient. ``backward_golden_checks(directory)`` does it for every H200 backward
 golden case, after checking that the emulated gradients have the SHA-256 of the GPU's bits (so the kernel's own
 gradients are the ones compared) and the given LSE is the GPU's.
 """
@@ -27,9 +27,8 @@ from .backward import attention_backward_error_bound
 
 __all__ = ["BackwardCheck", "check_backward", "backward_golden_checks", "BACKWARD_GOLDEN_FILES"]
 
-_TESTS_GOLDEN = pathlib.Path(__file__).resolve().parents[2] / "tests/golden/attention"
-BACKWARD_GOLDEN_FILES = {tag: _TESTS_GOLDEN / f"fa4_sm90_bwd_{tag}_h200.npz"
-                         for tag in ("dev", "holdout", "sink", "wide_window")}
+# the captures live in a checkout's tests/golden/attention (not package data): callers name the folder
+BACKWARD_GOLDEN_FILES = {tag: f"fa4_sm90_bwd_{tag}_h200.npz" for tag in ("dev", "holdout", "sink", "wide_window")}
 _GRADS = ("dq", "dk", "dv")
 
 
@@ -131,7 +130,7 @@ def _case_arrays(case):
     return a
 
 
-def backward_golden_checks(files=None, *, kernel="fa4-sm90") -> list[BackwardCheck]:
+def backward_golden_checks(directory, *, tags=None, kernel="fa4-sm90") -> list[BackwardCheck]:
     """BackwardCheck of every H200 backward golden case (the GPU's LSE, the forward emulator's ``out``, which has
     the GPU's digest; wide windows narrowed as FA4 treats them, fa4num.attention.masking.without_wide_sides).
     With ``kernel="fa4-sm100"`` the same inputs run through the SM100 emulator (source "emulator": no Blackwell
@@ -139,8 +138,10 @@ def backward_golden_checks(files=None, *, kernel="fa4-sm90") -> list[BackwardChe
 
     Parameters
     ----------
-    files : dict of tag -> path, optional
-        Default :data:`BACKWARD_GOLDEN_FILES` (absent files are skipped).
+    directory : str or Path
+        The folder of the captures (a checkout's tests/golden/attention); absent files are skipped.
+    tags : iterable of str, optional
+        Keys of :data:`BACKWARD_GOLDEN_FILES` (default all).
     kernel : str
         "fa4-sm90" (against the GPU) or another kernel of fa4num.attention.KERNELS (emulator).
 
@@ -150,13 +151,14 @@ def backward_golden_checks(files=None, *, kernel="fa4-sm90") -> list[BackwardChe
 
     Examples
     --------
-    >>> backward_golden_checks({})
+    >>> import tempfile
+    >>> backward_golden_checks(tempfile.mkdtemp())      # no capture there: nothing to check
     []
     """
-    files = BACKWARD_GOLDEN_FILES if files is None else files
     res = []
-    for tag, path in files.items():
-        if not pathlib.Path(path).exists():
+    for tag in BACKWARD_GOLDEN_FILES if tags is None else tags:
+        path = pathlib.Path(directory) / BACKWARD_GOLDEN_FILES[tag]
+        if not path.exists():
             continue
         z = np.load(path)
         for rec in json.loads(str(z["meta"]))["cases"]:

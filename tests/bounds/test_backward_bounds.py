@@ -3,6 +3,8 @@ by digest) and on the emulator (SM100, every order of the dQ atomics, perturbed 
 finite where nothing overflows, +inf where the kernel's arithmetic breaks down, and the backward's refusals."""
 from __future__ import annotations
 
+import pathlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -13,14 +15,15 @@ from fa4num.bounds.backward import attention_backward_error_bound
 from fa4num.bounds.validate_backward import BACKWARD_GOLDEN_FILES, backward_golden_checks, check_backward
 
 BF = ml_dtypes.bfloat16
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden/attention"
 
 
 @pytest.mark.parametrize("tag", sorted(BACKWARD_GOLDEN_FILES))
 def test_h200_backward_goldens(tag):
-    path = BACKWARD_GOLDEN_FILES[tag]
+    path = GOLDEN / BACKWARD_GOLDEN_FILES[tag]
     if not path.exists():
         pytest.skip(f"no golden {path.name}")
-    checks = backward_golden_checks({tag: path})
+    checks = backward_golden_checks(GOLDEN, tags=[tag])
     assert checks
     for c in checks:
         assert c.source == "h200" and c.bits_match, c.name       # the GPU's own gradients are compared
@@ -31,10 +34,10 @@ def test_h200_backward_goldens(tag):
 
 
 def test_sm100_emulator_on_golden_inputs():
-    path = BACKWARD_GOLDEN_FILES["dev"]
+    path = GOLDEN / BACKWARD_GOLDEN_FILES["dev"]
     if not path.exists():
         pytest.skip(f"no golden {path.name}")
-    checks = backward_golden_checks({"dev": path}, kernel="fa4-sm100")
+    checks = backward_golden_checks(GOLDEN, tags=["dev"], kernel="fa4-sm100")
     assert checks and all(c.kernel == "fa4-sm100" for c in checks)
     for c in checks:
         assert c.total_violations == 0, (c.name, c.violations)
@@ -156,7 +159,8 @@ def test_cli_backward(capsys):
     out = capsys.readouterr().out
     assert "fa4-sm100 backward" in out and " v0" in out and "tightness" in out
     for argv, text in ((["bounds", "backward"], "--shape: required"),
-                       (["bounds", "backward", "--golden", "--causal", "--softcap", "2"], "--softcap: --golden"),
+                       (["bounds", "backward", "--golden", str(GOLDEN), "--softcap", "2"], "--softcap: --golden"),
+                       (["bounds", "backward", "--golden", "/nonexistent"], "--golden: no backward capture"),
                        (["bounds", "backward", "--shape", "1,40,2,64", "--dtype", "float8_e4m3fn"], "--dtype")):
         try:
             code = main(argv)
