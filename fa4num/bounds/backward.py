@@ -200,6 +200,7 @@ def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2,
     mS = np.zeros((sq, sk))
     badP = np.zeros((sq, sk), np.bool_)
     badS = np.zeros((sq, sk), np.bool_)
+    mxa = np.zeros((sq, sk))
     L2o = np.full(sq, -np.inf)
     Lmo = np.zeros(sq)
     dl2o = np.zeros(sq)
@@ -243,7 +244,8 @@ def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2,
             p = math.exp2(zz - L2)
             mp = math.expm1(mx * ln2) + 2.0 ** -51
             pst[i, j] = p
-            mPa[i, j] = mx          # the exponent's float64 margin for now, P*'s absolute margin below
+            mPa[i, j] = mp          # relative for now, P*'s absolute margin below
+            mxa[i, j] = mx
             Ds += p * dPs[i, j]
             mDs += p * (mp * abs(dPs[i, j]) + (1 + mp) * dv * 2.0 ** -51 * Adp[i, j])
             aPd += p * abs(dPs[i, j])
@@ -254,12 +256,19 @@ def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2,
             zz = lam * Sx[i, j]
             xs = zz - L2
             p = pst[i, j]
-            mx = mPa[i, j]
-            mp = math.expm1(mx * ln2) + 2.0 ** -51
+            mp = mPa[i, j]
+            mx = mxa[i, j]
             e0 = sl2 * rho_x[i, j] + dlam * abs(Sx[i, j]) + dl2 + mx
             e = (e0 + u * (abs(xs) + e0)) * (1 + 2.0 ** -40)
-            plo = math.exp2(xs - e) * (1 - ex2_rel) * (1 - 2.0 ** -50)
-            phi = math.exp2(xs + e) * (1 + ex2_rel) * (1 + 2.0 ** -50)
+            if e < 64.0 and p >= 2.0 ** -960:
+                # 2^(xs -+ e) from P* = 2^xs and 2^e: a few float64 ulps, inside the 2^-50 widening (P* normal;
+                # below 2^-960 both ends are far below ex2's flush threshold)
+                fe = math.exp2(e)
+                plo = p / fe * (1 - ex2_rel) * (1 - 2.0 ** -50)
+                phi = p * fe * (1 + ex2_rel) * (1 + 2.0 ** -50)
+            else:
+                plo = math.exp2(xs - e) * (1 - ex2_rel) * (1 - 2.0 ** -50)
+                phi = math.exp2(xs + e) * (1 + ex2_rel) * (1 + 2.0 ** -50)
             if plo < 2.0 ** -126:
                 plo = 0.0
             ovf = (A[i, j] + rho_x[i, j]) * ovf_fac >= 2.0 ** 126 or not phi < 2.0 ** 127 \
@@ -303,6 +312,27 @@ def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2,
     return cP, rP, cS, rS, pst, mPa, dsx, mS, badP, badS, L2o, Lmo, dl2o, Dso, mDo
 
 
+def _dp_error(dO, V, g, gemm):
+    """(dP, A, sigma): dP = dO V^T and A = |dO||V|^T (float64 BLAS) and sigma >= |dP_kernel - dP| from Lemma 1 with
+    every partial sum bounded by A (section 11.3): per MMA step sigma grows to sigma (1 + alpha) + beta A + eta,
+    alpha = (t + r (1 + t)) / (1 - r), beta = (2 t + r (1 + 2 t)) / (1 - r) (t the alignment truncation, r the
+    final rounding), so after n steps sigma <= ((1 + alpha)^n - 1) / alpha (beta A + eta); plus the float64
+    evaluation of dP, dv 2^-52 A. Looser than the chain of the scores (which tracks |S_k|) but BLAS-fast: the
+    error of dP only widens the enclosures of dP - D."""
+    dp = dO @ V.T
+    A = _abs_gemm(np.abs(dO), np.abs(V).T)
+    dv = dO.shape[1]
+    if gemm == "blas":
+        return dp, A, g.chain(1, A) + dv * 2.0 ** -52 * A
+    t = g.gamma - 2.0 ** -23 if gemm == "wgmma" else 0.0
+    r = 2.0 ** -23 if gemm == "wgmma" else 2.0 ** -24
+    alpha = (t + r * (1 + t)) / (1 - r)
+    beta = (2 * t + r * (1 + 2 * t)) / (1 - r)
+    n = -(-dv // g.chunk)
+    grow = math.expm1(n * math.log1p(alpha)) / alpha * (1 + 2.0 ** -30)
+    return dp, A, grow * (beta * A + g.eta) + (dv + 4) * 2.0 ** -52 * A
+
+
 def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
     """One (sequence, head): per-element enclosures of the kernel's 16-bit P and dS, the exact P and dS, and
     the per-row / per-key quantities the GEMMs and dsink need (docs/bounds.md, section 11, Lemmas B1-B5)."""
@@ -324,7 +354,7 @@ def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
     with np.errstate(invalid="ignore", over="ignore"):
         l2 = np.where(lse32 == -np.inf, np.float32(0), lse32 * LOG2_E_F32).astype(np.float64)
     # Lemma B3: dP = dO V^T (sigma), D = rowsum(dO * O) (the preprocess: exact products, depth roundings)
-    dPs, Adp, sig = _s_error(dO, V, ctx.g_dp, ctx.gemm, first, last)
+    dPs, Adp, sig = _dp_error(dO, V, ctx.g_dp, ctx.gemm)
     kblk = 128 if ctx.dvp % 128 == 0 else 64 if ctx.dvp % 64 == 0 else 32 if ctx.dvp % 32 == 0 else 16
     depth = 8 * (ctx.dvp // kblk) + int(math.log2(kblk // 8))
     OdO = O * dO
