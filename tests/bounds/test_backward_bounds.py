@@ -151,6 +151,9 @@ def test_check_backward_reports_violations_honestly():
     b = attention_backward_error_bound(q, k, v, fw.out, do, fw.lse)
     err = np.abs(g.dq.astype(np.float64) - backward_fp64(q, k, v, do).dq)
     assert ((err > b.dq / 2) & (err > 0)).any()     # the bound is tight enough to be broken by halving it
+    from fa4num.attention import plan
+    bp = attention_backward_error_bound(out=fw.out, dout=do, lse=fw.lse, problem=plan(q, k, v))
+    assert all(np.array_equal(getattr(bp, n), getattr(b, n)) for n in ("dq", "dk", "dv"))
 
 
 def test_cli_backward(capsys):
