@@ -27,7 +27,7 @@ from fa4num.attention.problem import Problem, given_or_plan
 from fa4num.hw import mufu_model
 
 from .attention import (_PTX_EX2_REL, P_FORMATS, _as_array, _delta_lambda, _gemm_model, _rn_format, _round_dir,
-                        _s_error, _scale_vanishes, _softcap_scores, _tanh_abs_error)
+                        _scale_vanishes, _softcap_scores, _tanh_abs_error)
 from .exp2 import mufu_error_bounds
 
 __all__ = ["BackwardBound", "attention_backward_error_bound"]
@@ -312,13 +312,13 @@ def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2,
     return cP, rP, cS, rS, pst, mPa, dsx, mS, badP, badS, L2o, Lmo, dl2o, Dso, mDo
 
 
-def _dp_error(dO, V, g, gemm):
-    """(dP, A, sigma): dP = dO V^T and A = |dO||V|^T (float64 BLAS) and sigma >= |dP_kernel - dP| from Lemma 1 with
-    every partial sum bounded by A (section 11.3): per MMA step sigma grows to sigma (1 + alpha) + beta A + eta,
-    alpha = (t + r (1 + t)) / (1 - r), beta = (2 t + r (1 + 2 t)) / (1 - r) (t the alignment truncation, r the
-    final rounding), so after n steps sigma <= ((1 + alpha)^n - 1) / alpha (beta A + eta); plus the float64
-    evaluation of dP, dv 2^-52 A. Looser than the chain of the scores (which tracks |S_k|) but BLAS-fast: the
-    error of dP only widens the enclosures of dP - D."""
+def _product_error(dO, V, g, gemm):
+    """(X Y^T, A, sigma) for S = Q K^T and dP = dO V^T: the product and A = |X||Y|^T (BLAS) and sigma >= |kernel -
+    exact| from Lemma 1 with every partial sum bounded by A (section 11, Lemmas B1, B3): per MMA step sigma grows
+    to sigma (1 + alpha) + beta A + eta, alpha = (t + r (1 + t)) / (1 - r), beta = (2 t + r (1 + 2 t)) / (1 - r)
+    (t the alignment truncation, r the final rounding), so after n steps sigma <= ((1 + alpha)^n - 1) / alpha
+    (beta A + eta); plus float64's error in the product, (K + 4) 2^-52 A. Looser than the forward's chain (which
+    tracks |S_k|, ``_s_error``) but two BLAS calls: these errors only widen the enclosures."""
     dp = dO @ V.T
     A = _abs_gemm(np.abs(dO), np.abs(V).T)
     dv = dO.shape[1]
@@ -338,7 +338,7 @@ def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
     the per-row / per-key quantities the GEMMs and dsink need (docs/bounds.md, section 11, Lemmas B1-B5)."""
     d, dv = Q.shape[1], V.shape[1]
     # Lemma B1: S = Q K^T through the tensor-core chain (rho >= |S_kernel - S|, float64 evaluation included)
-    S, A, rho = _s_error(Q, K, ctx.g_s, ctx.gemm, first, last)
+    S, A, rho = _product_error(Q, K, ctx.g_s, ctx.gemm)
     one = np.zeros((1, 1))
     if ctx.softcap:
         # score_mod before the mask (utils.create_softcap_scoremod): S' = cap tanh(S scale / cap), exponent
@@ -354,7 +354,7 @@ def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
     with np.errstate(invalid="ignore", over="ignore"):
         l2 = np.where(lse32 == -np.inf, np.float32(0), lse32 * LOG2_E_F32).astype(np.float64)
     # Lemma B3: dP = dO V^T (sigma), D = rowsum(dO * O) (the preprocess: exact products, depth roundings)
-    dPs, Adp, sig = _dp_error(dO, V, ctx.g_dp, ctx.gemm)
+    dPs, Adp, sig = _product_error(dO, V, ctx.g_dp, ctx.gemm)
     kblk = 128 if ctx.dvp % 128 == 0 else 64 if ctx.dvp % 64 == 0 else 32 if ctx.dvp % 32 == 0 else 16
     depth = 8 * (ctx.dvp // kblk) + int(math.log2(kblk // 8))
     OdO = O * dO
