@@ -242,7 +242,9 @@ def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2,
                 mxs = lam * d * 2.0 ** -52 * A[i, j]
             mx = mxs + (abs(zz) + abs(L2) + 4) * 2.0 ** -51 + Lm
             p = math.exp2(zz - L2)
-            mp = math.expm1(mx * ln2) + 2.0 ** -51
+            y = mx * ln2 * (1 + 2.0 ** -50)
+            # expm1(y) <= y + y^2 for 0 <= y <= 1: no libm call for the (tiny) margins
+            mp = (y + y * y if y < 0.5 else math.expm1(y)) + 2.0 ** -51
             pst[i, j] = p
             mPa[i, j] = mp          # relative for now, P*'s absolute margin below
             mxa[i, j] = mx
@@ -260,12 +262,13 @@ def _enclose(first, last, Sx, rho_x, A, dPs, Adp, sig, Dc, rD, l2, zs, lam, sl2,
             mx = mxa[i, j]
             e0 = sl2 * rho_x[i, j] + dlam * abs(Sx[i, j]) + dl2 + mx
             e = (e0 + u * (abs(xs) + e0)) * (1 + 2.0 ** -40)
-            if e < 64.0 and p >= 2.0 ** -960:
-                # 2^(xs -+ e) from P* = 2^xs and 2^e: a few float64 ulps, inside the 2^-50 widening (P* normal;
-                # below 2^-960 both ends are far below ex2's flush threshold)
-                fe = math.exp2(e)
-                plo = p / fe * (1 - ex2_rel) * (1 - 2.0 ** -50)
-                phi = p * fe * (1 + ex2_rel) * (1 + 2.0 ** -50)
+            y = e * ln2 * (1 + 2.0 ** -50)
+            if y < 0.5 and p >= 2.0 ** -960:
+                # 2^(xs -+ e) = P* e^(-+y) with e^-y >= 1 - y and e^y <= 1 + y + y^2 (0 <= y <= 1): float64's few
+                # ulps are inside the 2^-50 widening (P* normal; below 2^-960 both ends are far below ex2's flush
+                # threshold)
+                plo = p * (1 - y) * (1 - ex2_rel) * (1 - 2.0 ** -50)
+                phi = p * (1 + y + y * y) * (1 + ex2_rel) * (1 + 2.0 ** -50)
             else:
                 plo = math.exp2(xs - e) * (1 - ex2_rel) * (1 - 2.0 ** -50)
                 phi = math.exp2(xs + e) * (1 + ex2_rel) * (1 + 2.0 ** -50)
