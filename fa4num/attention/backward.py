@@ -179,14 +179,46 @@ def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None) -> np.ndarray:
     if dp > d:
         o = np.pad(o, ((0, 0), (0, dp - d)))
         g = np.pad(g, ((0, 0), (0, dp - d)))
-    kblk = 128 if dp % 128 == 0 else 64 if dp % 64 == 0 else 32 if dp % 32 == 0 else 16
-    tpr = kblk // 8
+    kblk, tpr = dpsum_layout(dp)
     parts = np.zeros((rows, tpr), np.float32)
     for e in range(8):                      # vector element outer ...
         for r in range(dp // kblk):         # ... copy repeat (CPY_K) inner
             cols = r * kblk + np.arange(tpr) * 8 + e
             parts = parts + o[:, cols] * g[:, cols]
     return _butterfly_lane0(parts)     # shfl.bfly offset 1, 2, 4, ...: lane 0 ends with the pairwise tree
+
+
+def dpsum_layout(head_dim_v_padded: int) -> tuple[int, int]:
+    """(gmem_k_block_size, threads_per_row) of the preprocess's copy (:func:`dpsum_sm90`): the largest of 128,
+    64, 32, 16 dividing ``head_dim_v_padded``, and 8 columns per thread.
+
+    Examples
+    --------
+    >>> dpsum_layout(96)
+    (32, 4)
+    """
+    dp = head_dim_v_padded
+    kblk = 128 if dp % 128 == 0 else 64 if dp % 64 == 0 else 32 if dp % 32 == 0 else 16
+    return kblk, kblk // 8
+
+
+def lse_log2(lse) -> np.ndarray:
+    """The preprocess's ``lse_log2``: RN(lse * LOG2_E) in fp32, 0 for lse = -inf (float32, lse's shape).
+
+    Examples
+    --------
+    >>> lse_log2(np.float32([-np.inf, 0.0])).tolist()
+    [0.0, 0.0]
+    """
+    lse = np.asarray(lse, np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(lse == -np.inf, np.float32(0), lse * LOG2_E_F32).astype(np.float32)
+
+
+def dq_postprocess_threads(kern, tile: BwdTile) -> int:
+    """Threads of the dQ postprocess CTA (which reduces dsink): 128 with ``dQ_single_wg`` (SM90 hd 96), else
+    the kernel's."""
+    return 128 if tile.dQ_single_wg else kern.dq_postprocess_threads
 
 
 def _butterfly_lane0(parts):
@@ -305,7 +337,7 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run):
             dpsum[:sq] = dpsum_sm90(os_[:, hh], dos[:, hh], head_dim_v_padded=dvp)
             lse = lses[hh].astype(np.float32)
             l2 = np.full(rows_pad, np.inf, np.float32)      # rows past seqlen_q: lse = +inf -> P = 0
-            l2[:sq] = np.where(lse == -np.inf, np.float32(0), lse * LOG2_E_F32)
+            l2[:sq] = lse_log2(lse)
             st["dpsum"][hh] = dpsum[:sq]
             st["lse_log2"][hh] = l2[:sq]
             dq_acc = np.zeros((rows_pad, d), np.float32)
@@ -528,8 +560,7 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
                 stats[n][bi] = a
     dsink = None
     if sink is not None:
-        # the dQ postprocess's CTA: 128 threads with dQ_single_wg (SM90 hd 96), else the kernel's
-        nthr = 128 if tile.dQ_single_wg else kern.dq_postprocess_threads
+        nthr = dq_postprocess_threads(kern, tile)
         if varlen:
             per_seq = [lsea[:, s_] for s_, _ in seqs]
             dps = [stats["dpsum"][:, s_] for s_, _ in seqs]
@@ -550,5 +581,5 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     return BackwardResult(*res, BackwardStats(**stats), kern.name, used, float(s32), deterministic, dsink)
 
 
-__all__ = ["backward", "prepare", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",
+__all__ = ["backward", "prepare", "dpsum_layout", "lse_log2", "dq_postprocess_threads", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",
            "dpsum_sm90", "dsink_sm90"]

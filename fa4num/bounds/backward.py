@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from fa4num.attention import config, masking
-from fa4num.attention.backward import LOG2_E_F32, prepare
+from fa4num.attention.backward import LOG2_E_F32, dpsum_layout, dq_postprocess_threads, lse_log2, prepare
 from fa4num.attention.problem import Problem, given_or_plan
 from fa4num.hw import mufu_model
 
@@ -354,12 +354,11 @@ def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
     # Lemma B2: the kernel's exponent x = RN(S sl2 - RN(lse LOG2_E)) (flash_bwd_preprocess.py lse_log2, the
     # FFMA of mma_one_m_block), P = ex2.approx.ftz(x)
     lse32 = np.asarray(lse, np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):
-        l2 = np.where(lse32 == -np.inf, np.float32(0), lse32 * LOG2_E_F32).astype(np.float64)
+    l2 = lse_log2(lse32).astype(np.float64)
     # Lemma B3: dP = dO V^T (sigma), D = rowsum(dO * O) (the preprocess: exact products, depth roundings)
     dPs, Adp, sig = _product_error(dO, V, ctx.g_dp, ctx.gemm)
-    kblk = 128 if ctx.dvp % 128 == 0 else 64 if ctx.dvp % 64 == 0 else 32 if ctx.dvp % 32 == 0 else 16
-    depth = 8 * (ctx.dvp // kblk) + int(math.log2(kblk // 8))
+    kblk, tpr = dpsum_layout(ctx.dvp)
+    depth = 8 * (ctx.dvp // kblk) + int(math.log2(tpr))
     OdO = O * dO
     Dc = OdO.sum(axis=1)
     aOdO = np.abs(OdO).sum(axis=1)
@@ -521,7 +520,7 @@ def attention_backward_error_bound(q=None, k=None, v=None, out=None, dout=None, 
     h, hk = problem.heads, problem.heads_kv
     g = h // hk
     sink = problem.sink
-    nthr = 128 if tile.dQ_single_wg else kern.dq_postprocess_threads
+    nthr = dq_postprocess_threads(kern, tile)
     sink_terms = [[] for _ in range(h)]
     if problem.varlen:
         cq, ck = problem.cu_seqlens_q, problem.cu_seqlens_k
