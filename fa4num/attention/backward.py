@@ -192,6 +192,16 @@ def dpsum_layout(head_dim_v_padded: int) -> tuple[int, int]:
     """(gmem_k_block_size, threads_per_row) of the preprocess's copy (:func:`dpsum_sm90`): the largest of 128,
     64, 32, 16 dividing ``head_dim_v_padded``, and 8 columns per thread.
 
+    Parameters
+    ----------
+    head_dim_v_padded : int
+        head_dim_v rounded up to the accumulator multiple (a multiple of 8).
+
+    Returns
+    -------
+    tuple of int
+        (gmem_k_block_size, threads_per_row).
+
     Examples
     --------
     >>> dpsum_layout(96)
@@ -203,7 +213,17 @@ def dpsum_layout(head_dim_v_padded: int) -> tuple[int, int]:
 
 
 def lse_log2(lse) -> np.ndarray:
-    """The preprocess's ``lse_log2``: RN(lse * LOG2_E) in fp32, 0 for lse = -inf (float32, lse's shape).
+    """The preprocess's ``lse_log2``: RN(lse * LOG2_E) in fp32, 0 for lse = -inf.
+
+    Parameters
+    ----------
+    lse : array
+        The forward's LSE (natural log), converted to float32.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 of lse's shape.
 
     Examples
     --------
@@ -217,7 +237,25 @@ def lse_log2(lse) -> np.ndarray:
 
 def dq_postprocess_threads(kern, tile: BwdTile) -> int:
     """Threads of the dQ postprocess CTA (which reduces dsink): 128 with ``dQ_single_wg`` (SM90 hd 96), else
-    the kernel's."""
+    the kernel's.
+
+    Parameters
+    ----------
+    kern : Kernel
+        A kernel of fa4num.attention.KERNELS.
+    tile : BwdTile
+        The backward's tile (:func:`prepare`).
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> from fa4num.attention import KERNELS
+    >>> dq_postprocess_threads(KERNELS["fa4-sm90"], sm90_bwd_tile(96))
+    128
+    """
     return 128 if tile.dQ_single_wg else kern.dq_postprocess_threads
 
 
@@ -418,6 +456,24 @@ def prepare(problem: Problem, out, dout, lse) -> tuple:
     """What every consumer of FA4's backward checks first: ``(out, dout, lse, tile)`` as numpy arrays and the
     backward's :class:`BwdTile` (the kernel's, with the ``tile_m``/``tile_n`` overrides); ValueError for what the
     backward refuses (:func:`backward`'s checks, one set of messages for the emulator and the bounds).
+
+    Parameters
+    ----------
+    problem : Problem
+        ``plan(q, k, v, **FA4 arguments)``.
+    out, dout, lse : arrays or torch tensors
+        The forward's output, the incoming gradient and the forward's LSE, as :func:`backward` takes them.
+
+    Returns
+    -------
+    tuple
+        (out, dout, lse as numpy arrays, BwdTile).
+
+    Raises
+    ------
+    ValueError
+        For what FA4's backward refuses (dtype, paged KV, split-KV, forward-only knobs, shapes, head dims, tiles,
+        a softmax_scale that is not finite and nonzero).
 
     Examples
     --------
