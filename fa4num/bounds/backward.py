@@ -85,11 +85,6 @@ def _chain(g, nch, absum, neta):
         * (1 + 2.0 ** -30)
 
 
-def _widen(lo, hi, rel=REL, ab=TINY):
-    """The interval [lo, hi] after one fp32 RN of whatever it holds (|RN(x) - x| <= u |x| + 2^-149)."""
-    return lo - rel * np.abs(lo) - ab, hi + rel * np.abs(hi) + ab
-
-
 def _imul(alo, ahi, blo, bhi):
     """Interval product (the four corners), widened by float64's own rounding."""
     c = np.stack([alo * blo, alo * bhi, ahi * blo, ahi * bhi])
@@ -176,7 +171,7 @@ def _corners(alo, ahi, blo, bhi):
     hi = max(max(c1, c2), max(c3, c4))
     lo -= 2.0 ** -52 * abs(lo)
     hi += 2.0 ** -52 * abs(hi)
-    return lo - (2.0 ** -24 + 2.0 ** -50) * abs(lo) - 2.0 ** -149, hi + (2.0 ** -24 + 2.0 ** -50) * abs(hi) + 2.0 ** -149
+    return lo - REL * abs(lo) - TINY, hi + REL * abs(hi) + TINY
 
 
 @njit(parallel=True, cache=True)
