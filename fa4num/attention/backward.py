@@ -181,14 +181,84 @@ def dpsum_sm90(o, dout, *, head_dim_v_padded: int | None = None) -> np.ndarray:
     if dp > d:
         o = np.pad(o, ((0, 0), (0, dp - d)))
         g = np.pad(g, ((0, 0), (0, dp - d)))
-    kblk = 128 if dp % 128 == 0 else 64 if dp % 64 == 0 else 32 if dp % 32 == 0 else 16
-    tpr = kblk // 8
+    kblk, tpr = dpsum_layout(dp)
     parts = np.zeros((rows, tpr), np.float32)
     for e in range(8):                      # vector element outer ...
         for r in range(dp // kblk):         # ... copy repeat (CPY_K) inner
             cols = r * kblk + np.arange(tpr) * 8 + e
             parts = parts + o[:, cols] * g[:, cols]
     return _butterfly_lane0(parts)     # shfl.bfly offset 1, 2, 4, ...: lane 0 ends with the pairwise tree
+
+
+def dpsum_layout(head_dim_v_padded: int) -> tuple[int, int]:
+    """(gmem_k_block_size, threads_per_row) of the preprocess's copy (:func:`dpsum_sm90`): the largest of 128,
+    64, 32, 16 dividing ``head_dim_v_padded``, and 8 columns per thread.
+
+    Parameters
+    ----------
+    head_dim_v_padded : int
+        head_dim_v rounded up to the accumulator multiple (a multiple of 8).
+
+    Returns
+    -------
+    tuple of int
+        (gmem_k_block_size, threads_per_row).
+
+    Examples
+    --------
+    >>> dpsum_layout(96)
+    (32, 4)
+    """
+    dp = head_dim_v_padded
+    kblk = 128 if dp % 128 == 0 else 64 if dp % 64 == 0 else 32 if dp % 32 == 0 else 16
+    return kblk, kblk // 8
+
+
+def lse_log2(lse) -> np.ndarray:
+    """The preprocess's ``lse_log2``: RN(lse * LOG2_E) in fp32, 0 for lse = -inf.
+
+    Parameters
+    ----------
+    lse : array
+        The forward's LSE (natural log), converted to float32.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 of lse's shape.
+
+    Examples
+    --------
+    >>> lse_log2(np.float32([-np.inf, 0.0])).tolist()
+    [0.0, 0.0]
+    """
+    lse = np.asarray(lse, np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(lse == -np.inf, np.float32(0), lse * LOG2_E_F32).astype(np.float32)
+
+
+def dq_postprocess_threads(kern, tile: BwdTile) -> int:
+    """Threads of the dQ postprocess CTA (which reduces dsink): 128 with ``dQ_single_wg`` (SM90 hd 96), else
+    the kernel's.
+
+    Parameters
+    ----------
+    kern : Kernel
+        A kernel of fa4num.attention.KERNELS.
+    tile : BwdTile
+        The backward's tile (:func:`prepare`).
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> from fa4num.attention import KERNELS
+    >>> dq_postprocess_threads(KERNELS["fa4-sm90"], sm90_bwd_tile(96))
+    128
+    """
+    return 128 if tile.dQ_single_wg else kern.dq_postprocess_threads
 
 
 def _butterfly_lane0(parts):
@@ -310,7 +380,7 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offs
             dpsum[:sq] = dpsum_sm90(os_[:, hh], dos[:, hh], head_dim_v_padded=dvp)
             lse = lses[hh].astype(np.float32)
             l2 = np.full(rows_pad, np.inf, np.float32)      # rows past seqlen_q: lse = +inf -> P = 0
-            l2[:sq] = np.where(lse == -np.inf, np.float32(0), lse * LOG2_E_F32)
+            l2[:sq] = lse_log2(lse)
             st["dpsum"][hh] = dpsum[:sq]
             st["lse_log2"][hh] = l2[:sq]
             dq_acc = np.zeros((rows_pad, d), np.float32)
@@ -443,6 +513,55 @@ def _validate(problem: Problem, oa, doa, lse) -> np.ndarray:
     return check_lse(lse, (h, q.shape[0]) if problem.varlen else (q.shape[0], h, q.shape[1]))
 
 
+def prepare(problem: Problem, out, dout, lse) -> tuple:
+    """What every consumer of FA4's backward checks first: ``(out, dout, lse, tile)`` as numpy arrays and the
+    backward's :class:`BwdTile` (the kernel's, with the ``tile_m``/``tile_n`` overrides); ValueError for what the
+    backward refuses (:func:`backward`'s checks, one set of messages for the emulator and the bounds).
+
+    Parameters
+    ----------
+    problem : Problem
+        ``plan(q, k, v, **FA4 arguments)``.
+    out, dout, lse : arrays or torch tensors
+        The forward's output, the incoming gradient and the forward's LSE, as :func:`backward` takes them.
+
+    Returns
+    -------
+    tuple
+        (out, dout, lse as numpy arrays, BwdTile).
+
+    Raises
+    ------
+    ValueError
+        For what FA4's backward refuses (dtype, paged KV, split-KV, forward-only knobs, shapes, head dims, tiles,
+        a softmax_scale that is not finite and nonzero).
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> from fa4num.attention import forward, plan
+    >>> x = np.ones((1, 32, 1, 64), ml_dtypes.bfloat16)
+    >>> fw = forward(x, x, x)
+    >>> prepare(plan(x, x, x), fw.out, x, fw.lse)[3].tile_n
+    128
+    """
+    oa, _ = to_numpy(out, "out")
+    doa, _ = to_numpy(dout, "dout")
+    lsea = _validate(problem, oa, doa, lse)
+    tile = problem.kernel.backward_tile(problem, use_2cta_instrs=problem.overrides.get("use_2cta_instrs"))
+    tile_m, tile_n = (problem.overrides.get(n) for n in ("tile_m", "tile_n"))
+    if tile_m is not None or tile_n is not None:
+        tm = tile.tile_m if tile_m is None else tile_m
+        tn = tile.tile_n if tile_n is None else tile_n
+        if tm < 16 or tm % 16 or tn < 16 or tn % 16:
+            raise ValueError(f"tile_m and tile_n must be positive multiples of 16, got {tm}, {tn}")
+        tile = BwdTile(tm, tn, tile.hdim_multiple_of, tile.dQ_single_wg, tile.cta_group)
+    scale = problem.softmax_scale
+    if not (math.isfinite(scale) and scale != 0):
+        raise ValueError(f"softmax_scale must be a finite nonzero float for the backward, got {scale}")
+    return oa, doa, lsea, tile
+
+
 def _block_order(dq_order) -> tuple:
     """``dq_order`` as a tuple of ints; TypeError naming it for a string, floats or bools (int() would turn
     "random" into an error about 'r', and 1.7 or True into block 1)."""
@@ -516,21 +635,8 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     deterministic = check_bool(deterministic, "deterministic")
     if out is None or dout is None or lse is None:
         raise TypeError("backward needs out, dout and lse (the forward's output and LSE, and the gradient)")
-    oa, _ = to_numpy(out, "out")
-    doa, _ = to_numpy(dout, "dout")
-    lsea = _validate(problem, oa, doa, lse)
+    oa, doa, lsea, tile = prepare(problem, out, dout, lse)
     dq_order = None if dq_order is None else _block_order(dq_order)
-    tile = kern.backward_tile(problem, use_2cta_instrs=problem.overrides.get("use_2cta_instrs"))
-    tile_m, tile_n = (problem.overrides.get(n) for n in ("tile_m", "tile_n"))
-    if tile_m is not None or tile_n is not None:
-        tm = tile.tile_m if tile_m is None else tile_m
-        tn = tile.tile_n if tile_n is None else tile_n
-        if tm < 16 or tm % 16 or tn < 16 or tn % 16:
-            raise ValueError(f"tile_m and tile_n must be positive multiples of 16, got {tm}, {tn}")
-        tile = BwdTile(tm, tn, tile.hdim_multiple_of, tile.dQ_single_wg, tile.cta_group)
-    scale = problem.softmax_scale
-    if not (math.isfinite(scale) and scale != 0):
-        raise ValueError(f"softmax_scale must be a finite nonzero float for the backward, got {scale}")
     s32 = problem.softmax_scale_f32
     # with a score_mod the kernel keeps softmax_scale apart and exponentiates with LOG2_E alone
     # (utils.compute_softmax_scale_log2 / flash_bwd_sm90.py __call__)
@@ -580,8 +686,7 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
                 stats[n][bi] = a
     dsink = None
     if sink is not None:
-        # the dQ postprocess's CTA: 128 threads with dQ_single_wg (SM90 hd 96), else the kernel's
-        nthr = 128 if tile.dQ_single_wg else kern.dq_postprocess_threads
+        nthr = dq_postprocess_threads(kern, tile)
         if varlen:
             per_seq = [lsea[:, s_] for s_, _ in seqs]
             dps = [stats["dpsum"][:, s_] for s_, _ in seqs]
@@ -602,5 +707,5 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     return BackwardResult(*res, BackwardStats(**stats), kern.name, used, float(s32), deterministic, dsink)
 
 
-__all__ = ["backward", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",
+__all__ = ["backward", "prepare", "dpsum_layout", "lse_log2", "dq_postprocess_threads", "BackwardResult", "BackwardStats", "BwdTile", "sm90_bwd_tile", "sm100_bwd_tile",
            "dpsum_sm90", "dsink_sm90"]

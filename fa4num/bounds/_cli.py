@@ -1,4 +1,5 @@
-"""``fa4num bounds exp2`` and ``fa4num bounds attention``: the rigorous bound, the observed error and their ratio."""
+"""``fa4num bounds exp2``, ``fa4num bounds attention`` and ``fa4num bounds backward``: the rigorous bound, the
+observed error and their ratio."""
 from __future__ import annotations
 
 import math
@@ -93,6 +94,45 @@ def _attention(args) -> int:
     return 0
 
 
+def _backward(args) -> int:
+    import numpy as np
+
+    from .validate_backward import backward_golden_checks, check_backward
+    if args.golden is not None:
+        given = [f"--{n.replace('_', '-')}" for n in ("shape", "seqlen_k", "softmax_scale", "softcap")
+                 if getattr(args, n) is not None]
+        if given:
+            raise ValueError(f"{given[0]}: --golden runs the H200 backward goldens' own problems")
+        checks = backward_golden_checks(args.golden, kernel=args.kernel)
+        if not checks:
+            raise ValueError(f"--golden: no backward capture (fa4_sm90_bwd_*_h200.npz) in {args.golden}")
+    else:
+        if args.shape is None:
+            raise ValueError("--shape: required (or --golden)")
+        b, s, h, d = args.shape
+        sk = s if args.seqlen_k is None else args.seqlen_k
+        dt = DTYPES[args.dtype].dtype
+        rng = np.random.default_rng(args.seed)
+        q = (rng.standard_normal((b, s, h, d), dtype=np.float32) * np.float32(args.q_mult)).astype(dt)
+        k, v = (rng.standard_normal((b, sk, h, d), dtype=np.float32).astype(dt) for _ in range(2))
+        do = rng.standard_normal((b, s, h, d), dtype=np.float32).astype(dt)
+        checks = [check_backward(q, k, v, do, name=f"{b}x{s}x{h}x{d} seqlen_k {sk}", causal=args.causal,
+                                 kernel=args.kernel, softmax_scale=args.softmax_scale, softcap=args.softcap or 0.0)]
+    src = "H200 kernel bits" if args.golden is not None and args.kernel == "fa4-sm90" else "emulator"
+    print(f"{args.kernel} backward vs real-arithmetic gradients ({src}); bound / observed per gradient")
+    bad = 0
+    for c in checks:
+        parts = [f"{n} {c.max_bound[n]:.3g}/{c.max_observed[n]:.3g} v{c.violations[n]}"
+                 + (f" inf{c.unbounded[n]}" if c.unbounded[n] else "") for n in c.max_bound]
+        print(f"  {c.name}: tightness {c.tightness:.3g}; " + ", ".join(parts)
+              + ("" if c.bits_match else "  (emulated bits differ from the GPU's)"))
+        bad += c.total_violations + (not c.bits_match)
+    if len(checks) > 1:
+        print(f"  {len(checks)} cases, violations {sum(c.total_violations for c in checks)}, tightness median "
+              f"{float(np.median([c.tightness for c in checks])):.3g}, max {max(c.tightness for c in checks):.3g}")
+    return 1 if bad else 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("bounds", help="rigorous error bounds: exp2 and attention (bound, observed, ratio)")
     sub = p.add_subparsers(dest="bounds_command", metavar="WHAT")
@@ -130,6 +170,19 @@ def register(subparsers) -> None:
     a.add_argument("--seed", type=nonneg_int, default=0)
     add_release_option(a)
     a.set_defaults(func=_attention)
+    w = sub.add_parser("backward", help="per-element bounds of FA4's backward (dq, dk, dv, dsink) vs observed errors")
+    w.add_argument("--golden", metavar="DIR", default=None,
+                   help="every H200 backward golden case in DIR (a checkout's tests/golden/attention)")
+    w.add_argument("--shape", type=_shape, default=None, help="batch,seqlen_q,heads,head_dim of q (Gaussian inputs)")
+    w.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
+    w.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
+    w.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    w.add_argument("--causal", action="store_true")
+    w.add_argument("--softmax-scale", type=finite_float, default=None, help="default 1/sqrt(head_dim)")
+    w.add_argument("--softcap", type=finite_float, default=None, help="soft cap > 0 (default none)")
+    w.add_argument("--q-mult", type=finite_float, default=1.0, help="scale of q (larger logits)")
+    w.add_argument("--seed", type=nonneg_int, default=0)
+    w.set_defaults(func=_backward)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

@@ -424,7 +424,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             fits = s_mag * max(1.0, abs(scale) if softcap else 1.0) < 2.0 ** 126
             if softcap:
                 # score_mod (utils.create_softcap_scoremod): S <- RN(cap tanh.approx(RN(RN(S scale) / cap)))
-                S, rho, rho_sc = _softcap_scores(S, A, rho, softcap=softcap, scale=scale, d=d, tanh_err=tanh_err)
+                S, rho, rho_sc, _ = _softcap_scores(S, A, rho, softcap=softcap, scale=scale, d=d, tanh_err=tanh_err)
                 A = np.zeros_like(A)
             # exponent (softmax.py scale_subtract_rowmax / online_softmax), rescales (update_row_max) and exp2 per
             # element, in one fused pass (_weights documents each term)
@@ -632,8 +632,9 @@ def _tanh_abs_error(arch: str) -> np.ndarray:
 
 
 def _softcap_scores(S, A, rho, *, softcap, scale, d, tanh_err):
-    """(S', rho', rho_sc): the exact soft-capped score S' = cap tanh(S scale / cap) (float64), a bound rho' on
-    |S'_kernel - S'| and its part rho_sc from the soft cap's own operations (docs/bounds.md, section 5.7).
+    """(S', rho', rho_sc, dt): the exact soft-capped score S' = cap tanh(S scale / cap) (float64), a bound rho' on
+    |S'_kernel - S'|, its part rho_sc from the soft cap's own operations (docs/bounds.md, section 5.7) and a bound
+    dt on |t - tanh z| of the kernel's t = tanh.approx(y) (the backward's 1 - t^2).
 
     Kernel (utils.create_softcap_scoremod, fa4num.softmax.scoremod): x = RN(S_k s32), y = RN(x / c32) (div.rn),
     t = tanh.approx(y), S'_k = RN(c32 t), with s32, c32 the fp32 scale and cap. With a = s32/c32,
@@ -656,7 +657,9 @@ def _softcap_scores(S, A, rho, *, softcap, scale, d, tanh_err):
     own = abs(c32 - softcap) + softcap * np.minimum(aS * (b + a * g2), 2.0) + c32 * ea \
         + u * c32 * (np.minimum(1.0, np.abs(np.tanh(z)) + dz + 2.0 ** -50) + ea)
     prop = softcap * np.minimum(rho * a, 2.0)
-    return Sx, (own + prop + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY
+    # |t_kernel - tanh z| for the backward's 1 - t^2 (the same t = tanh.approx(y); |tanh'| <= 1)
+    dt = (np.minimum(dz + f64 / softcap, 2.0) + ea) * _F64_SAFETY
+    return Sx, (own + prop + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY, dt
 
 
 def _s_error(Q, K, g: _Gemm, gemm: str, first, last):
@@ -822,6 +825,12 @@ def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, f
     m, n = S.shape
     wr = np.zeros((m, n))
     u = 2.0 ** -24
+    # the ex2 error's factors per column, once (the same libm calls the per-element expressions made)
+    lo_f = np.empty(n)
+    hi_f = np.empty(n)
+    for j in range(n):
+        lo_f[j] = 1 - math.expm1(log_ex2_col[j])
+        hi_f[j] = math.exp(log_ex2_col[j])
     for i in prange(m):
         a, z = first[i], last[i]
         if z < a:
@@ -866,9 +875,8 @@ def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, f
                 xhi += eta
                 rj = u_p
                 if xlo >= -100.0 and xhi <= 100.0 and xhi - xlo < 1.0:
-                    e = log_ex2_col[j]
-                    lo = np.exp2(xlo) * (1 - math.expm1(e)) * (1 - 2.0 ** -50)
-                    hi = np.exp2(xhi) * math.exp(e) * (1 + 2.0 ** -50)
+                    lo = np.exp2(xlo) * lo_f[j] * (1 - 2.0 ** -50)
+                    hi = np.exp2(xhi) * hi_f[j] * (1 + 2.0 ** -50)
                     g = _rn_format(lo, u_p, ulp_min)
                     if lo > 0 and g == _rn_format(hi, u_p, ulp_min):
                         rj = min(u_p, max(abs(g - lo) / lo, abs(hi - g) / hi) * (1 + 2.0 ** -40))
