@@ -20,7 +20,6 @@ import argparse
 import json
 import lzma
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -45,17 +44,12 @@ def _bits(x, torch):
 
 
 def _time(fn, torch, repeats=7):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    """CUDA-event median of ``fn`` after a warm-up call: the benchmark's own timer (benchmarks/bench_twin.py)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_twin", ROOT / "benchmarks" / "bench_twin.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench._time(fn, torch, repeats=repeats)
 
 
 def _kernel_ms(fn, torch):
