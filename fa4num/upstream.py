@@ -172,9 +172,16 @@ def wheel_facts(wheel) -> dict:
 
     Examples
     --------
-    >>> facts = wheel_facts(FIXTURE)
-    >>> facts["POLY_EX2[3]"].value[1], facts["version"].value
-    ('0x3F31F519', '4.0.0b36')
+    A stand-in with one file, written here (fa4num ships no FA4 source; ``fa4num upstream diff`` reads the real
+    wheel):
+
+    >>> import io, zipfile
+    >>> buf = io.BytesIO()
+    >>> with zipfile.ZipFile(buf, "w") as z:
+    ...     z.writestr(PREFIX + "utils.py", "POLY_EX2 = {1: (1.0, 1.0)}\\n")
+    >>> facts = wheel_facts(buf)
+    >>> facts["POLY_EX2[1]"].value, facts["version"].value
+    (['0x3F800000', '0x3F800000'], None)
     """
     try:
         zf = zipfile.ZipFile(wheel)
@@ -323,9 +330,16 @@ def diff(wheel, *, release: str | None = None) -> DiffResult:
 
     Examples
     --------
-    >>> r = diff(FIXTURE)
-    >>> r.ok, r.matches
-    (True, ['4.0.0b36'])
+    A stand-in whose degree-3 POLY_EX2 is not FA4's (the real wheel gives ``r.ok`` True and ``r.matches``
+    ['4.0.0b36']):
+
+    >>> import io, zipfile
+    >>> buf = io.BytesIO()
+    >>> with zipfile.ZipFile(buf, "w") as z:
+    ...     z.writestr(PREFIX + "utils.py", "POLY_EX2 = {3: (1.0, 0.5, 0.25, 0.125)}\\n")
+    >>> r = diff(buf)
+    >>> r.ok, "POLY_EX2[3]" in [d.name for d in r.drifts]
+    (False, True)
     """
     from fa4num.attention import releases
     release = release or releases.DEFAULT_RELEASE
@@ -341,9 +355,6 @@ def diff(wheel, *, release: str | None = None) -> DiffResult:
 def extract_profile_facts(wheel) -> dict:
     """name -> value of a wheel's facts, as a release profile records them (``fa4num/data/releases``)."""
     return {n: f.value for n, f in sorted(wheel_facts(wheel).items()) if n != "version"}
-
-
-FIXTURE = Path(__file__).resolve().parent / "data" / "releases" / "fixtures" / "flash_attn_4-4.0.0b36-numerics.zip"
 
 
 # ------------------------------------------------------------------------------------------------ CLI
