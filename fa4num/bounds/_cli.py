@@ -118,7 +118,8 @@ def _backward(args) -> int:
         do = rng.standard_normal((b, s, h, d), dtype=np.float32).astype(dt)
         checks = [check_backward(q, k, v, do, name=f"{b}x{s}x{h}x{d} seqlen_k {sk}", causal=args.causal,
                                  kernel=args.kernel, softmax_scale=args.softmax_scale, softcap=args.softcap or 0.0)]
-    src = "H200 kernel bits" if args.golden is not None and args.kernel == "fa4-sm90" else "emulator"
+    from .validate_backward import GOLDEN_KERNEL
+    src = "H200 kernel bits" if args.golden is not None and KERNELS[args.kernel] is GOLDEN_KERNEL else "emulator"
     print(f"{args.kernel} backward vs real-arithmetic gradients ({src}); bound / observed per gradient")
     bad = 0
     for c in checks:
