@@ -32,7 +32,7 @@ import numpy as np
 from fa4num.attention import masking as _masking
 from fa4num.attention.config import GEMM_IMPL
 from fa4num.attention.forward import AttentionResult, AttentionStats, cast_out, sink_shares
-from fa4num.attention.problem import NP_DTYPES, given_or_plan
+from fa4num.attention.problem import NP_DTYPES, given_or_plan, plain, to_numpy
 from fa4num.attention.triton_backend import interpreted
 from fa4num.attention.schedule import split_ranges, visit_order
 from fa4num.constants import LOG2_E_F32
@@ -299,16 +299,6 @@ def _to_torch(x, dev):
     return torch.from_numpy(x).to(dev)
 
 
-def _to_numpy(x, np_dtype):
-    import torch
-    if not isinstance(x, torch.Tensor):
-        return x
-    x = x.detach().cpu()
-    if x.dtype == torch.bfloat16:
-        return x.view(torch.int16).numpy().view(np_dtype)
-    return x.numpy()
-
-
 def forward_on(problem, *, device: str = "cpu") -> AttentionResult:
     """A planned forward run where ``device`` says, with numpy results (out in the problem's dtype, LSE
     float32), so that callers compare them the same way whatever ran them.
@@ -356,8 +346,8 @@ def forward_on(problem, *, device: str = "cpu") -> AttentionResult:
     else:
         from .torch_backend import forward_torch
         res = forward_torch(problem=moved)
-    np_dt = NP_DTYPES[problem.dtype] if not problem.fp8 else NP_DTYPES["bfloat16"]
-    return dataclasses.replace(res, out=_to_numpy(res.out, np_dt), lse=_to_numpy(res.lse, np.float32))
+    # the problem module's converters: out in its FA4 dtype (the bits), the LSE as float32
+    return dataclasses.replace(res, out=to_numpy(res.out, "out")[0], lse=plain(res.lse))
 
 
 __all__ = ["forward", "forward_on", "refusal", "DEVICES"]
