@@ -14,6 +14,7 @@ import pytest
 
 from fa4num.attention import backward, forward
 from fa4num.attention import inputs as _inputs
+from _bwd_capture import assert_grads_match, capture_script
 from fa4num.attention.reference import backward_fp64, backward_metrics
 
 torch = pytest.importorskip("torch")
@@ -119,12 +120,6 @@ def test_dlse_checked():
         backward_fp64(q, k, v, do, dlse=dlse[0])
 
 
-def _script():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("fa4_bwd_preprocess", ROOT / "experiments/gpu/fa4_bwd_preprocess.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _records():
@@ -134,14 +129,14 @@ def _records():
     return z, {r["case"]["name"]: r for r in json.loads(str(z["meta"]))["cases"]}
 
 
-@pytest.mark.parametrize("name", [c["name"] for c in _script().DLSE_CASES])
+@pytest.mark.parametrize("name", [c["name"] for c in capture_script().DLSE_CASES])
 def test_dlse_backward_matches_h200(name):
     """dq, dk, dv (SHA-256 of every bit) and dsink of the real FA4 SM90 backward with dlse, captured on the H200."""
     z, recs = _records()
     rec = recs[name]
     assert "error" not in rec, rec["error"]
     case = rec["case"]
-    script = _script()
+    script = capture_script()
     a = script.case_arrays(case, _inputs)
     kw = {"learnable_sink": a["learnable_sink"]} if "learnable_sink" in a else {}
     if "cu_seqlens_q" in a:
@@ -154,13 +149,4 @@ def test_dlse_backward_matches_h200(name):
     assert hashlib.sha256(dlse.tobytes()).hexdigest() == rec["dlse_sha256"]
     g = backward(a["q"], a["k"], a["v"], fw.out, a["dout"], lse, softmax_scale=case["softmax_scale"],
                  causal=case["causal"], dlse=dlse, **kw)
-    for arr in ("dq", "dk", "dv"):
-        bits = np.ascontiguousarray(getattr(g, arr)).view(np.uint16)
-        if hashlib.sha256(bits.tobytes()).hexdigest() != rec["digests"][arr]:
-            idx, want = z[f"{name}.{arr}_sample_idx"], z[f"{name}.{arr}_sample_bits"]
-            bad = int((bits.reshape(-1)[idx] != want).sum())
-            pytest.fail(f"{name}.{arr}: digest differs, {bad}/{idx.size} sampled elements differ")
-    if "learnable_sink" in a:
-        want = z[f"{name}.dsink"]
-        assert np.array_equal(np.asarray(g.dsink, np.float32).view(np.uint32), want.view(np.uint32)), \
-            (name, g.dsink, want)
+    assert_grads_match(z, name, rec, g, has_sink="learnable_sink" in a)
