@@ -29,6 +29,7 @@ from types import SimpleNamespace
 import ml_dtypes
 import numpy as np
 
+from fa4num.attention import _twin_flex
 from fa4num.attention import masking as _masking
 from fa4num.attention.config import GEMM_IMPL
 from fa4num.attention.forward import AttentionResult, AttentionStats, cast_out, sink_shares
@@ -110,8 +111,9 @@ def refusal(problem) -> str | None:
     'num_splits=2: split-KV is not in the GPU twin yet (use fa4num.attention.forward)'
     """
     p = problem
-    if p.flex_args():
-        return f"{'/'.join(p.flex_args())}: FlexAttention is not in the GPU twin (use fa4num.attention.forward)"
+    why = _twin_flex.refusal(p)     # FlexAttention: the built-in mods run, any other callable is refused by name
+    if why is not None:
+        return why
     if p.fp8:
         return (f"dtype {p.dtype}: FA4's SM100 fp8 path accumulates with F = 25 fraction bits and Hopper's fp8 "
                 f"wgmma with 13, so the twin refuses fp8 (use fa4num.attention.forward)")
@@ -222,8 +224,8 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
         cs = poly_coeffs(opts.poly_degree, coeffs=opts.coeffs)
         deg = len(cs) - 1
         coef[:len(cs)] = cs
-    softcap = float(setup.softcap)
-    sl2 = SCALE_LOG2_WITH_SCOREMOD if softcap else scale_log2_of(setup.softmax_scale)
+    softcap, score_mod, flex_args, flex_ids = _twin_flex.kernel_args(setup, dev)
+    sl2 = SCALE_LOG2_WITH_SCOREMOD if softcap or score_mod else scale_log2_of(setup.softmax_scale)
     sl2 = np.float32(sl2)
     sink = setup.sink
     sink_t = torch.zeros(h, dtype=torch.float32, device=dev)
@@ -260,9 +262,9 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
         if interp:
             from ._twin_interp import cpu_instructions
             with cpu_instructions(dtype=dt, accumulator=GEMM_IMPL[opts.gemm][1]):
-                _twin_kernel.twin_fwd[grid](*args, **meta)
+                _twin_kernel.twin_fwd[grid](*args, **flex_args, **flex_ids, **meta)
         else:
-            _twin_kernel.twin_fwd[grid](*args, **meta)
+            _twin_kernel.twin_fwd[grid](*args, **flex_args, **flex_ids, **meta)
     elif sq and sink is not None:
         # seqlen_k == 0 (interface.py): out = 0, LSE = the sink
         lse.copy_(sink_t.view(1, h, 1).expand(b, h, sq))
