@@ -217,3 +217,134 @@ def test_cli_check_in_the_interpreter():
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "TRITON_INTERPRET": "1"})
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+
+
+# --- FlexAttention's built-in mods in the twin (issue 28) ------------------------------------------------------
+_INTERP_FLEX = r"""
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import numpy as np, torch
+from fa4num.attention import forward
+from fa4num.attention import twin
+sys.path.insert(0, "experiments/gpu")
+from twin_flex_validate import flex_kwargs
+out = {}
+for name, kernel, mods, kw, shape, dt in json.loads(sys.argv[1]):
+    b, sq, sk, h, hk, d = shape
+    g = torch.Generator().manual_seed(len(name))
+    dtype = torch.bfloat16 if dt == "bfloat16" else torch.float16
+    q = (torch.randn(b, sq, h, d, generator=g) * 2).to(dtype)
+    k = torch.randn(b, sk, hk, d, generator=g).to(dtype)
+    v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
+    kw = dict(kw, kernel=kernel, **flex_kwargs(mods, batch=b, heads=h))
+    e, t = forward(q, k, v, **kw), twin.forward(q, k, v, **kw)
+    diff = {"out": int((e.out.view(torch.int16) != t.out.view(torch.int16)).sum()),
+            "lse": int((e.lse.view(torch.int32) != t.lse.view(torch.int32)).sum())}
+    for n in ("kv_blocks", "rescale_events", "rescales_done", "max_lag", "p_saturated", "exp2_emulated",
+              "masked_by_window", "rescale_steps", "rescales_row", "rescales_warp", "rescales_tile", "events_row",
+              "events_warp", "events_tile"):
+        diff[n] = int((np.asarray(getattr(e.stats, n)).view(np.int32)
+                       != np.asarray(getattr(t.stats, n)).view(np.int32)).sum())
+    diff["masked_lse"] = int(np.isneginf(np.asarray(t.lse)).sum())
+    out[name] = diff
+print(json.dumps(out))
+"""
+
+_SMALL = (1, 40, 100, 2, 1, 16)
+_TILES = dict(tile_m=32, tile_n=32)
+FLEX_BUILTINS = [      # (name, mods as experiments/gpu/twin_flex_validate.flex_kwargs takes them, extra FA4
+                       # arguments, shape, dtype): every built-in, on both kernels below
+    ("alibi", {"score_mod": ["alibi_mod", {}], "aux": [["slopes"]]}, dict(_TILES, causal=True), _SMALL, "bfloat16"),
+    ("alibi-exp2-nocontract", {"score_mod": ["alibi_exp2_mod", {"contract": False}]}, _TILES, _SMALL, "float16"),
+    ("rel-bias-clamp", {"score_mod": ["rel_bias_mod", {"clamp": 7}]}, dict(_TILES, window_size=(30, 5)), _SMALL,
+     "bfloat16"),
+    ("rel-bias-nocontract", {"score_mod": ["rel_bias_mod", {"contract": False}]}, _TILES, _SMALL, "bfloat16"),
+    ("softcap-mod", {"score_mod": ["softcap_mod", {"softcap": 3.0}]}, _TILES, _SMALL, "bfloat16"),
+    ("causal-mask", {"mask_mod": ["causal_mask", {}]}, _TILES, (1, 100, 40, 2, 1, 16), "bfloat16"),
+    ("window-mask", {"mask_mod": ["sliding_window_mask", {"left": 20, "right": None}]}, _TILES, _SMALL, "float16"),
+    ("prefix-lm", {"mask_mod": ["prefix_lm_mask", {"prefix": 10}]}, _TILES, _SMALL, "bfloat16"),
+    # per-head ids under pack-GQA (rows of two heads in one program), with ALiBi from a second aux tensor
+    ("document-alibi-gqa", {"mask_mod": ["document_mask", {}], "score_mod": ["alibi_mod", {"aux_index": 1}],
+                            "aux": [["docs3", [30, 1, 39]], ["slopes"]]},
+     dict(_TILES, pack_gqa=True), (1, 70, 70, 4, 2, 16), "bfloat16"),
+    ("document-128", {"mask_mod": ["document_mask", {}], "aux": [["docs", [100, 50]]]}, dict(tile_n=32),
+     (1, 150, 150, 2, 2, 16), "bfloat16"),
+]
+FLEX_CASES = [(f"{k.split('-')[1]}-{n}", k, m, kw, sh, dt) for k in ("fa4-sm90", "fa4-sm100")
+              for n, m, kw, sh, dt in FLEX_BUILTINS]
+
+
+@pytest.mark.slow
+def test_twin_runs_the_flex_builtins_with_the_emulators_bits():
+    """Every built-in score_mod and mask_mod of fa4num.attention.flex through the twin's kernel in Triton's
+    interpreter, both kernels: 0 differing bits in out, LSE and every counter against the emulator (contracted
+    and plain bias adds, fp16, a window with a score_mod, 128-row M blocks, per-head document ids under
+    pack-GQA, rows the mask empties)."""
+    proc = subprocess.run([sys.executable, "-c", _INTERP_FLEX, json.dumps(FLEX_CASES)], capture_output=True,
+                          text=True, timeout=1500, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(got) == {c[0] for c in FLEX_CASES}
+    masked = {}
+    for name, diff in got.items():
+        masked[name] = diff.pop("masked_lse")
+        assert all(x == 0 for x in diff.values()), (name, diff)
+    assert masked["sm90-causal-mask"] > 0 and masked["sm100-causal-mask"] > 0, masked     # empty rows were run
+
+
+def _lambda_mod(score, b, h, q_idx, kv_idx, seqlen_info, aux_tensors):
+    return score
+
+
+def test_flex_refusals_name_the_argument():
+    from fa4num.attention import flex
+    q = _q()
+    why = twin.refusal(plan(q, q, q, score_mod=_lambda_mod))
+    assert why.startswith("score_mod=_lambda_mod: a Python callable cannot run") and "flex.alibi_mod" in why
+    why = twin.refusal(plan(q, q, q, mask_mod=lambda b, h, qi, ki, si, aux: qi >= ki))
+    assert why.startswith("mask_mod=<lambda>") and "flex.document_mask" in why
+    bs = flex.block_sparse_tensors(flex.causal_mask(), batch=1, heads=1, seqlen_q=64, seqlen_k=64,
+                                   block_size=(128, 128))
+    assert twin.refusal(plan(q, q, q, mask_mod=flex.causal_mask(), block_sparse_tensors=bs)).startswith(
+        "block_sparse_tensors:")
+    assert twin.refusal(plan(q, q, q, score_mod=flex.rel_bias_mod(), aux_scalars=(1.0,))).startswith("aux_scalars:")
+    assert "aux_tensors[0]" in twin.refusal(plan(q, q, q, score_mod=flex.alibi_mod()))
+    short = np.zeros((1, 10), np.int32)
+    assert "document ids" in twin.refusal(plan(q, q, q, mask_mod=flex.document_mask(), aux_tensors=[short]))
+    for kw in (dict(score_mod=flex.softcap_mod(5.0)), dict(score_mod=flex.alibi_exp2_mod(), causal=True),
+               dict(mask_mod=flex.prefix_lm_mask(3), score_mod=flex.alibi_mod(), aux_tensors=[flex.alibi_slopes(2)])):
+        assert twin.refusal(plan(q, q, q, **kw)) is None, kw
+
+
+def _flex_validate_module():
+    spec = importlib.util.spec_from_file_location("twin_flex_validate",
+                                                  ROOT / "experiments/gpu/twin_flex_validate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_gpu_flex_validation_covers_every_builtin_and_the_goldens():
+    """experiments/gpu/twin_flex_validate.py's CPU side: its cases cover every built-in the twin runs on both
+    kernels, bf16 and fp16, 128 to 8192 tokens, and the twin takes each; it finds the SM90 flex goldens the twin
+    takes (every forward record but the block-sparse ones and the two mods written as lambdas)."""
+    from fa4num.attention import _twin_flex
+    val = _flex_validate_module()
+    cs = val.cases()
+    assert len(cs) >= 10
+    for kernel in ("fa4-sm90", "fa4-sm100"):
+        mine = [c for c in cs if c["kernel"] == kernel]
+        kinds = {c["mods"][a][0] for c in mine for a in ("score_mod", "mask_mod") if a in c["mods"]}
+        assert kinds == set(_twin_flex.SCORE_MOD_KINDS) | set(_twin_flex.MASK_MOD_KINDS), kernel
+        assert {c["dtype"] for c in mine} == {"bfloat16", "float16"}
+        assert min(c["sq"] for c in mine) == 128 and max(c["sq"] for c in mine) == 8192
+    for c in cs:
+        q, k, v, kw = val.case_call(c)
+        assert twin.refusal(plan(q, k, v, **kw)) is None, c["name"]
+    if not val.GOLDEN.exists():
+        pytest.skip("the SM90 flex golden file is absent")
+    recs, cap = val.golden_records()
+    names = {r[0]["case"]["name"].split(".", 1)[1] for r in recs}
+    every = {r["case"]["name"].split(".", 1)[1] for r in cap.read(val.GOLDEN)[1]["cases"] if "error" not in r}
+    assert names == {n for n in every if not n.startswith(("bs_", "bwd_bs_"))} - {"sm_identity_d128",
+                                                                                   "sm_times_two_d64"}
