@@ -6,8 +6,8 @@ and against the real FA4 SM90 kernel's committed flex goldens where the twin tak
 1. The cases of :func:`cases` (every built-in of fa4num.attention.flex, both kernels, bf16 and fp16, 128 to 8k
    tokens): the twin on the GPU and the emulator on the CPU, differing bits of out, LSE and every counter.
 2. Every forward record of tests/golden/attention/fa4_sm90_flex_h200.npz (captured from FA4 4.0.0b36's SM90 kernel
-   by experiments/gpu/flex_capture.py) whose mods the twin runs (not block-sparse, built-in mods): the twin's out
-   and LSE SHA-256 against the kernel's.
+   by experiments/gpu/flex_capture.py) whose mods the twin runs (built-in mods, block-sparse calls included): the
+   twin's out and LSE SHA-256 against the kernel's.
 
 Writes OUT_DIR/twin_flex_validate.json (provenance from fa4num.gpu.run_provenance, per case the differing bits and
 times, per golden record the digest equality); exit status 0 when every case and record is equal.
@@ -59,14 +59,24 @@ def cases() -> list[dict]:
             _case(f"{kk}-document-alibi-fp16-1000", kernel,
                   {"mask_mod": ["document_mask", {}], "score_mod": ["alibi_mod", {"aux_index": 1}],
                    "aux": [["docs", [400, 1, 599]], ["slopes"]]}, sq=1000, h=4, dtype="float16"),
+            # block sparsity (mask blocks, then full blocks): query blocks of the kernel's M block, KV blocks of
+            # its tile_n (128 keys on both kernels at d = 128)
+            _case(f"{kk}-sparse-document-2k", kernel,
+                  {"mask_mod": ["document_mask", {}], "aux": [["docs", [300, 900, 77, 771]]],
+                   "sparse": {"block": [256, 128], "full": True}}, sq=2048),
+            _case(f"{kk}-sparse-causal-alibi-fp16-1k", kernel,
+                  {"mask_mod": ["causal_mask", {}], "score_mod": ["alibi_mod", {}], "aux": [["slopes"]],
+                   "sparse": {"block": [256, 128], "full": True}}, sq=1024, h=4, dtype="float16"),
         ]
     return out
 
 
-def flex_kwargs(mods: dict, *, batch: int, heads: int) -> dict:
+def flex_kwargs(mods: dict, *, batch: int, heads: int, seqlen_q: int = 0, seqlen_k: int = 0) -> dict:
     """FA4's FlexAttention arguments of a case's ``mods``: ``score_mod`` / ``mask_mod`` as [built-in name of
     fa4num.attention.flex, its keyword arguments], ``aux`` a list of ["slopes"] (``flex.alibi_slopes(heads)``),
-    ["docs", lengths] (document ids (batch, seqlen)) or ["docs3", lengths] (per head, (batch, heads, seqlen)).
+    ["docs", lengths] (document ids (batch, seqlen)) or ["docs3", lengths] (per head, (batch, heads, seqlen)),
+    ``sparse`` {"block": [rows, keys], "full": bool, "heads": 1 (optional: broadcast over heads)}: the
+    mask_mod's block-sparse tensors (``flex.block_sparse_tensors``, which needs the sequence lengths).
 
     Examples
     --------
@@ -88,6 +98,11 @@ def flex_kwargs(mods: dict, *, batch: int, heads: int) -> dict:
             kw[arg] = getattr(flex, kind)(**params)
     if aux:
         kw["aux_tensors"] = aux
+    sp = mods.get("sparse")
+    if sp is not None:
+        kw["block_sparse_tensors"] = flex.block_sparse_tensors(
+            kw["mask_mod"], batch=batch, heads=sp.get("heads", heads), seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+            block_size=tuple(sp["block"]), aux_tensors=aux or None, full_blocks=sp["full"])
     return kw
 
 
@@ -96,13 +111,14 @@ def case_call(case: dict):
     sys.path.insert(0, str(HERE))
     import twin_cases
     q, k, v, kw = twin_cases.inputs(case)
-    return q, k, v, {**kw, **flex_kwargs(case["mods"], batch=case["b"], heads=case["h"])}
+    return q, k, v, {**kw, **flex_kwargs(case["mods"], batch=case["b"], heads=case["h"], seqlen_q=case["sq"],
+                                         seqlen_k=case["sk"])}
 
 
 def golden_records(path=GOLDEN) -> tuple:
     """([(record, FA4 arguments, inputs)], the capture module): every forward record of the SM90 flex capture
-    that the twin takes, its arguments as tests/attention/test_flex_golden.py rebuilds them (block-sparse
-    records and the mods written as lambdas are left out)."""
+    that the twin takes, its arguments as tests/attention/test_flex_golden.py rebuilds them (block-sparse ones
+    with their sparse tensors; the two mods written as lambdas are left out)."""
     import importlib.util
 
     from fa4num.attention import plan, twin
@@ -113,12 +129,14 @@ def golden_records(path=GOLDEN) -> tuple:
     out = []
     for rec in cap.read(path)[1]["cases"]:
         case = rec["case"]
-        if "error" in rec or case["sparse"] is not None:
+        if "error" in rec:
             continue
         arrs = cap.case_inputs(case)
         kw = dict(softmax_scale=case["softmax_scale"], softcap=case["softcap"] or 0.0, kernel="fa4-sm90",
                   score_mod=cap.emulator_score_mod(case), mask_mod=cap.emulator_mask_mod(case),
                   aux_tensors=arrs["aux"] or None, pack_gqa=case["pack_gqa"])
+        if "bs" in arrs:
+            kw["block_sparse_tensors"] = arrs["bs"]
         if twin.refusal(plan(arrs["q"], arrs["k"], arrs["v"], **kw)) is None:
             out.append((rec, kw, arrs))
     return out, cap

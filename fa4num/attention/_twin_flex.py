@@ -67,13 +67,15 @@ def _launch(problem):
     """(softcap, score_mod on, runtime kernel arguments without the pointers, aux arrays (score, mask), constexpr
     ids); _Refused naming the argument for what the twin does not run."""
     fl = problem.flex
-    args = dict(contract=0, clamp=_OPEN, c_exp2=0.0, mm_a=0, mm_b=0, sab=0, sah=0, sas=0)
-    ids = dict(SCORE_MOD=0, MASK_MOD=0)
+    args = dict(contract=0, clamp=_OPEN, c_exp2=0.0, mm_a=0, mm_b=0, sab=0, sah=0, sas=0, sp_nmb=0, sp_len=0)
+    ids = dict(SCORE_MOD=0, MASK_MOD=0, SPARSE=False)
     if fl is None:
-        return float(problem.softcap), False, args, (None, None), ids
+        return float(problem.softcap), False, args, (None, None, None), ids
+    sparse = None
     if fl.block_sparse is not None:
-        raise _Refused("block_sparse_tensors: block sparsity (partial-then-full visiting) is not in the GPU twin "
-                       "yet (use fa4num.attention.forward)")
+        sparse = _sparse_table(problem)
+        ids["SPARSE"] = True
+        args["sp_nmb"], args["sp_len"] = sparse[0].shape[1], sparse[0].shape[2]
     if fl.aux_scalars is not None:
         raise _Refused("aux_scalars: the twin runs only fa4num.attention.flex's built-in mods, which take none")
     softcap, aux_s, aux_m = float(problem.softcap), None, None
@@ -120,12 +122,82 @@ def _launch(problem):
             aux_m = np.ascontiguousarray(doc.astype(np.int64))
             st = [x // 8 for x in aux_m.strides]
             args["sab"], args["sah"], args["sas"] = st[0], st[1] if doc.ndim == 3 else 0, st[-1]
-    return softcap, fl.score_mod is not None, args, (aux_s, aux_m), ids
+    return softcap, fl.score_mod is not None, args, (aux_s, aux_m, sparse), ids
+
+
+def _group(problem) -> int:
+    """q heads per packed row, as the twin packs them (fa4num.attention.twin.forward)."""
+    rep = problem.heads // problem.heads_kv
+    return rep if (problem.opts.pack_gqa and rep > 1) else 1
+
+
+def _sparse_table(problem):
+    """A block-sparse call's visits per (batch * head group, M block), from the emulator's own
+    :func:`fa4num.attention.schedule.flex_visits` (mask blocks, then full blocks, each right to left): (visits
+    int32 (programs, M blocks, longest list), each ``2 n + (mask_mod applies)``; counts int32 (programs, M
+    blocks)). A list whose later block (visited without seqlen masking) reaches past seqlen_k is refused: FA4
+    reads memory there that the twin does not model."""
+    from .schedule import flex_visits
+    group = _group(problem)
+    sq, sk, tm, tn = problem.max_seqlen_q, problem.max_seqlen_k, problem.opts.tile_m, problem.opts.tile_n
+    ng = problem.heads // group
+    nmb = max(1, -(-sq * group // tm))
+    lists = {}
+    for b in range(problem.batch):
+        for g in range(ng):
+            for mb in range(-(-sq * group // tm)):
+                (visits,) = flex_visits(problem, mb, batch=b, head=g * group, seqlen_q=sq, seqlen_k=sk, group=group)
+                for n, _, masked in visits:
+                    if not masked and (n + 1) * tn > sk:
+                        raise _Refused(f"block_sparse_tensors: KV block {n} of query block (batch {b}, M block "
+                                       f"{mb}) reaches past seqlen_k = {sk} and is not its list's first "
+                                       f"(FA4 reads unspecified memory there; the twin does not model it)")
+                lists[b * ng + g, mb] = [2 * n + int(use_mod) for n, use_mod, _ in visits]
+    longest = max([len(x) for x in lists.values()] + [1])
+    table = np.zeros((problem.batch * ng, nmb, longest), np.int32)
+    counts = np.zeros((problem.batch * ng, nmb), np.int32)
+    for (pg, mb), codes in lists.items():
+        table[pg, mb, :len(codes)] = codes
+        counts[pg, mb] = len(codes)
+    return table, counts
+
+
+def sparse_kv_blocks(problem, counts) -> np.ndarray:
+    """``AttentionStats.kv_blocks`` of a block-sparse call, (batch, heads, seqlen_q): each row's M block's visit
+    count (``counts`` from :func:`_sparse_table`).
+
+    Parameters
+    ----------
+    problem : fa4num.attention.Problem
+    counts : int32 (batch * head groups, M blocks)
+
+    Returns
+    -------
+    numpy.ndarray of int32
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> from fa4num.attention import plan, flex
+    >>> q = np.ones((1, 64, 1, 64), ml_dtypes.bfloat16)
+    >>> t = flex.block_sparse_tensors(flex.causal_mask(), batch=1, heads=1, seqlen_q=64, seqlen_k=64,
+    ...                               block_size=(128, 128))
+    >>> p = plan(q, q, q, mask_mod=flex.causal_mask(), block_sparse_tensors=t)
+    >>> sparse_kv_blocks(p, _sparse_table(p)[1])[0, 0, :3].tolist()
+    [1, 1, 1]
+    """
+    group, tm = _group(problem), problem.opts.tile_m
+    b, h, sq = problem.batch, problem.heads, problem.max_seqlen_q
+    hh, qi = np.meshgrid(np.arange(h), np.arange(sq), indexing="ij")
+    prow = qi * group + hh % group
+    per = counts.reshape(b, h // group, -1)[:, hh // group, prow // tm]
+    return np.ascontiguousarray(per, np.int32)
 
 
 def kernel_args(problem, dev):
-    """(softcap, score_mod on, keyword arguments of ``twin_fwd`` for the call's FlexAttention built-ins, their
-    constexprs) with the aux tensors on ``dev``; ``refusal(problem)`` must be None.
+    """(softcap, score_mod on, keyword arguments of ``twin_fwd`` for the call's FlexAttention built-ins and block
+    sparsity, their constexprs, each row's KV block count of a block-sparse call (else None)) with the aux tensors
+    and the sparse visit table on ``dev``; ``refusal(problem)`` must be None.
 
     Parameters
     ----------
@@ -134,20 +206,23 @@ def kernel_args(problem, dev):
 
     Returns
     -------
-    (float, bool, dict, dict)
+    (float, bool, dict, dict, numpy.ndarray or None)
 
     Examples
     --------
     >>> import ml_dtypes, numpy as np
     >>> from fa4num.attention import plan, flex
     >>> q = np.ones((1, 64, 2, 64), ml_dtypes.bfloat16)
-    >>> cap, on, args, ids = kernel_args(plan(q, q, q, score_mod=flex.softcap_mod(30.0)), "cpu")
-    >>> cap, on, ids
-    (30.0, True, {'SCORE_MOD': 0, 'MASK_MOD': 0})
+    >>> cap, on, args, ids, kv_blocks = kernel_args(plan(q, q, q, score_mod=flex.softcap_mod(30.0)), "cpu")
+    >>> cap, on, ids, kv_blocks
+    (30.0, True, {'SCORE_MOD': 0, 'MASK_MOD': 0, 'SPARSE': False}, None)
     """
     import torch
-    softcap, on, args, (aux_s, aux_m), ids = _launch(problem)
+    softcap, on, args, (aux_s, aux_m, sparse), ids = _launch(problem)
     dummy = torch.zeros(1, dtype=torch.float32, device=dev)
     args["AuxS"] = dummy if aux_s is None else torch.from_numpy(aux_s).to(dev)
     args["AuxM"] = torch.zeros(1, dtype=torch.int64, device=dev) if aux_m is None else torch.from_numpy(aux_m).to(dev)
-    return softcap, on, args, ids
+    table, counts = sparse if sparse is not None else (np.zeros(1, np.int32), np.zeros(1, np.int32))
+    args["SpVisits"], args["SpCount"] = (torch.from_numpy(np.ascontiguousarray(x)).to(dev) for x in (table, counts))
+    kv_blocks = None if sparse is None else sparse_kv_blocks(problem, counts)
+    return softcap, on, args, ids, kv_blocks

@@ -261,12 +261,12 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
              seqlen_q, seqlen_k, heads, rep, group, nrows, left, right, scale_ex2_ftz, fused_bias, has_sink,
              sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
              sl2, scale, softcap, threshold, offset, sink_m_factor, sink_empty_sum, p_limit, d_real, dv_real,
-             AuxS, AuxM, contract, clamp, c_exp2, mm_a, mm_b, sab, sah, sas,
+             AuxS, AuxM, contract, clamp, c_exp2, mm_a, mm_b, sab, sah, sas, SpVisits, SpCount, sp_nmb, sp_len,
              TILE_M: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, SM100: tl.constexpr, HAS_EMU: tl.constexpr,
              POLY_DEG: tl.constexpr, P_DTYPE: tl.constexpr, UPCAST: tl.constexpr,
              STATS: tl.constexpr = True, RS_REG: tl.constexpr = False, SCORE_MOD: tl.constexpr = 0,
-             MASK_MOD: tl.constexpr = 0):
+             MASK_MOD: tl.constexpr = 0, SPARSE: tl.constexpr = False):
     """The rows of one FA4 M block (``TILE_M`` packed rows) within one group of ``BLOCK_M`` = 128 packed rows
     (the host's program table), so that a program holds whole warps and whole 128-row tiles as
     fa4num.softmax.ballot groups them (a row's bits depend only on its M block's KV range); packed row = query * group + head offset under pack-GQA) of one
@@ -278,7 +278,9 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
     an open side, 0 on the right for causal), softcap (0: off), the sink and the SM100 flags. FlexAttention:
     ``SCORE_MOD`` / ``MASK_MOD`` pick a built-in (``_twin_flex.SCORE_MODS`` / ``MASK_MODS``), applied where
     ``_run_mblock`` applies them (the score_mod after the GEMM, then the mask_mod; the window is open then), with
-    their parameters and aux tensors (``AuxS`` for the score_mod, ``AuxM`` for the mask_mod)."""
+    their parameters and aux tensors (``AuxS`` for the score_mod, ``AuxM`` for the mask_mod). ``SPARSE``: the
+    M block visits its block-sparse lists instead (``SpVisits``: per program group and M block ``sp_len`` codes
+    2 n + (mask_mod applies), ``SpCount`` of them; the host's table from the emulator's ``flex_visits``)."""
     pid = tl.program_id(0)
     pid_g = tl.program_id(1)
     # this program's rows (host table): packed rows [lo, hi) of FA4 M block pid_m within the 128-row group that
@@ -298,6 +300,8 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
                 mask=row_ok[:, None] & (dq < d_real)[None, :], other=0.0)
     first_blk = tl.load(Ranges + pid_m * 2)
     count = tl.load(Ranges + pid_m * 2 + 1)
+    if SPARSE:
+        count = tl.load(SpCount + pid_g * sp_nmb + pid_m)
     if HAS_EMU:
         emu = tl.load(EmuMask + c_in) != 0
     scr = Scr + (pid_g * tl.num_programs(0) + pid) * (BLOCK_N * BLOCK_M)
@@ -322,6 +326,11 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
     sl2_t = tl.zeros([BLOCK_M], tl.float32) + sl2
     for it in range(0, count):
         n = first_blk - it
+        use_mod = True
+        if SPARSE:
+            code = tl.load(SpVisits + (pid_g * sp_nmb + pid_m) * sp_len + it)
+            n = code >> 1
+            use_mod = (code & 1) != 0
         first = it == 0
         cols = n * TILE_N + c_in
         kmask = (c_in < TILE_N) & (cols >= 0) & (cols < seqlen_k)
@@ -335,11 +344,13 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
             # softmax.apply_score_mod_inner: the mod on RN(S * softmax_scale) (flex.apply_score_mod)
             s = _score_mod(SCORE_MOD, s, scale, qpos, head, cols, row_ok, AuxS, contract, clamp, c_exp2)
         if MASK_MOD != 0:
-            # flex.block_keep with a mask_mod; the window below is open then (plan refuses both), so it adds only
-            # the keys < seqlen_k this mask already has
-            ok = kmask[None, :] & row_ok[:, None]
-            s = tl.where(_mask_mod(MASK_MOD, ok, bb, head, qpos, cols, seqlen_q, seqlen_k, mm_a, mm_b, AuxM, sab,
-                                   sah, sas), s, ninf)
+            # flex.block_keep with a mask_mod (a sparse call's mask blocks only); the window below is open then
+            # (plan refuses both), so it adds only the keys < seqlen_k this mask already has (a sparse list's later
+            # blocks end before seqlen_k: _twin_flex refuses others)
+            if use_mod:
+                ok = kmask[None, :] & row_ok[:, None]
+                s = tl.where(_mask_mod(MASK_MOD, ok, bb, head, qpos, cols, seqlen_q, seqlen_k, mm_a, mm_b, AuxM,
+                                       sab, sah, sas), s, ninf)
         # fa4num.attention.masking.visible: bottom-right aligned causal / local window, keys < seqlen_k; a block
         # every valid row sees whole needs no mask (rows outside [lo, hi) are never stored nor counted)
         diag = qpos + (seqlen_k - seqlen_q)

@@ -224,7 +224,7 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
         cs = poly_coeffs(opts.poly_degree, coeffs=opts.coeffs)
         deg = len(cs) - 1
         coef[:len(cs)] = cs
-    softcap, score_mod, flex_args, flex_ids = _twin_flex.kernel_args(setup, dev)
+    softcap, score_mod, flex_args, flex_ids, sparse_kv = _twin_flex.kernel_args(setup, dev)
     sl2 = SCALE_LOG2_WITH_SCOREMOD if softcap or score_mod else scale_log2_of(setup.softmax_scale)
     sl2 = np.float32(sl2)
     sink = setup.sink
@@ -276,6 +276,8 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
     # keys the mask hides per query
     if sq and sk:
         cnt[10] = per_row_t.t().repeat(h // group, 1)[None]
+    if sparse_kv is not None:       # a block-sparse call visits its own lists (_twin_flex)
+        cnt[10] = torch.from_numpy(sparse_kv).to(dev)
     nvis = _masking.visible_count(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
     cnt[11] = torch.from_numpy((sk - nvis).astype(np.int32)).to(dev)
     cnt[12] = (cnt[10] - 1).clamp_(min=0)

@@ -236,7 +236,7 @@ for name, kernel, mods, kw, shape, dt in json.loads(sys.argv[1]):
     q = (torch.randn(b, sq, h, d, generator=g) * 2).to(dtype)
     k = torch.randn(b, sk, hk, d, generator=g).to(dtype)
     v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
-    kw = dict(kw, kernel=kernel, **flex_kwargs(mods, batch=b, heads=h))
+    kw = dict(kw, kernel=kernel, **flex_kwargs(mods, batch=b, heads=h, seqlen_q=sq, seqlen_k=sk))
     e, t = forward(q, k, v, **kw), twin.forward(q, k, v, **kw)
     diff = {"out": int((e.out.view(torch.int16) != t.out.view(torch.int16)).sum()),
             "lse": int((e.lse.view(torch.int32) != t.lse.view(torch.int32)).sum())}
@@ -269,6 +269,17 @@ FLEX_BUILTINS = [      # (name, mods as experiments/gpu/twin_flex_validate.flex_
      dict(_TILES, pack_gqa=True), (1, 70, 70, 4, 2, 16), "bfloat16"),
     ("document-128", {"mask_mod": ["document_mask", {}], "aux": [["docs", [100, 50]]]}, dict(tile_n=32),
      (1, 150, 150, 2, 2, 16), "bfloat16"),
+    # block sparsity: mask blocks then full blocks, each right to left (the document's differ from the dense
+    # call's bits on SM90), per head and broadcast over heads, without full blocks
+    ("sparse-document-alibi", {"mask_mod": ["document_mask", {}], "score_mod": ["alibi_mod", {"aux_index": 1}],
+                               "aux": [["docs", [30, 45, 25]], ["slopes"]],
+                               "sparse": {"block": [32, 32], "full": True}},
+     _TILES, (1, 100, 100, 2, 2, 16), "bfloat16"),
+    ("sparse-causal", {"mask_mod": ["causal_mask", {}], "sparse": {"block": [64, 32], "full": True}}, _TILES,
+     (1, 100, 100, 2, 2, 16), "float16"),
+    ("sparse-prefix-nofull-bcast", {"mask_mod": ["prefix_lm_mask", {"prefix": 40}],
+                                    "sparse": {"block": [64, 32], "full": False, "heads": 1}},
+     _TILES, (1, 100, 100, 4, 2, 16), "bfloat16"),
 ]
 FLEX_CASES = [(f"{k.split('-')[1]}-{n}", k, m, kw, sh, dt) for k in ("fa4-sm90", "fa4-sm100")
               for n, m, kw, sh, dt in FLEX_BUILTINS]
@@ -279,7 +290,7 @@ def test_twin_runs_the_flex_builtins_with_the_emulators_bits():
     """Every built-in score_mod and mask_mod of fa4num.attention.flex through the twin's kernel in Triton's
     interpreter, both kernels: 0 differing bits in out, LSE and every counter against the emulator (contracted
     and plain bias adds, fp16, a window with a score_mod, 128-row M blocks, per-head document ids under
-    pack-GQA, rows the mask empties)."""
+    pack-GQA, rows the mask empties, block-sparse lists)."""
     proc = subprocess.run([sys.executable, "-c", _INTERP_FLEX, json.dumps(FLEX_CASES)], capture_output=True,
                           text=True, timeout=1500, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -303,15 +314,22 @@ def test_flex_refusals_name_the_argument():
     assert why.startswith("score_mod=_lambda_mod: a Python callable cannot run") and "flex.alibi_mod" in why
     why = twin.refusal(plan(q, q, q, mask_mod=lambda b, h, qi, ki, si, aux: qi >= ki))
     assert why.startswith("mask_mod=<lambda>") and "flex.document_mask" in why
-    bs = flex.block_sparse_tensors(flex.causal_mask(), batch=1, heads=1, seqlen_q=64, seqlen_k=64,
-                                   block_size=(128, 128))
-    assert twin.refusal(plan(q, q, q, mask_mod=flex.causal_mask(), block_sparse_tensors=bs)).startswith(
-        "block_sparse_tensors:")
+    # a sparse list whose later block crosses seqlen_k: FA4 reads unspecified memory there
+    bs = flex.block_sparse_tensors(flex.causal_mask(), batch=1, heads=2, seqlen_q=64, seqlen_k=100,
+                                   block_size=(128, 32))
+    assert bs["mask_block_cnt"][0, 0, 0] == 4     # every block partial (the query block's padded rows)
+    bs["mask_block_idx"][..., :4] = bs["mask_block_idx"][..., 3::-1].copy()    # visited 0, 1, 2, 3: 3 not first
+    why = twin.refusal(plan(q, q[:, :1].repeat(100, 1), q[:, :1].repeat(100, 1), tile_n=32,
+                            mask_mod=flex.causal_mask(), block_sparse_tensors=bs))
+    assert why is not None and why.startswith("block_sparse_tensors: KV block 3"), why
     assert twin.refusal(plan(q, q, q, score_mod=flex.rel_bias_mod(), aux_scalars=(1.0,))).startswith("aux_scalars:")
     assert "aux_tensors[0]" in twin.refusal(plan(q, q, q, score_mod=flex.alibi_mod()))
     short = np.zeros((1, 10), np.int32)
     assert "document ids" in twin.refusal(plan(q, q, q, mask_mod=flex.document_mask(), aux_tensors=[short]))
+    ok = flex.block_sparse_tensors(flex.causal_mask(), batch=1, heads=2, seqlen_q=64, seqlen_k=64,
+                                   block_size=(128, 128))
     for kw in (dict(score_mod=flex.softcap_mod(5.0)), dict(score_mod=flex.alibi_exp2_mod(), causal=True),
+               dict(mask_mod=flex.causal_mask(), block_sparse_tensors=ok),
                dict(mask_mod=flex.prefix_lm_mask(3), score_mod=flex.alibi_mod(), aux_tensors=[flex.alibi_slopes(2)])):
         assert twin.refusal(plan(q, q, q, **kw)) is None, kw
 
@@ -327,7 +345,7 @@ def _flex_validate_module():
 def test_the_gpu_flex_validation_covers_every_builtin_and_the_goldens():
     """experiments/gpu/twin_flex_validate.py's CPU side: its cases cover every built-in the twin runs on both
     kernels, bf16 and fp16, 128 to 8192 tokens, and the twin takes each; it finds the SM90 flex goldens the twin
-    takes (every forward record but the block-sparse ones and the two mods written as lambdas)."""
+    takes (every forward record, block-sparse ones included, but the two mods written as lambdas)."""
     from fa4num.attention import _twin_flex
     val = _flex_validate_module()
     cs = val.cases()
@@ -346,5 +364,5 @@ def test_the_gpu_flex_validation_covers_every_builtin_and_the_goldens():
     recs, cap = val.golden_records()
     names = {r[0]["case"]["name"].split(".", 1)[1] for r in recs}
     every = {r["case"]["name"].split(".", 1)[1] for r in cap.read(val.GOLDEN)[1]["cases"] if "error" not in r}
-    assert names == {n for n in every if not n.startswith(("bs_", "bwd_bs_"))} - {"sm_identity_d128",
-                                                                                   "sm_times_two_d64"}
+    assert names == every - {"sm_identity_d128", "sm_times_two_d64"}
+    assert any(n.startswith("bs_") for n in names)
