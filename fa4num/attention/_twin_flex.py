@@ -53,8 +53,8 @@ def refusal(problem) -> str | None:
     >>> q = np.ones((1, 64, 2, 64), ml_dtypes.bfloat16)
     >>> refusal(plan(q, q, q, mask_mod=flex.causal_mask())) is None
     True
-    >>> refusal(plan(q, q, q, score_mod=lambda s, b, h, q_idx, kv_idx, seqlen_info, aux_tensors: s))[:30]
-    'score_mod=<lambda>: a Python ca'
+    >>> refusal(plan(q, q, q, score_mod=lambda s, b, h, q_idx, kv_idx, seqlen_info, aux_tensors: s))[:37]
+    'score_mod=<lambda>: a Python callable'
     """
     try:
         _launch(problem)

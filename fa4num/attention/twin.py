@@ -10,8 +10,10 @@ polynomial from the resolved options. Memory: the inputs, the outputs and one P 
 
 What the twin covers: bf16/fp16, every SM100 knob (``rescale_threshold``, ``max_offset``, ``ex2_emu_freq/res/
 start_frg``, degree/coeffs, ``fused_bias``, ``is_sm103``, tiles), causal, sliding windows, softcap, learnable
-sinks, GQA/MQA with and without pack_gqa, head dims up to 256. What it refuses, with a ValueError naming the
-argument: fp8 (FA4's SM100 fp8 path accumulates with F = 25 fraction bits, Hopper's fp8 wgmma with 13: the twin
+sinks, GQA/MQA with and without pack_gqa, head dims up to 256, FlexAttention's built-in score_mods / mask_mods
+and block sparsity (:mod:`fa4num.attention._twin_flex`). What it refuses, with a ValueError naming the
+argument: a score_mod / mask_mod other than the built-ins of :mod:`fa4num.attention.flex` (Python cannot run in
+the Triton kernel), fp8 (FA4's SM100 fp8 path accumulates with F = 25 fraction bits, Hopper's fp8 wgmma with 13: the twin
 would not give the emulator's bits), varlen, paged KV and split-KV (not yet in the twin: use the CPU emulator),
 the statistical mode (use ``fa4num.attention.forward_torch``), GEMM or MUFU models other than the H200's
 (``gemm="wgmma"``, ``mufu_arch="sm90"``), and a knob outside ``IMPLEMENTED_KNOBS`` set to a value that is not
