@@ -77,8 +77,10 @@ os.environ["TRITON_INTERPRET"] = "1"
 import numpy as np, torch
 from fa4num.attention import forward
 from fa4num.attention import twin
+sys.path.insert(0, "experiments/gpu")
+from twin_flex_validate import flex_kwargs
 out = {}
-for name, kw, shape, dt in json.loads(sys.argv[1]):
+for name, kw, shape, dt, *mods in json.loads(sys.argv[1]):
     b, sq, sk, h, hk, d = shape
     g = torch.Generator().manual_seed(len(name))
     dtype = torch.bfloat16 if dt == "bfloat16" else torch.float16
@@ -87,6 +89,8 @@ for name, kw, shape, dt in json.loads(sys.argv[1]):
     v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
     if "learnable_sink" in kw:
         kw["learnable_sink"] = np.asarray(kw["learnable_sink"], np.float32)
+    if mods:        # FlexAttention: the mods as experiments/gpu/twin_flex_validate.flex_kwargs takes them
+        kw.update(flex_kwargs(mods[0], batch=b, heads=h, seqlen_q=sq, seqlen_k=sk))
     e, t = forward(q, k, v, **kw), twin.forward(q, k, v, **kw)
     diff = {"out": int((e.out.view(torch.int16) != t.out.view(torch.int16)).sum()),
             "lse": int((e.lse.view(torch.int32) != t.lse.view(torch.int32)).sum())}
@@ -97,6 +101,7 @@ for name, kw, shape, dt in json.loads(sys.argv[1]):
                        != np.asarray(getattr(t.stats, n)).view(np.int32)).sum())
     diff["rescales_done_total"] = int(np.asarray(t.stats.rescales_done).sum())
     diff["rescale_events_total"] = int(np.asarray(t.stats.rescale_events).sum())
+    diff["empty_rows_total"] = int(torch.isneginf(t.lse).sum())
     out[name] = diff
 print(json.dumps(out))
 """
@@ -127,6 +132,7 @@ def test_twin_kernel_in_the_interpreter_equals_the_emulator():
     totals = {}
     for name, diff in got.items():
         totals[name] = diff.pop("rescale_events_total"), diff.pop("rescales_done_total")
+        diff.pop("empty_rows_total")
         assert all(v == 0 for v in diff.values()), (name, diff)
     events, done = totals["sm100-lazy"]
     assert events > done > 0, totals       # the lazy rule both rescales and skips there
@@ -220,35 +226,6 @@ def test_cli_check_in_the_interpreter():
 
 
 # --- FlexAttention's built-in mods in the twin (issue 28) ------------------------------------------------------
-_INTERP_FLEX = r"""
-import json, os, sys
-os.environ["TRITON_INTERPRET"] = "1"
-import numpy as np, torch
-from fa4num.attention import forward
-from fa4num.attention import twin
-sys.path.insert(0, "experiments/gpu")
-from twin_flex_validate import flex_kwargs
-out = {}
-for name, kernel, mods, kw, shape, dt in json.loads(sys.argv[1]):
-    b, sq, sk, h, hk, d = shape
-    g = torch.Generator().manual_seed(len(name))
-    dtype = torch.bfloat16 if dt == "bfloat16" else torch.float16
-    q = (torch.randn(b, sq, h, d, generator=g) * 2).to(dtype)
-    k = torch.randn(b, sk, hk, d, generator=g).to(dtype)
-    v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
-    kw = dict(kw, kernel=kernel, **flex_kwargs(mods, batch=b, heads=h, seqlen_q=sq, seqlen_k=sk))
-    e, t = forward(q, k, v, **kw), twin.forward(q, k, v, **kw)
-    diff = {"out": int((e.out.view(torch.int16) != t.out.view(torch.int16)).sum()),
-            "lse": int((e.lse.view(torch.int32) != t.lse.view(torch.int32)).sum())}
-    for n in ("kv_blocks", "rescale_events", "rescales_done", "max_lag", "p_saturated", "exp2_emulated",
-              "masked_by_window", "rescale_steps", "rescales_row", "rescales_warp", "rescales_tile", "events_row",
-              "events_warp", "events_tile"):
-        diff[n] = int((np.asarray(getattr(e.stats, n)).view(np.int32)
-                       != np.asarray(getattr(t.stats, n)).view(np.int32)).sum())
-    diff["masked_lse"] = int(np.isneginf(np.asarray(t.lse)).sum())
-    out[name] = diff
-print(json.dumps(out))
-"""
 
 _SMALL = (1, 40, 100, 2, 1, 16)
 _TILES = dict(tile_m=32, tile_n=32)
@@ -281,7 +258,7 @@ FLEX_BUILTINS = [      # (name, mods as experiments/gpu/twin_flex_validate.flex_
                                     "sparse": {"block": [64, 32], "full": False, "heads": 1}},
      _TILES, (1, 100, 100, 4, 2, 16), "bfloat16"),
 ]
-FLEX_CASES = [(f"{k.split('-')[1]}-{n}", k, m, kw, sh, dt) for k in ("fa4-sm90", "fa4-sm100")
+FLEX_CASES = [(f"{k.split('-')[1]}-{n}", dict(kw, kernel=k), sh, dt, m) for k in ("fa4-sm90", "fa4-sm100")
               for n, m, kw, sh, dt in FLEX_BUILTINS]
 
 
@@ -291,14 +268,16 @@ def test_twin_runs_the_flex_builtins_with_the_emulators_bits():
     interpreter, both kernels: 0 differing bits in out, LSE and every counter against the emulator (contracted
     and plain bias adds, fp16, a window with a score_mod, 128-row M blocks, per-head document ids under
     pack-GQA, rows the mask empties, block-sparse lists)."""
-    proc = subprocess.run([sys.executable, "-c", _INTERP_FLEX, json.dumps(FLEX_CASES)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", _INTERP, json.dumps(FLEX_CASES)], capture_output=True,
                           text=True, timeout=1500, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(got) == {c[0] for c in FLEX_CASES}
     masked = {}
     for name, diff in got.items():
-        masked[name] = diff.pop("masked_lse")
+        masked[name] = diff.pop("empty_rows_total")
+        for n in ("rescale_events_total", "rescales_done_total"):
+            diff.pop(n)
         assert all(x == 0 for x in diff.values()), (name, diff)
     assert masked["sm90-causal-mask"] > 0 and masked["sm100-causal-mask"] > 0, masked     # empty rows were run
 
