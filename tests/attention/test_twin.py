@@ -345,3 +345,35 @@ def test_the_gpu_flex_validation_covers_every_builtin_and_the_goldens():
     every = {r["case"]["name"].split(".", 1)[1] for r in cap.read(val.GOLDEN)[1]["cases"] if "error" not in r}
     assert names == every - {"sm_identity_d128", "sm_times_two_d64"}
     assert any(n.startswith("bs_") for n in names)
+
+
+_INTERP_GOLDEN = r"""
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, "experiments/gpu")
+import numpy as np
+import twin_flex_validate as val
+from fa4num.attention import plan, twin
+recs, cap = val.golden_records()
+out = {}
+for rec, kw, arrs in recs:
+    if rec["case"]["name"] in sys.argv[1:]:
+        res = twin.forward_on(plan(arrs["q"], arrs["k"], arrs["v"], **kw), device="cuda")
+        got = {"out": cap._sha(res.out.view(np.uint16)), "lse": cap._sha(res.lse)}
+        out[rec["case"]["name"]] = {n: got[n] == rec["sha256"][n] for n in got}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / "tests/golden/attention/fa4_sm90_flex_h200.npz").exists(),
+                    reason="the SM90 flex golden file is absent")
+def test_twin_in_the_interpreter_gives_the_real_kernels_flex_bits():
+    """The twin's kernel (Triton's interpreter, fa4num's instruction models) on a golden record of the real FA4
+    SM90 kernel with a mask_mod (sliding_window_mask(64, 0), 333 tokens, d 64): the kernel's SHA-256 of out and
+    LSE, as the H200 captured them."""
+    name = "dev.mm_window64_0_d64"
+    proc = subprocess.run([sys.executable, "-c", _INTERP_GOLDEN, name], capture_output=True, text=True,
+                          timeout=1500, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {name: {"out": True, "lse": True}}
