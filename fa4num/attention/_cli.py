@@ -46,6 +46,95 @@ def _lengths(text: str) -> tuple:
     return lens
 
 
+def _score_mod_spec(text: str) -> tuple:
+    """``--score-mod``: alibi (ALiBi, slopes ``flex.alibi_slopes(heads)`` as an aux tensor), alibi-exp2 (the slope
+    computed in the kernel), relative-bias[=CLAMP] or softcap=CAP (a built-in of fa4num.attention.flex):
+    (kind, parameter)."""
+    kind, sep, value = text.partition("=")
+    try:
+        if kind in ("alibi", "alibi-exp2") and not sep:
+            return kind, None
+        if kind == "relative-bias":
+            clamp = int(value) if sep else None
+            if clamp is not None and clamp < 0:
+                raise ValueError
+            return kind, clamp
+        if kind == "softcap" and sep:
+            cap = finite_float(value)
+            if cap > 0:
+                return kind, cap
+    except (ValueError, argparse.ArgumentTypeError):
+        pass
+    raise argparse.ArgumentTypeError(f"expected alibi, alibi-exp2, relative-bias[=CLAMP >= 0] or softcap=CAP > 0, "
+                                     f"got {text!r}")
+
+
+def _mask_mod_spec(text: str) -> tuple:
+    """``--mask-mod``: causal, window=LEFT,RIGHT (-1: unbounded), prefix-lm=N or document=N,N,... (the document
+    lengths of every batch entry, adding up to the sequence length): (kind, parameter)."""
+    kind, sep, value = text.partition("=")
+    try:
+        if kind == "causal" and not sep:
+            return kind, None
+        if kind == "window" and sep:
+            return kind, _window(value)
+        if kind == "prefix-lm" and sep and int(value) >= 0:
+            return kind, int(value)
+        if kind == "document" and sep:
+            lens = _lengths(value)
+            if min(lens) > 0:
+                return kind, lens
+    except (ValueError, argparse.ArgumentTypeError):
+        pass
+    raise argparse.ArgumentTypeError(f"expected causal, window=LEFT,RIGHT (-1: unbounded), prefix-lm=N >= 0 or "
+                                     f"document=N,N,... (lengths > 0), got {text!r}")
+
+
+def _flex_args(args, q, k) -> dict:
+    """FA4's FlexAttention arguments of ``--score-mod`` / ``--mask-mod`` (the built-ins of
+    :mod:`fa4num.attention.flex`, their aux tensors in a list: the document ids first)."""
+    import numpy as np
+
+    from . import flex
+    fa, aux = {}, []
+    if args.mask_mod is not None and (args.causal or args.window is not None):
+        # interface.py drops causal / window_size when a mask_mod is given: say so rather than run another call
+        raise ValueError("--mask-mod: cannot be combined with --causal or --window (FA4 drops them when a mask_mod "
+                         "is given); use --mask-mod causal or --mask-mod window=LEFT,RIGHT")
+    if args.score_mod is not None and args.softcap:
+        raise ValueError("--score-mod: cannot be combined with --softcap (FA4 asserts); use --score-mod softcap=CAP")
+    if args.mask_mod is not None:
+        kind, par = args.mask_mod
+        if kind == "causal":
+            fa["mask_mod"] = flex.causal_mask()
+        elif kind == "window":
+            fa["mask_mod"] = flex.sliding_window_mask(*(None if w < 0 else w for w in par))
+        elif kind == "prefix-lm":
+            fa["mask_mod"] = flex.prefix_lm_mask(par)
+        else:
+            sq, sk = q.shape[1], k.shape[1]
+            if sq != sk or sum(par) != sk:
+                raise ValueError(f"--mask-mod: document lengths must add up to the sequence length (seqlen_q = "
+                                 f"seqlen_k = {sk}), got {list(par)} with seqlen_q = {sq}")
+            ids = np.repeat(np.arange(len(par), dtype=np.int32), par)
+            aux.append(np.ascontiguousarray(np.broadcast_to(ids, (q.shape[0], sk))))
+            fa["mask_mod"] = flex.document_mask(aux_index=0)
+    if args.score_mod is not None:
+        kind, par = args.score_mod
+        if kind == "alibi":
+            aux.append(flex.alibi_slopes(q.shape[2]))
+            fa["score_mod"] = flex.alibi_mod(aux_index=len(aux) - 1)
+        elif kind == "alibi-exp2":
+            fa["score_mod"] = flex.alibi_exp2_mod()
+        elif kind == "relative-bias":
+            fa["score_mod"] = flex.rel_bias_mod(clamp=par)
+        else:
+            fa["score_mod"] = flex.softcap_mod(par)
+    if aux:
+        fa["aux_tensors"] = aux
+    return fa
+
+
 def _parse_opt(text: str):
     """key=value with value parsed as JSON when possible (numbers, true/false, lists), else a string; the
     forward checks each value (fa4num.attention.config.apply_overrides)."""
@@ -155,7 +244,9 @@ def _run(args) -> int:
         from fa4num import polys
         kw["coeffs"] = polys.resolve(kw["coeffs"], registry=args.registry).coeffs
     q, k, v, fa = _feature_inputs(args, q, k, v)
-    problem = plan(q, k, v, kernel=args.kernel, mode=args.mode, fa4_release=args.fa4_release, **fa, **kw)
+    flex_fa = _flex_args(args, q, k)
+    problem = plan(q, k, v, kernel=args.kernel, mode=args.mode, fa4_release=args.fa4_release, **fa, **flex_fa,
+                   **kw)
     t0 = time.perf_counter()
     res = forward_on(problem, device=args.device)
     seconds = time.perf_counter() - t0
@@ -166,6 +257,9 @@ def _run(args) -> int:
                 if n not in ("softmax_scale", "causal")}
     if args.fp8:
         features["fp8"] = args.fp8
+    for name in ("score_mod", "mask_mod"):
+        if name in flex_fa:
+            features[name] = flex_fa[name].__name__
     report = {"spec": spec.as_dict(), "kernel": args.kernel, "mode": args.mode, "device": args.device,
               "options": opts,
               "features": features, "num_splits": res.num_splits,
@@ -359,6 +453,12 @@ def register(subparsers) -> None:
     r.add_argument("--softcap", type=_nonneg_float, default=0.0, help="FA4's softcap (0: none)")
     r.add_argument("--window", type=_window, default=None, metavar="LEFT,RIGHT",
                    help="sliding window (left,right; -1 for an unbounded side)")
+    r.add_argument("--score-mod", type=_score_mod_spec, default=None, metavar="MOD",
+                   help="FlexAttention score_mod (a built-in of fa4num.attention.flex): alibi, alibi-exp2, "
+                        "relative-bias[=CLAMP] or softcap=CAP")
+    r.add_argument("--mask-mod", type=_mask_mod_spec, default=None, metavar="MASK",
+                   help="FlexAttention mask_mod: causal, window=LEFT,RIGHT (-1: unbounded), prefix-lm=N or "
+                        "document=N,N,... (document lengths adding up to the sequence length)")
     r.add_argument("--sink-mult", type=finite_float, default=0.0,
                    help="a seeded learnable sink per head, N(0, 1) times this (0: none)")
     r.add_argument("--num-splits", type=any_int, default=1, help="split-KV (fa4-sm100): < 1 FA4's heuristic")

@@ -540,3 +540,55 @@ def test_attention_run_seqlen_k_zero_is_honoured(tmp_path):
     assert main(["attention", "run", "--shape", "1,16,1,64", "--seqlen-k", "0", "--json", str(path)]) == 0
     rep = json.loads(path.read_text())
     assert rep["spec"]["seqlen_k"] == 0 and rep["nonfinite"]["empty_rows"] == 16 and rep["finite"] is True
+
+
+# --- attention run --score-mod / --mask-mod (issue 28): FlexAttention's built-ins, in the reference too ------
+MOD_BAD_INPUTS = [
+    (["attention", "run", "--shape", "1,64,2,32", "--score-mod", "bogus"], "--score-mod: expected alibi, alibi-exp2"),
+    (["attention", "run", "--shape", "1,64,2,32", "--score-mod", "softcap=0"], "--score-mod: expected"),
+    (["attention", "run", "--shape", "1,64,2,32", "--score-mod", "relative-bias=-2"], "--score-mod: expected"),
+    (["attention", "run", "--shape", "1,64,2,32", "--mask-mod", "window=3"], "--mask-mod: expected causal, window="),
+    (["attention", "run", "--shape", "1,64,2,32", "--mask-mod", "prefix-lm=x"], "--mask-mod: expected"),
+    (["attention", "run", "--shape", "1,64,2,32", "--mask-mod", "document=10,10"],
+     "--mask-mod: document lengths must add up to the sequence length"),
+    (["attention", "run", "--shape", "1,64,2,32", "--mask-mod", "causal", "--causal"],
+     "--mask-mod: cannot be combined with --causal or --window"),
+    (["attention", "run", "--shape", "1,64,2,32", "--score-mod", "softcap=3", "--softcap", "2"],
+     "--score-mod: cannot be combined with --softcap"),
+]
+
+
+@pytest.mark.parametrize("argv,message", MOD_BAD_INPUTS, ids=[" ".join(a) for a, _ in MOD_BAD_INPUTS])
+def test_mod_flags_bad_input_one_line_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(argv))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fa4num: error: ") and err.count("\n") == 1, err
+    assert message in err
+
+
+def _run_report(capsys, *flags):
+    assert main(["attention", "run", "--shape", "1,128,2,64", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_mod_flags_reach_the_forward_and_the_reference(capsys):
+    """--mask-mod causal is causal=True's mask: the same error against fp64 up to float64 sums (had the reference
+    ignored the mask_mod, it would be the unmasked attention); ALiBi's bias (up to 0.25 * 127) and a document mask are far
+    from the unmodified attention, so a small error against fp64 says the reference applied them; soft cap as a
+    score_mod is softcap='s rule (the reference's tanh differs by float32 ulps only)."""
+    causal = _run_report(capsys, "--causal")
+    mask = _run_report(capsys, "--mask-mod", "causal")
+    assert mask["features"] == {"mask_mod": "causal_mask()"}
+    for key, val in causal["vs_fp64"].items():      # float64 summation order aside
+        assert mask["vs_fp64"][key] == pytest.approx(val, rel=1e-12), key
+    assert mask["lse_max_abs_err"] == pytest.approx(causal["lse_max_abs_err"], rel=1e-12)
+    both = _run_report(capsys, "--score-mod", "alibi", "--mask-mod", "document=50,78")
+    assert both["features"] == {"score_mod": "alibi_mod(aux_index=1, contract=True)",
+                                "mask_mod": "document_mask(aux_index=0)"}
+    assert both["finite"] and both["vs_fp64"]["rel_l2"] < 1e-2 and both["lse_max_abs_err"] < 1e-2, both["vs_fp64"]
+    capped = _run_report(capsys, "--score-mod", "softcap=5", "--q-mult", "3")
+    opt = _run_report(capsys, "--softcap", "5", "--q-mult", "3")
+    assert abs(capped["vs_fp64"]["max_abs"] - opt["vs_fp64"]["max_abs"]) < 1e-6
+    assert capped["stats"] == opt["stats"]
