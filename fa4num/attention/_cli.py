@@ -215,26 +215,47 @@ def _feature_inputs(args, q, k, v):
     return q, k, v, fa
 
 
-def _run(args) -> int:
-    import numpy as np
+def _json_target(args):
+    """``--json``'s path, checked before the work (None without it)."""
+    if args.json is None:
+        return None
+    json_path = pathlib.Path(args.json)
+    check_output_dir(json_path.parent if str(json_path.parent) else ".", option="--json")
+    if json_path.is_dir():
+        raise ValueError(f"--json: {json_path} is a folder")
+    return json_path
 
-    from . import inputs, plan
-    from .twin import forward_on
-    from .reference import attention_fa_reference, attention_fp64, fa_rule, metrics, round_once
+
+def _seeded(args):
+    """(CaseSpec, q, k, v) of the shape flags, seeded as ``attention run`` and ``attention backward`` draw them."""
+    from . import inputs
     b, s, h, d = args.shape
-    json_path = None
-    if args.json is not None:   # checked before the work
-        json_path = pathlib.Path(args.json)
-        check_output_dir(json_path.parent if str(json_path.parent) else ".", option="--json")
-        if json_path.is_dir():
-            raise ValueError(f"--json: {json_path} is a folder")
     kv_heads = h if args.kv_heads is None else args.kv_heads
     if h % kv_heads:
         raise ValueError(f"--kv-heads: must divide heads={h}, got {kv_heads}")
     spec = inputs.CaseSpec("cli", args.inputs, b, s, s if args.seqlen_k is None else args.seqlen_k, h, kv_heads,
                            d, args.causal, dtype=args.dtype, softmax_scale=args.scale, q_mult=args.q_mult,
                            seed=args.seed)
-    q, k, v = inputs.make_inputs(spec)
+    return (spec, *inputs.make_inputs(spec))
+
+
+def _emit(report: dict, json_path) -> None:
+    """Print the report as strict JSON (NaN/inf as null) and write it to ``json_path`` too."""
+    text = json.dumps(_nulls(report), indent=1, default=float, allow_nan=False)
+    print(text)
+    if json_path is not None:
+        with atomic_files(json_path.parent if str(json_path.parent) else ".") as tmp:
+            (tmp / json_path.name).write_text(text + "\n")
+
+
+def _run(args) -> int:
+    import numpy as np
+
+    from . import plan
+    from .twin import forward_on
+    from .reference import attention_fa_reference, attention_fp64, fa_rule, metrics, round_once
+    json_path = _json_target(args)
+    spec, q, k, v = _seeded(args)
     opts = dict(args.opt)
     twice = sorted({key for key, _ in args.opt if [k for k, _ in args.opt].count(key) > 1})
     if twice:   # dict() would keep the last one silently
@@ -282,17 +303,52 @@ def _run(args) -> int:
     report["finite"] = not flagged and report["nonfinite"]["out"] == 0 and report["nonfinite"]["lse"] == 0
     # strict JSON: NaN/inf become null (with the paths listed), so that any JSON reader can load the report
     report["nonfinite_fields"] = flagged
-    text = json.dumps(_nulls(report), indent=1, default=float, allow_nan=False)
-    print(text)
-    if json_path is not None:
-        with atomic_files(json_path.parent if str(json_path.parent) else ".") as tmp:
-            (tmp / json_path.name).write_text(text + "\n")
+    _emit(report, json_path)
     if not report["finite"]:
         n = report["nonfinite"]
         print(f"fa4num: warning: non-finite results: {n['out']} of {n['out_size']} outputs, {n['lse']} of "
               f"{n['lse_size']} LSE values; fields {', '.join(flagged) or '-'} written as null"
               f"{'' if args.allow_nonfinite else ' (exit status 3; --allow-nonfinite to exit 0)'}", file=sys.stderr)
         return 0 if args.allow_nonfinite else 3
+    return 0
+
+
+def _backward(args) -> int:
+    import numpy as np
+
+    from . import backward, forward, plan
+    from .reference import backward_fp64, backward_metrics, metrics, round_once
+    json_path = _json_target(args)
+    spec, q, k, v = _seeded(args)
+    q, k, v, fa = _feature_inputs(args, q, k, v)
+    problem = plan(q, k, v, kernel=args.kernel, fa4_release=args.fa4_release, **fa)
+    fw = forward(problem=problem)
+    rng = np.random.default_rng([args.seed, 2])
+    dout = rng.standard_normal(fw.out.shape, dtype=np.float32).astype(fw.out.dtype)
+    dlse = None
+    if args.dlse_mult:
+        dlse = (np.float32(args.dlse_mult) * rng.standard_normal(fw.lse.shape, dtype=np.float32))
+    t0 = time.perf_counter()
+    g = backward(out=fw.out, dout=dout, lse=fw.lse, problem=problem, deterministic=not args.nondeterministic,
+                 dlse=dlse)
+    seconds = time.perf_counter() - t0
+    ref = backward_fp64(problem=problem, dout=dout, dlse=dlse)
+    features = {n: (x.tolist() if hasattr(x, "tolist") else x) for n, x in fa.items()
+                if n not in ("softmax_scale", "causal")}
+    if dlse is not None:
+        features["dlse_mult"] = args.dlse_mult
+    report = {"spec": spec.as_dict(), "kernel": args.kernel, "features": features,
+              "deterministic": not args.nondeterministic, "seconds": round(seconds, 3),
+              "vs_fp64": {n: m.as_dict() for n, m in backward_metrics(g, ref).items()},
+              # each gradient's fp64 value rounded once to the dtype: the floor of any 16-bit backward
+              "floor_rounded_once": {n: metrics(round_once(getattr(ref, n), q.dtype), getattr(ref, n)).as_dict()
+                                     for n in ("dq", "dk", "dv")},
+              "stats": g.stats.summary()}
+    _emit(report, json_path)
+    grads = [np.asarray(getattr(g, n), np.float32) for n in ("dq", "dk", "dv")]
+    if not all(np.isfinite(x).all() for x in grads):
+        print("fa4num: warning: non-finite gradients (exit status 3)", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -429,44 +485,50 @@ def _golden(args) -> int:
     return 1 if bad_cases else 0
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("attention", help="emulated FA4 forward: accuracy runs and golden checks")
-    sub = p.add_subparsers(dest="attention_command", metavar="ACTION")
-    r = sub.add_parser("run", help="emulate one forward on seeded inputs; print accuracy vs fp64 and stats (JSON)")
+def _input_flags(r) -> None:
+    """The flags ``attention run`` and ``attention backward`` share: the seeded inputs' shape and draw, and the
+    features both passes take (softcap, window, sink, varlen)."""
     r.add_argument("--shape", type=_shape, default=(1, 1024, 2, 128), help="batch,seqlen_q,heads,head_dim")
     r.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
     r.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
     r.add_argument("--causal", action="store_true")
     r.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
-    r.add_argument("--mode", default="bitexact", choices=("bitexact", "statistical"))
-    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                   help="cpu: the emulator; cuda: the GPU twin (bit-exact mode, the same bits) or the torch path "
-                        "(statistical mode) on the GPU")
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     r.add_argument("--inputs", default="normal", choices=("normal", "exact", "exact_onehot"))
     r.add_argument("--q-mult", type=finite_float, default=1.0, help="scale q (larger logits)")
     r.add_argument("--scale", type=not_nan_float, default=None,
                    help="softmax_scale (default 1/sqrt(head_dim)); any value FA4 accepts, negative included")
     r.add_argument("--seed", type=nonneg_int, default=0)
-    r.add_argument("--allow-nonfinite", action="store_true",
-                   help="exit 0 even when the output or LSE has NaN/inf (default: warn and exit 3)")
     r.add_argument("--softcap", type=_nonneg_float, default=0.0, help="FA4's softcap (0: none)")
     r.add_argument("--window", type=_window, default=None, metavar="LEFT,RIGHT",
                    help="sliding window (left,right; -1 for an unbounded side)")
+    r.add_argument("--sink-mult", type=finite_float, default=0.0,
+                   help="a seeded learnable sink per head, N(0, 1) times this (0: none)")
+    r.add_argument("--varlen", type=_lengths, default=None, metavar="N,N,...",
+                   help="varlen: the first N tokens of each batch entry, packed with cu_seqlens (q; k too unless "
+                        "--varlen-k)")
+    r.add_argument("--varlen-k", type=_lengths, default=None, metavar="N,N,...", help="varlen key lengths")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("attention", help="emulated FA4 forward and backward: accuracy runs, plans, golden checks")
+    sub = p.add_subparsers(dest="attention_command", metavar="ACTION")
+    r = sub.add_parser("run", help="emulate one forward on seeded inputs; print accuracy vs fp64 and stats (JSON)")
+    _input_flags(r)
+    r.add_argument("--mode", default="bitexact", choices=("bitexact", "statistical"))
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: the emulator; cuda: the GPU twin (bit-exact mode, the same bits) or the torch path "
+                        "(statistical mode) on the GPU")
+    r.add_argument("--allow-nonfinite", action="store_true",
+                   help="exit 0 even when the output or LSE has NaN/inf (default: warn and exit 3)")
     r.add_argument("--score-mod", type=_score_mod_spec, default=None, metavar="MOD",
                    help="FlexAttention score_mod (a built-in of fa4num.attention.flex): alibi, alibi-exp2, "
                         "relative-bias[=CLAMP] or softcap=CAP")
     r.add_argument("--mask-mod", type=_mask_mod_spec, default=None, metavar="MASK",
                    help="FlexAttention mask_mod: causal, window=LEFT,RIGHT (-1: unbounded), prefix-lm=N or "
                         "document=N,N,... (document lengths adding up to the sequence length)")
-    r.add_argument("--sink-mult", type=finite_float, default=0.0,
-                   help="a seeded learnable sink per head, N(0, 1) times this (0: none)")
     r.add_argument("--num-splits", type=any_int, default=1, help="split-KV (fa4-sm100): < 1 FA4's heuristic")
     r.add_argument("--pack-gqa", default="auto", choices=("auto", "on", "off"))
-    r.add_argument("--varlen", type=_lengths, default=None, metavar="N,N,...",
-                   help="varlen: the first N tokens of each batch entry, packed with cu_seqlens (q; k too unless "
-                        "--varlen-k)")
-    r.add_argument("--varlen-k", type=_lengths, default=None, metavar="N,N,...", help="varlen key lengths")
     r.add_argument("--page-size", type=positive_int, default=None, help="paged KV with this page size")
     r.add_argument("--fp8", default=None, choices=("e4m3", "e5m2"),
                    help="fp8 inputs (fa4-sm100): the seeded values rounded to float8_e4m3fn / float8_e5m2")
@@ -497,6 +559,17 @@ def register(subparsers) -> None:
     c.add_argument("--json", type=path_arg, default=None, help="also write the report here")
     add_release_option(c)
     c.set_defaults(func=_compare)
+    bw = sub.add_parser("backward", help="emulate one forward and backward on seeded inputs (and dout); print the "
+                                         "gradients' accuracy vs fp64 and the backward's stats (JSON)")
+    _input_flags(bw)
+    bw.add_argument("--dlse-mult", type=finite_float, default=0.0,
+                    help="a seeded gradient reaching the LSE (FA4's dlse), N(0, 1) times this (0: none)")
+    bw.add_argument("--nondeterministic", action="store_true",
+                    help="FA4's deterministic=False (one admissible order of the dQ adds)")
+    bw.add_argument("--json", type=path_arg, default=None, help="also write the report here")
+    add_release_option(bw)
+    # the forward-only features stay off (FA4's backward takes no paged KV, split-KV or fp8)
+    bw.set_defaults(func=_backward, shape=(1, 512, 2, 128), num_splits=1, pack_gqa="auto", page_size=None, fp8=None)
     g = sub.add_parser("golden", help="re-check the H200 golden outputs of the SM90 kernel, bit for bit")
     g.add_argument("--file", type=path_arg, default=None, help="a golden .npz (default: the shipped SM90 file)")
     g.set_defaults(func=_golden)

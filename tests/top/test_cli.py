@@ -110,6 +110,9 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["sweep", "--name", "", "--range", "1", "1", "--out", "/tmp/fa4num-never"], "--name: '' must be a plain"),
     (["gpu", "attention", "--device", "cpu", "--shape", "1,16,2,64", "--kv-heads", "3"], "--kv-heads: must divide"),
     (["gpu", "attention", "--device", "cpu", "--scale", "nan"], "--scale: expected a finite number"),
+    (["attention", "backward", "--dlse-mult", "nan"], "--dlse-mult: expected a finite number"),
+    (["attention", "backward", "--shape", "1,64,2,256", "--kernel", "fa4-sm100"], "head_dim"),
+    (["attention", "backward", "--window", "5"], "--window"),
 ]
 
 
@@ -592,3 +595,26 @@ def test_mod_flags_reach_the_forward_and_the_reference(capsys):
     opt = _run_report(capsys, "--softcap", "5", "--q-mult", "3")
     assert abs(capped["vs_fp64"]["max_abs"] - opt["vs_fp64"]["max_abs"]) < 1e-6
     assert capped["stats"] == opt["stats"]
+
+
+# --- attention backward (issue 26): one forward + backward on seeded inputs, against fp64 gradients ---------
+def _backward_report(capsys, *flags):
+    assert main(["attention", "backward", "--shape", "1,96,2,64", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_attention_backward_reports_gradients_at_the_floor(capsys):
+    """Every gradient within a few times its rounded-once floor; with --dlse-mult the reference takes the LSE's
+    gradient too (had it not, dq and dk would be off by the dLSE * P * K term, far above the floor)."""
+    plain = _backward_report(capsys, "--causal", "--sink-mult", "2", "--kv-heads", "1")
+    assert set(plain["vs_fp64"]) == {"dq", "dk", "dv", "dsink"} and plain["deterministic"] is True
+    for n in ("dq", "dk", "dv"):
+        assert plain["vs_fp64"][n]["rel_l2"] < 4 * plain["floor_rounded_once"][n]["rel_l2"], n
+    dl = _backward_report(capsys, "--causal", "--sink-mult", "2", "--kv-heads", "1", "--dlse-mult", "1")
+    assert dl["features"]["dlse_mult"] == 1.0
+    for n in ("dq", "dk"):
+        assert dl["vs_fp64"][n]["rel_l2"] < 4 * dl["floor_rounded_once"][n]["rel_l2"], n
+    assert dl["vs_fp64"]["dv"] == plain["vs_fp64"]["dv"]        # dv does not see the LSE's gradient
+    varlen = _backward_report(capsys, "--shape", "2,80,2,64", "--varlen", "80,33", "--kernel", "fa4-sm100")
+    assert varlen["features"]["cu_seqlens_q"] == [0, 80, 113] and varlen["kernel"] == "fa4-sm100"
+
