@@ -79,14 +79,20 @@ from fa4num.attention import forward
 from fa4num.attention import twin
 out = {}
 for name, kw, shape, dt in json.loads(sys.argv[1]):
-    b, sq, sk, h, hk, d = shape
+    # shape: (b, sq, sk, h, hk, d) of a dense call, or {"q": ..., "k": ..., "v": ...} of a varlen or paged one
+    if isinstance(shape, list):
+        b, sq, sk, h, hk, d = shape
+        shape = {"q": (b, sq, h, d), "k": (b, sk, hk, d), "v": (b, sk, hk, d)}
     g = torch.Generator().manual_seed(len(name))
     dtype = torch.bfloat16 if dt == "bfloat16" else torch.float16
-    q = (torch.randn(b, sq, h, d, generator=g) * 2).to(dtype)
-    k = torch.randn(b, sk, hk, d, generator=g).to(dtype)
-    v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
+    q = (torch.randn(*shape["q"], generator=g) * 2).to(dtype)
+    k = torch.randn(*shape["k"], generator=g).to(dtype)
+    v = torch.randn(*shape["v"], generator=g).to(dtype)
     if "learnable_sink" in kw:
         kw["learnable_sink"] = np.asarray(kw["learnable_sink"], np.float32)
+    for n in ("cu_seqlens_q", "cu_seqlens_k", "page_table", "seqused_q", "seqused_k"):
+        if n in kw:
+            kw[n] = np.asarray(kw[n], np.int32)
     e, t = forward(q, k, v, **kw), twin.forward(q, k, v, **kw)
     diff = {"out": int((e.out.view(torch.int16) != t.out.view(torch.int16)).sum()),
             "lse": int((e.lse.view(torch.int32) != t.lse.view(torch.int32)).sum())}
@@ -114,16 +120,21 @@ INTERP_CASES = [
 ]
 
 
+def _interpreted(cases) -> dict:
+    """{case name: differing bits per output} of the twin in Triton's interpreter against the emulator."""
+    proc = subprocess.run([sys.executable, "-c", _INTERP, json.dumps(cases)], capture_output=True,
+                          text=True, timeout=1500, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_twin_kernel_in_the_interpreter_equals_the_emulator():
     """The twin's kernel, run by Triton's interpreter on fa4num's instruction models: 0 differing bits in out,
     LSE and every counter, on the lazy rescale (a threshold that skips), the software exp2 columns, the sink, the
     soft cap, the unfused bias, SM103's rescale exp2, pack-GQA on and off, windows and fp16, and M blocks
     that straddle the 128-row groups the programs hold (tile_m 96): every skip counter too."""
-    proc = subprocess.run([sys.executable, "-c", _INTERP, json.dumps(INTERP_CASES)], capture_output=True,
-                          text=True, timeout=1500, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _interpreted(INTERP_CASES)
     totals = {}
     for name, diff in got.items():
         totals[name] = diff.pop("rescale_events_total"), diff.pop("rescales_done_total")
@@ -132,12 +143,83 @@ def test_twin_kernel_in_the_interpreter_equals_the_emulator():
     assert events > done > 0, totals       # the lazy rule both rescales and skips there
 
 
+_SINK4 = [0.5, -1.0, 2.0, 0.0]
+INTERP_LAYOUT_CASES = [
+    # varlen q and k, causal, pack-GQA; the middle sequence has one query and no keys (out 0, LSE = the sink)
+    ("varlen-causal-packgqa", dict(kernel="fa4-sm100", causal=True, tile_m=32, tile_n=32, pack_gqa=True,
+                                   cu_seqlens_q=[0, 30, 31, 70], cu_seqlens_k=[0, 50, 50, 90],
+                                   learnable_sink=_SINK4, rescale_threshold=2.0),
+     {"q": (70, 4, 16), "k": (90, 2, 16), "v": (90, 2, 16)}, "bfloat16"),
+    ("varlen-sm90-window-fp16", dict(kernel="fa4-sm90", window_size=(20, 3), tile_n=32,
+                                     cu_seqlens_q=[0, 45, 100], cu_seqlens_k=[0, 60, 100]),
+     {"q": (100, 2, 16), "k": (100, 1, 16), "v": (100, 1, 16)}, "float16"),
+    # pages of 24 keys under 32-key tiles, seqused_k and seqused_q cutting both sequences
+    ("paged-seqused", dict(kernel="fa4-sm100", causal=True, tile_m=32, tile_n=32, page_table=[[3, 0, 5], [6, 1, 2]],
+                           seqused_k=[70, 41], seqused_q=[30, 17]),
+     {"q": (2, 30, 2, 16), "k": (7, 24, 1, 16), "v": (7, 24, 1, 16)}, "bfloat16"),
+    ("paged-sm90-fp16", dict(kernel="fa4-sm90", tile_n=32, page_table=[[1, 0], [2, 3]]),
+     {"q": (2, 20, 2, 16), "k": (4, 40, 2, 16), "v": (4, 40, 2, 16)}, "float16"),
+    # split-KV: 2 splits with a sink, 3 causal splits (some empty: no KV work) with the lazy rescale
+    ("split2-sink", dict(kernel="fa4-sm100", num_splits=2, tile_m=32, tile_n=32, learnable_sink=[0.5, 3.0]),
+     (1, 40, 100, 2, 1, 16), "bfloat16"),
+    ("split3-causal-fp16", dict(kernel="fa4-sm100", causal=True, num_splits=3, tile_m=32, tile_n=32,
+                                rescale_threshold=2.0, ex2_emu_freq=4, learnable_sink=[-1.0, 1.0]),
+     (1, 40, 100, 2, 1, 16), "float16"),
+    # split-KV over varlen keys, the blocks per split fixed
+    ("split-varlen-per-split", dict(kernel="fa4-sm100", num_splits=3, seqlen_k_per_split=32, tile_m=32, tile_n=32,
+                                    cu_seqlens_q=[0, 20, 40], cu_seqlens_k=[0, 70, 90]),
+     {"q": (40, 2, 16), "k": (90, 2, 16), "v": (90, 2, 16)}, "bfloat16"),
+]
+
+
+@pytest.mark.slow
+def test_twin_layouts_and_splits_in_the_interpreter_equal_the_emulator():
+    """Varlen (causal, pack-GQA, a sequence without keys), seqused_q/k, paged KV (pages that are not a multiple
+    of tile_n) and SM100 split-KV (2 and 3 splits, the sink, causal, empty splits, seqlen_k_per_split) through
+    the twin's kernel in Triton's interpreter: 0 differing bits in out, LSE and every counter."""
+    got = _interpreted(INTERP_LAYOUT_CASES)
+    for name, diff in got.items():
+        diff.pop("rescale_events_total")
+        diff.pop("rescales_done_total")
+        assert all(v == 0 for v in diff.values()), (name, diff)
+    assert set(got) == {c[0] for c in INTERP_LAYOUT_CASES}
+
+
+@pytest.mark.parametrize("kwargs", [dict(num_splits=2, causal=True), dict(num_splits=3, window_size=(70, 10)),
+                                    dict(num_splits=4, seqlen_k_per_split=128, causal=True), dict(num_splits=1)])
+def test_schedule_tables_are_the_emulators_visits(kwargs):
+    """The twin's per-split (first block, count) table gives exactly the KV blocks and order of the emulator's
+    schedule (flex_visits: consecutive blocks right to left; an empty split is count 0), and its per-row KV
+    blocks and rescale steps are those visits counted."""
+    torch = pytest.importorskip("torch")
+    from fa4num.attention.schedule import flex_visits
+    q = np.zeros((1, 300, 4, 64), ml_dtypes.bfloat16)
+    k = np.zeros((1, 500, 2, 64), ml_dtypes.bfloat16)
+    p = plan(q, k, k, kernel="fa4-sm100", tile_n=64, **kwargs)
+    group = 2 if p.opts.pack_gqa else 1
+    progs, ranges, per_row = (x.numpy() for x in twin._schedule(torch.device("cpu"), p, sq=300, sk=500, group=group,
+                                                                 bm=128))
+    nmb = -(-300 * group // p.opts.tile_m)
+    blocks = np.zeros(300 * group, np.int64)
+    steps = np.zeros(300 * group, np.int64)
+    for mb in range(nmb):
+        visits = flex_visits(p, mb, batch=0, head=0, seqlen_q=300, seqlen_k=500, group=group)
+        assert len(visits) == ranges.shape[0] == p.num_splits
+        for split, vis in enumerate(visits):
+            first, count = ranges[split, mb]
+            assert [first - i for i in range(count)] == [n for n, _, _ in vis]
+            rows = slice(mb * p.opts.tile_m, (mb + 1) * p.opts.tile_m)
+            blocks[rows] += len(vis)
+            steps[rows] += max(len(vis) - 1, 0)
+    np.testing.assert_array_equal(per_row[0].reshape(-1), blocks)
+    np.testing.assert_array_equal(per_row[1].reshape(-1), steps)
+
+
 def _q(shape=(1, 64, 2, 64), dt=ml_dtypes.bfloat16):
     return np.ones(shape, dt)
 
 
 @pytest.mark.parametrize("kwargs, word", [
-    (dict(kernel="fa4-sm100", num_splits=2), "num_splits"),
     (dict(kernel="fa4-sm90", mode="statistical"), "statistical"),
     (dict(kernel="fa4-sm90", gemm="exact"), "gemm"),
     (dict(kernel="fa4-sm90", mufu_arch="libm"), "mufu_arch"),
@@ -148,21 +230,24 @@ def test_refusals_name_the_argument(kwargs, word):
     assert why is not None and word in why
 
 
-def test_fp8_and_varlen_and_paged_are_refused():
+def test_fp8_is_refused_and_the_layouts_and_splits_are_taken():
     q8 = np.ones((1, 64, 2, 64), ml_dtypes.float8_e4m3fn)
     assert "fp8" in twin.refusal(plan(q8, q8, q8, kernel="fa4-sm100"))
     q = np.ones((64, 2, 64), ml_dtypes.bfloat16)
     cu = np.array([0, 30, 64], np.int32)
-    assert "varlen" in twin.refusal(plan(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=34,
-                                         max_seqlen_k=34))
+    assert twin.refusal(plan(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=34, max_seqlen_k=34)) is None
+    kv = np.ones((3, 48, 2, 64), ml_dtypes.bfloat16)
+    assert twin.refusal(plan(_q(), kv, kv, page_table=np.array([[2, 0]]), seqused_k=np.array([90]),
+                             seqused_q=np.array([50]))) is None
+    assert twin.refusal(plan(_q(), _q(), _q(), kernel="fa4-sm100", num_splits=3)) is None
     assert twin.refusal(plan(_q(), _q(), _q(), kernel="fa4-sm100", tile_n=64)) is None
 
 
 def test_forward_raises_the_refusal():
     torch = pytest.importorskip("torch")
     q = torch.ones(1, 64, 2, 64, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="num_splits"):
-        twin.forward(q, q, q, kernel="fa4-sm100", num_splits=2)
+    with pytest.raises(ValueError, match="statistical"):
+        twin.forward(q, q, q, kernel="fa4-sm90", mode="statistical")
 
 
 @pytest.mark.parametrize("causal, window", [(False, (None, None)), (True, (None, None)), (False, (5, 2)),
