@@ -67,6 +67,54 @@ def test_emulator_equals_the_twin_on_the_h200(case):
     assert got == want, {n: got[n] == want[n] for n in want}
 
 
+GOLDEN_LAYOUTS = ROOT / "tests/golden/twin_h200_layouts.json.xz"
+
+
+def _work(case) -> int:
+    """query-key pairs per head times heads, summed over the case's sequences (what the emulator's time grows
+    with)."""
+    q, k, v, kw = TC.inputs(case)
+    return sum(s.q.shape[0] * s.k.shape[0] for s in plan(q, k, v, **kw).seqs) * case["h"]
+
+
+LAYOUT_CASES = TC.layout_cases()
+
+
+def test_layout_cases_cover_the_features_and_the_twin_takes_them():
+    """The H200 set for varlen, seqused, paged KV and split-KV (experiments/gpu/twin_validate.py --set layouts):
+    at least 12 cases, both kernels, both dtypes, every layout and split mode, 128 to 8k tokens, none refused."""
+    cs = LAYOUT_CASES
+    assert len(cs) >= 12 and len({c["name"] for c in cs}) == len(cs)
+    assert {c["kernel"] for c in cs} == {"fa4-sm90", "fa4-sm100"} and {c["dtype"] for c in cs} == {"bfloat16", "float16"}
+    longest = []
+    seen = set()
+    for c in cs:
+        q, k, v, kw = TC.inputs(c)
+        p = plan(q, k, v, **kw)
+        assert twin.refusal(p) is None, c["name"]
+        longest.append(max(max(s.q.shape[0], s.k.shape[0]) for s in p.seqs))
+        seen |= {n for n in ("cu_seqlens_q", "cu_seqlens_k", "page_table", "seqused_q", "seqused_k",
+                             "seqlen_k_per_split") if n in kw}
+        seen |= {"split"} if p.num_splits > 1 else set()
+        seen |= {"heuristic-split"} if kw.get("num_splits") == 0 and p.num_splits > 1 else set()
+        if c.get("paged"):
+            seen |= {"page-not-tile"} if c["paged"]["page_size"] % p.opts.tile_n else set()
+    assert seen == {"cu_seqlens_q", "cu_seqlens_k", "page_table", "seqused_q", "seqused_k", "seqlen_k_per_split",
+                    "split", "heuristic-split", "page-not-tile"}
+    assert min(longest) >= 128 and max(longest) == 8192
+
+
+@pytest.mark.skipif(not GOLDEN_LAYOUTS.exists(), reason="the H200 digests of the layout cases are not captured yet "
+                    "(python experiments/gpu/twin_validate.py OUT --set layouts)")
+@pytest.mark.parametrize("case", [c for c in LAYOUT_CASES if _work(c) <= 3_000_000],
+                         ids=lambda c: c["name"])
+def test_emulator_equals_the_twin_on_the_h200_layouts(case):
+    want = json.loads(lzma.decompress(GOLDEN_LAYOUTS.read_bytes()))["cases"][case["name"]]
+    q, k, v, kw = TC.inputs(case)
+    got = TC.digest(forward(q, k, v, **kw))
+    assert got == want, {n: got[n] == want[n] for n in want}
+
+
 def test_the_cpu_subset_is_most_of_the_corpus():
     assert len(CPU_CASES) >= 0.8 * len(TC.cases())
 
