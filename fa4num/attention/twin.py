@@ -17,9 +17,10 @@ and split-KV on SM100 (``num_splits``, ``seqlen_k_per_split``: one launch per sp
 FA4 combine, :func:`fa4num.attention.forward.combine_splits`, on the host). What it refuses, with a ValueError
 naming the argument: fp8 (FA4's SM100 fp8 path accumulates with F = 25 fraction bits, Hopper's fp8 wgmma with
 13: the twin would not give the emulator's bits), FlexAttention (score_mod, mask_mod, block sparsity), the
-dedicated hd256 kernel of older releases, the statistical mode (use ``fa4num.attention.forward_torch``), GEMM or MUFU models other than the H200's
-(``gemm="wgmma"``, ``mufu_arch="sm90"``), and a knob outside ``IMPLEMENTED_KNOBS`` set to a value that is not
-FA4's (SM90's ``ffma_exponent=False``).
+dedicated hd256 kernel of older releases, the statistical mode (use ``fa4num.attention.forward_torch``), GEMM
+or MUFU models other than the H200's (``gemm="wgmma"``, ``mufu_arch="sm90"``), and a knob outside
+``IMPLEMENTED_KNOBS`` set to a value that is not FA4's (SM90's ``ffma_exponent=False``). Split-KV on
+``fa4-sm90`` is refused by :func:`fa4num.attention.plan` itself, as FA4 refuses it.
 
 On a machine without a GPU the same kernel runs in Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton
 is imported), each instruction evaluated by fa4num's models (:mod:`fa4num.attention._twin_interp`): slow, for tests on

@@ -85,7 +85,8 @@ def test_layout_cases_cover_the_features_and_the_twin_takes_them():
     at least 12 cases, both kernels, both dtypes, every layout and split mode, 128 to 8k tokens, none refused."""
     cs = LAYOUT_CASES
     assert len(cs) >= 12 and len({c["name"] for c in cs}) == len(cs)
-    assert {c["kernel"] for c in cs} == {"fa4-sm90", "fa4-sm100"} and {c["dtype"] for c in cs} == {"bfloat16", "float16"}
+    assert {c["kernel"] for c in cs} == {"fa4-sm90", "fa4-sm100"}
+    assert {c["dtype"] for c in cs} == {"bfloat16", "float16"}
     longest = []
     seen = set()
     for c in cs:
