@@ -218,13 +218,19 @@ INTERP_LAYOUT_CASES = [
     ("split-varlen-per-split", dict(kernel="fa4-sm100", num_splits=3, seqlen_k_per_split=32, tile_m=32, tile_n=32,
                                     cu_seqlens_q=[0, 20, 40], cu_seqlens_k=[0, 70, 90]),
      {"q": (40, 2, 16), "k": (90, 2, 16), "v": (90, 2, 16)}, "bfloat16"),
+    # split-KV over varlen with a window, a sequence without keys (the sink alone) and one without used queries
+    ("split-varlen-empty-window", dict(kernel="fa4-sm100", num_splits=2, tile_m=32, tile_n=32, window_size=(30, 5),
+                                       cu_seqlens_q=[0, 10, 30, 50], cu_seqlens_k=[0, 0, 70, 80], seqused_q=[10, 0, 15],
+                                       learnable_sink=[1.0, -2.0]),
+     {"q": (50, 2, 16), "k": (80, 2, 16), "v": (80, 2, 16)}, "bfloat16"),
 ]
 
 
 @pytest.mark.slow
 def test_twin_layouts_and_splits_in_the_interpreter_equal_the_emulator():
     """Varlen (causal, pack-GQA, a sequence without keys), seqused_q/k, paged KV (pages that are not a multiple
-    of tile_n) and SM100 split-KV (2 and 3 splits, the sink, causal, empty splits, seqlen_k_per_split) through
+    of tile_n) and SM100 split-KV (2 and 3 splits, the sink, causal, empty splits, seqlen_k_per_split, over varlen
+    with a sequence without keys and one without used queries) through
     the twin's kernel in Triton's interpreter: 0 differing bits in out, LSE and every counter."""
     got = _interpreted(INTERP_LAYOUT_CASES)
     for name, diff in got.items():
