@@ -4,9 +4,12 @@
   experiments/gpu/twin_cases.py, the SHA-256 of the twin's out, LSE and counters as the H200 computed them (each
   case also equal to the emulator there, experiments/results/h200_20261201/twin_vs_emulator.json). Inputs are a
   pure function of the case, so CI re-runs the emulator on the cases a 2-core machine affords and compares.
+- The same for the varlen, seqused, paged and split-KV set (twin_cases.layout_cases), against
+  tests/golden/twin_h200_layouts.json.xz: skipped until that file is captured (twin_validate.py OUT --set layouts).
 - The twin's own kernel source in Triton's interpreter, each PTX instruction and tl.dot through fa4num's models
   (fa4num.attention._twin_interp), against the emulator on tiny shapes, in a subprocess (TRITON_INTERPRET must be set
-  before Triton is imported).
+  before Triton is imported): dense calls, and varlen / seqused / paged KV / split-KV; the split tables against
+  the emulator's schedule.
 - What the twin refuses, and the closed-form visible-key count it uses, against masking.visible.
 - On a GPU (marked): the twin against the emulator on fresh cases.
 """
@@ -331,6 +334,34 @@ def test_twin_equals_the_emulator_on_the_gpu(kernel):
     assert torch.equal(e.out.view(torch.int16), t.out.cpu().view(torch.int16))
     assert torch.equal(e.lse.view(torch.int32), t.lse.cpu().view(torch.int32))
     for n in ("rescale_events", "rescales_done", "max_lag", "kv_blocks", "rescales_warp", "events_tile"):
+        np.testing.assert_array_equal(np.asarray(getattr(e.stats, n)), np.asarray(getattr(t.stats, n)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(gpu_missing() is not None, reason=f"no usable GPU: {gpu_missing()}")
+@pytest.mark.parametrize("name", ["varlen", "paged-seqused", "split"])
+def test_twin_layouts_equal_the_emulator_on_the_gpu(name):
+    import torch
+    g = torch.Generator().manual_seed(12)
+    kw = dict(kernel="fa4-sm100", causal=True, learnable_sink=np.linspace(-1, 2, 4).astype(np.float32))
+    if name == "varlen":
+        q, k, v = (torch.randn(n, h, 128, generator=g).to(torch.bfloat16) for n, h in ((900, 4), (1300, 2), (1300, 2)))
+        kw.update(cu_seqlens_q=np.array([0, 300, 301, 900]), cu_seqlens_k=np.array([0, 500, 500, 1300]))
+    elif name == "paged-seqused":
+        q = torch.randn(2, 600, 4, 128, generator=g).to(torch.bfloat16)
+        k, v = (torch.randn(20, 96, 2, 128, generator=g).to(torch.bfloat16) for _ in range(2))
+        kw.update(page_table=np.array([[4, 1, 7, 0, 9, 3, 2, 8], [10, 11, 5, 6, 12, 13, 14, 15]]),
+                  seqused_k=np.array([700, 411]), seqused_q=np.array([600, 99]))
+    else:
+        q = torch.randn(1, 777, 4, 128, generator=g).to(torch.bfloat16)
+        k, v = (torch.randn(1, 3000, 2, 128, generator=g).to(torch.bfloat16) for _ in range(2))
+        kw.update(num_splits=3, rescale_threshold=4.0)
+    e = forward(q, k, v, **kw)
+    t = twin.forward(q.cuda(), k.cuda(), v.cuda(), **kw)
+    assert torch.equal(e.out.view(torch.int16), t.out.cpu().view(torch.int16))
+    assert torch.equal(e.lse.view(torch.int32), t.lse.cpu().view(torch.int32))
+    for n in ("rescale_events", "rescales_done", "max_lag", "kv_blocks", "rescale_steps", "rescales_warp",
+              "events_tile", "masked_by_window", "sink_share"):
         np.testing.assert_array_equal(np.asarray(getattr(e.stats, n)), np.asarray(getattr(t.stats, n)))
 
 
