@@ -225,11 +225,10 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
                 continue
             o_s, l_s, c_s = _run(setup, seq.q[None], seq.k[None], seq.v[None], **launch)
             out[seq.out_index] = o_s[0]
-            for hh in range(h):
-                idx = seq.lse_index(hh)
-                lse[idx] = l_s[0, hh]
-                if stats:
-                    cnt[(slice(None), *idx)] = c_s[:, 0, hh]
+            idx = seq.lse_index(slice(None))     # all heads at once: (batch, :, rows) or (:, rows)
+            lse[idx] = l_s[0]
+            if stats:
+                cnt[(slice(None), *idx)] = c_s[:, 0]
     out_dt = NP_DTYPES[dt]
     if interp:      # the interpreter's float32 output, cast as cvt.rn does on the GPU
         out = torch.from_numpy(cast_out(out.numpy(), out_dt).view(np.int16)).view(getattr(torch, dt))

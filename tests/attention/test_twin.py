@@ -108,8 +108,18 @@ def test_layout_cases_cover_the_features_and_the_twin_takes_them():
     assert min(longest) >= 128 and max(longest) == 8192
 
 
-@pytest.mark.skipif(not GOLDEN_LAYOUTS.exists(), reason="the H200 digests of the layout cases are not captured yet "
-                    "(python experiments/gpu/twin_validate.py OUT --set layouts)")
+_NOT_CAPTURED = dict(condition=not GOLDEN_LAYOUTS.exists(), reason="the H200 digests of the layout cases are not "
+                     "captured yet (python experiments/gpu/twin_validate.py OUT --set layouts)")
+
+
+@pytest.mark.skipif(**_NOT_CAPTURED)
+def test_layout_golden_covers_the_set_with_provenance():
+    doc = json.loads(lzma.decompress(GOLDEN_LAYOUTS.read_bytes()))
+    assert doc["provenance"]["gpu"]["name"] == "NVIDIA H200"
+    assert set(doc["cases"]) == {c["name"] for c in LAYOUT_CASES}
+
+
+@pytest.mark.skipif(**_NOT_CAPTURED)
 @pytest.mark.parametrize("case", [c for c in LAYOUT_CASES if _work(c) <= 3_000_000],
                          ids=lambda c: c["name"])
 def test_emulator_equals_the_twin_on_the_h200_layouts(case):
