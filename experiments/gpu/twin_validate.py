@@ -12,6 +12,9 @@ OUT_DIR/twin_vs_emulator_layouts.json and OUT_DIR/twin_golden_layouts.json the s
 OUT_DIR/twin_vs_fa4_varlen.json: the twin (``kernel="fa4-sm90"``) against the real FA4 SM90 kernel's committed
 varlen goldens (fa4num/data/golden/fa4_sm90_features_{dev,holdout}_h200.npz, fa4num.attention.golden).
 
+``--fa4-only``: only that last comparison (under ``TRITON_INTERPRET=1`` the CPU runs it, the twin's kernel in
+Triton's interpreter).
+
 Provenance from fa4num.gpu.run_provenance. Exit status 1 if any bit differs.
 """
 from __future__ import annotations
@@ -75,6 +78,9 @@ def main(argv=None) -> int:
     ap.add_argument("out")
     ap.add_argument("--set", choices=("corpus", "layouts"), default="corpus", dest="which")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--fa4-only", action="store_true",
+                    help="only the twin vs the real FA4 kernel's varlen goldens (with TRITON_INTERPRET=1 the CPU "
+                    "can run it: a few minutes per case)")
     args = ap.parse_args(argv)
     import torch
     from fa4num.attention import forward, plan
@@ -88,7 +94,7 @@ def main(argv=None) -> int:
     suffix = "_layouts" if layouts else ""
     rows, golden = [], {}
     for case in twin_cases.layout_cases() if layouts else twin_cases.cases():
-        if args.only and case["name"] not in args.only:
+        if args.fa4_only or args.only and case["name"] not in args.only:
             continue
         q, k, v, kw = twin_cases.inputs(case)
         why = twin.refusal(plan(q, k, v, **kw))
@@ -118,12 +124,18 @@ def main(argv=None) -> int:
     prov = run_provenance(script="experiments/gpu/twin_validate.py")
     summary = dict(cases=len(rows), equal=sum(r["equal"] for r in rows))
     fa4 = []
-    if layouts and not args.only:
+    if layouts and not args.only or args.fa4_only:
+        t0 = time.perf_counter()
         fa4 = against_fa4_varlen()
         (out / "twin_vs_fa4_varlen.json").write_text(json.dumps(dict(
-            provenance=prov, source="fa4num.attention.twin.forward (kernel='fa4-sm90') vs the real FA4 SM90 "
-            "kernel's varlen feature goldens (fa4num.attention.golden.FEATURE_FILES)", cases=fa4), indent=1))
+            provenance=prov, device=dev, seconds=round(time.perf_counter() - t0, 1),
+            source="fa4num.attention.twin.forward (kernel='fa4-sm90') vs the real FA4 SM90 kernel's varlen feature "
+            "goldens (fa4num.attention.golden.FEATURE_FILES); device 'cpu': the twin's kernel in Triton's "
+            "interpreter on fa4num's instruction models", cases=fa4), indent=1))
         summary.update(fa4_cases=len(fa4), fa4_equal=sum(r["bit_exact"] for r in fa4))
+        if args.fa4_only:
+            print(json.dumps(summary))
+            return 0 if all(r["bit_exact"] for r in fa4) else 1
     (out / f"twin_vs_emulator{suffix}.json").write_text(json.dumps(dict(provenance=prov, summary=summary,
                                                                         cases=rows), indent=1))
     (out / f"twin_golden{suffix}.json").write_text(json.dumps(dict(
