@@ -188,8 +188,12 @@ def scaled_add(score, bias) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- built-ins
-def _name(fn, name):
+def _name(fn, name, form=None):
+    """``fn`` named ``name``; a built-in score_mod also carries ``form`` (kind, parameters), what it computes in
+    real arithmetic, which fa4num.bounds.attention_error_bound bounds it against (a user callable has none)."""
     fn.__name__ = fn.__qualname__ = name
+    if form is not None:
+        fn.form = form
     return fn
 
 
@@ -232,7 +236,7 @@ def softcap_mod(softcap: float):
 
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return _scoremod.softcap_of(score, softcap=softcap, arch=_ARCH.get())
-    return _name(mod, f"softcap_mod({softcap})")
+    return _name(mod, f"softcap_mod({softcap})", ("softcap", {"softcap": float(softcap)}))
 
 
 def softcap_mod_bwd(softcap: float):
@@ -333,7 +337,8 @@ def alibi_mod(*, aux_index: int = 0, contract: bool = True):
         slope = f32(aux_tensors[aux_index])[h_idx]
         return _add_bias(score, -(slope * _distance(q_idx, kv_idx).astype(np.float32)).astype(np.float32),
                          contract)
-    return _name(mod, f"alibi_mod(aux_index={aux_index}, contract={contract})")
+    return _name(mod, f"alibi_mod(aux_index={aux_index}, contract={contract})",
+                 ("alibi", {"aux_index": aux_index, "contract": contract}))
 
 
 def alibi_exp2_mod(*, contract: bool = True):
@@ -363,7 +368,7 @@ def alibi_exp2_mod(*, contract: bool = True):
         slope = mufu("ex2", _ARCH.get(), ftz=False)((expo.astype(np.float32) * c).astype(np.float32))
         return _add_bias(score, -(slope * _distance(q_idx, kv_idx).astype(np.float32)).astype(np.float32),
                          contract)
-    return _name(mod, f"alibi_exp2_mod(contract={contract})")
+    return _name(mod, f"alibi_exp2_mod(contract={contract})", ("alibi_exp2", {"contract": contract, "c": float(c)}))
 
 
 def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
@@ -389,7 +394,8 @@ def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         dist = _distance(q_idx, kv_idx)
         return _add_bias(score, (dist if clamp is None else np.minimum(dist, clamp)).astype(np.float32), contract)
-    return _name(mod, f"rel_bias_mod(clamp={clamp}, contract={contract})")
+    return _name(mod, f"rel_bias_mod(clamp={clamp}, contract={contract})",
+                 ("rel_bias", {"clamp": clamp, "contract": contract}))
 
 
 def causal_mask():
