@@ -192,7 +192,12 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
         fa4num.attention.forward's arguments (softmax_scale: out_exact uses this real number, the kernel its fp32
         scale_log2; causal, kernel, window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k, v
         (varlen), page_table (paged KV), pack_gqa, rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...),
-        resolved by the forward's own :func:`fa4num.attention.plan`; head_dim_v may differ from head_dim. Not
+        resolved by the forward's own :func:`fa4num.attention.plan`; head_dim_v may differ from head_dim.
+        FlexAttention (docs/bounds.md, 5.7a): any ``mask_mod`` and ``block_sparse_tensors`` (the exact attention
+        is over the entries the forward keeps, the stale max replayed in its visiting order: mask blocks, then
+        full blocks); a ``score_mod`` only as one of fa4num.attention.flex's built-ins (softcap_mod, alibi_mod,
+        alibi_exp2_mod, rel_bias_mod), bounded against the real-arithmetic form it carries (``mod.form``: score
+        times softmax_scale plus the exact bias); a user score_mod is refused by name. Not
         modelled, and refused by name: fp8 descales, split-KV (num_splits resolved != 1), a knob outside
         ``MODELLED_KNOBS`` set to a value that is not FA4's. Configurations
         without a finite bound (fp32 overflow, a scale that is 0 in fp32, ...) get +inf (docs/bounds.md, 5.8).
@@ -472,7 +477,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
         qa, ka, va = (np.where(np.isfinite(a.astype(np.float32)), a, np.zeros((), a.dtype)) for a in (qa, ka, va))
     softcap, window = problem.softcap, problem.window
     fl = problem.flex
-    # a built-in score_mod's real-arithmetic form (fa4num.attention.flex); the soft cap's is softcap='s
+    # a built-in score_mod's real-arithmetic form (fa4num.attention.flex); softcap_mod's is softcap='s
     form = None if fl is None or fl.score_mod is None else fl.score_mod.form
     if form is not None and form[0] == "softcap":
         softcap, form = form[1]["softcap"], None
