@@ -162,3 +162,11 @@ def test_a_user_score_mod_is_refused_by_name():
         return (score * np.float32(2)).astype(np.float32)
     with pytest.raises(ValueError, match="score_mod.*times_two"):
         attention_error_bound(q, k, v, score_mod=times_two)
+
+
+def test_the_backward_bound_refuses_flex_by_name():
+    from fa4num.bounds import attention_backward_error_bound
+    q, k, v = _inputs(2, 32, 32, 1, 1)
+    r = forward(q, k, v, mask_mod=flex.causal_mask())
+    with pytest.raises(ValueError, match="mask_mod: attention_backward_error_bound does not model"):
+        attention_backward_error_bound(q, k, v, r.out, q, r.lse, mask_mod=flex.causal_mask())
