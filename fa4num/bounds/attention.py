@@ -1124,15 +1124,58 @@ def _tied_root_sum_squares(S, w2, V):
     scores: they get the same P, hence the same cast error, so each group is one random variable of the
     Hoeffding sum (rows without ties: sqrt(sum_j w2_j v_j^2))."""
     out = np.sqrt(w2 @ (V * V))
-    srt = np.sort(S, axis=1)
     wa, aV = np.sqrt(w2), np.abs(V)
-    for i in np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1)):
+    # rows whose ties all lie among keys of weight 0 (masked keys' zeros): every group's sum is its one weighted
+    # term exactly, computed in numba in the grouped order; rows with a real tie in numpy below
+    real = _tie_rows(S, wa, aV, out)
+    for i in np.flatnonzero(real):
         o = np.argsort(S[i], kind="stable")
         s = S[i, o]
         starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
         g = np.add.reduceat(wa[i, o, None] * aV[o], starts, axis=0)
         out[i] = np.sqrt((g * g).sum(axis=0))
     return out
+
+
+@njit(parallel=True, cache=True)
+def _tie_rows(S, wa, aV, out):
+    """Per row of S with a tie (two equal scores): where no two keys of one score both have weight > 0, sets
+    ``out[i]`` to sqrt(sum_g (sum_{j in g} wa_j |V_j|)^2) with the groups g in ascending score order, summed one
+    after the other (the arithmetic of the grouped numpy evaluation: a group's sum is its one nonzero term, exact,
+    and an axis-0 sum adds the groups' rows in order); returns the rows with a real tie (left to the caller)."""
+    m, n = S.shape
+    dv = aV.shape[1]
+    real = np.zeros(m, np.bool_)
+    for i in prange(m):
+        o = np.argsort(S[i], kind="mergesort")
+        tie = False
+        t = 0
+        while t < n:
+            e = t + 1
+            cnt = 1 if wa[i, o[t]] > 0 else 0
+            while e < n and S[i, o[e]] == S[i, o[t]]:
+                if wa[i, o[e]] > 0:
+                    cnt += 1
+                e += 1
+            if e - t > 1:
+                tie = True
+            if cnt > 1:
+                real[i] = True
+                break
+            t = e
+        if not tie or real[i]:
+            continue
+        acc = np.zeros(dv)
+        for t in range(n):
+            j = o[t]
+            g = wa[i, j]
+            if g > 0:
+                for c in range(dv):
+                    x = g * aV[j, c]
+                    acc[c] += x * x
+        for c in range(dv):
+            out[i, c] = math.sqrt(acc[c])
+    return real
 
 
 def _round_dir(x: np.ndarray, up: bool) -> np.ndarray:
