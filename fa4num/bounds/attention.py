@@ -1137,27 +1137,74 @@ def _tied_root_sum_squares(S, w2, V):
     return out
 
 
+@njit(cache=True, nogil=True)
+def _has_tie(row, idx, zeros, size):
+    """Whether two of row[idx] are equal, or one is 0 while ``zeros`` > 0, or ``zeros`` > 1: an open-addressing
+    hash set of the values (+0 for -0; a NaN equals nothing), linear in len(idx)."""
+    if zeros > 1:
+        return True
+    keys = np.empty(size)
+    used = np.zeros(size, np.bool_)
+    mask = size - 1
+    for t in range(idx.size):
+        x = row[idx[t]]
+        if x != x:
+            continue
+        if x == 0.0:
+            if zeros > 0:
+                return True
+            x = 0.0
+        fr, ex = math.frexp(x)
+        key = np.uint64(np.int64(fr * 9007199254740992.0)) ^ (np.uint64(ex + 4096) << np.uint64(54))
+        h = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
+        while used[h]:
+            if keys[h] == x:
+                return True
+            h = (h + 1) & mask
+        used[h] = True
+        keys[h] = x
+    return False
+
+
 @njit(parallel=True, cache=True)
 def _tie_rows(S, wa, aV, out):
     """Per row of S with a tie (two equal scores): where no two keys of one score both have weight > 0, sets
     ``out[i]`` to sqrt(sum_g (sum_{j in g} wa_j |V_j|)^2) with the groups g in ascending score order, summed one
     after the other (the arithmetic of the grouped numpy evaluation: a group's sum is its one nonzero term, exact,
-    and an axis-0 sum adds the groups' rows in order); returns the rows with a real tie (left to the caller)."""
+    and an axis-0 sum adds the groups' rows in order; groups of weight 0 add exact zeros); returns the rows with a
+    real tie (left to the caller). Keys of weight 0 and score 0 (masked keys) are counted, not sorted."""
     m, n = S.shape
     dv = aV.shape[1]
     real = np.zeros(m, np.bool_)
+    size = 16
+    while size < 2 * n:
+        size *= 2
     for i in prange(m):
-        o = np.argsort(S[i], kind="mergesort")
-        tie = False
+        idx = np.empty(n, np.int64)
+        ns = 0
+        zeros = 0
+        for j in range(n):
+            if wa[i, j] == 0 and S[i, j] == 0:
+                zeros += 1
+            else:
+                idx[ns] = j
+                ns += 1
+        if not _has_tie(S[i], idx[:ns], zeros, size):
+            continue
+        vals = np.empty(ns)
+        for t in range(ns):
+            vals[t] = S[i, idx[t]]
+        o = np.argsort(vals, kind="mergesort")
+        tie = zeros > 1
         t = 0
-        while t < n:
+        while t < ns:
             e = t + 1
-            cnt = 1 if wa[i, o[t]] > 0 else 0
-            while e < n and S[i, o[e]] == S[i, o[t]]:
-                if wa[i, o[e]] > 0:
+            cnt = 1 if wa[i, idx[o[t]]] > 0 else 0
+            while e < ns and vals[o[e]] == vals[o[t]]:
+                if wa[i, idx[o[e]]] > 0:
                     cnt += 1
                 e += 1
-            if e - t > 1:
+            if e - t > 1 or (zeros > 0 and vals[o[t]] == 0):
                 tie = True
             if cnt > 1:
                 real[i] = True
@@ -1166,8 +1213,8 @@ def _tie_rows(S, wa, aV, out):
         if not tie or real[i]:
             continue
         acc = np.zeros(dv)
-        for t in range(n):
-            j = o[t]
+        for t in range(ns):
+            j = idx[o[t]]
             g = wa[i, j]
             if g > 0:
                 for c in range(dv):
