@@ -841,15 +841,18 @@ def _s_error(Q, K, g: _Gemm, gemm: str, first, last):
     trunc = g.gamma - 2.0 ** -23 if gemm == "wgmma" else 0.0
     rz = 2.0 ** -23 if gemm == "wgmma" else 2.0 ** -24
     Kt = np.ascontiguousarray(K.T)
-    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, np.abs(Kt), g.chunk, trunc, rz, g.eta, first, last)
-    rho = g.chain(1, A) if gemm == "blas" else rho * _F64_SAFETY
-    return S, A, rho + Q.shape[1] * 2.0 ** -52 * A
+    d52 = Q.shape[1] * 2.0 ** -52
+    blas = gemm == "blas"
+    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, np.abs(Kt), g.chunk, trunc, rz, g.eta, first, last,
+                                not blas, _F64_SAFETY, d52)
+    # (the chunk chain's rho * _F64_SAFETY + d 2^-52 A is formed in the kernel)
+    return (S, A, g.chain(1, A) + d52 * A) if blas else (S, A, rho)
 
 
 @njit(parallel=True, cache=True)
-def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last):
+def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last, finish, safety, d52):
     """S, A and the chunk chain's rho of _s_error, one row per task; the inner loops run over keys (contiguous in
-    Kt) with row-local accumulators, so they vectorise."""
+    Kt) with row-local accumulators, so they vectorise. ``finish``: rho returned as rho * safety + d52 A."""
     m, d = Q.shape
     n = Kt.shape[1]
     S = np.zeros((m, n))
@@ -885,6 +888,9 @@ def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last):
                 r[j] = rr + (tr + rz * (abs(nxt) + rr + tr)) / (1 - rz) + eta
                 part[j] = nxt
                 a[j] += c[j]
+        if finish:
+            for j in range(nn):
+                r[j] = r[j] * safety + d52 * a[j]
         S[i, lo:lo + nn] = part
         A[i, lo:lo + nn] = a
         rho[i, lo:lo + nn] = r
