@@ -509,7 +509,6 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
     # exp2's subnormal results, and a rescale factor flushed to 0 (contributions below 2^-126 of 2^(thr+off))
     eta_exp = max(2.0 ** -126, sw.absolute_subnormal if sw is not None else 0.0) * (1 + 2.0 ** (thr + off + 1))
     u_p, eta_p, pmax = P_FORMATS[dt]
-    p_bits = -math.frexp(_NARROW[dt].unit_roundoff)[1] + 1      # significant bits of the inputs (8 for bf16)
     p_ulp_min = 2 * eta_p                   # the spacing of P's subnormals (eta_p is half of it)
     out_dt = "bfloat16" if dt.startswith("float8") else dt
     # the gemm option names a tensor-core model and its accumulator table ("tcgen05" = the wgmma model with
@@ -571,7 +570,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
                 Vabs = rows.vis @ aV
                 Vabs = Vabs + sk * 2.0 ** -52 * Vabs
             # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma): S, |Q||K|^T and the chain's running bound
-            S, A, rho = _s_error(Q, K, gemm_s, gemm, first, last, p_bits)
+            S, A, rho = _s_error(Q, K, gemm_s, gemm, first, last)
             # fp32 overflow of S (or of S * scale before a score_mod, or of the exponent): no finite bound
             s_mag = (A.max(axis=1, initial=0.0) + rho.max(axis=1, initial=0.0)) * (1 + 2.0 ** -20)
             fits = s_mag * max(1.0, abs(scale) if scored else 1.0) < 2.0 ** 126
@@ -832,7 +831,7 @@ def _softcap_scores(S, A, rho, *, softcap, scale, d, tanh_err):
     return Sx, (own + prop + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY, dt
 
 
-def _s_error(Q, K, g: _Gemm, gemm: str, first, last, p: int):
+def _s_error(Q, K, g: _Gemm, gemm: str, first, last):
     """(S, A, rho) over the visible keys first[i]..last[i] of each row (0 elsewhere): S = Q K^T and A = |Q||K|^T
     in float64, and rho >= |S_kernel - S| (the float64 evaluation error of S, d 2^-52 A, included).
 
@@ -844,78 +843,10 @@ def _s_error(Q, K, g: _Gemm, gemm: str, first, last, p: int):
     Kt = np.ascontiguousarray(K.T)
     d52 = Q.shape[1] * 2.0 ** -52
     blas = gemm == "blas"
-    Qc, aKt = np.ascontiguousarray(Q), np.abs(Kt)
-    inexact = None if blas else _inexact_rows(Q, K, p)
-    if inexact is not None and inexact.mean() < 0.5:
-        # most rows' sums are exact in float64: BLAS per chunk; the other rows by the sequential kernel
-        S, A, rho = _s_error_exact(Q, K, g.chunk, trunc, rz, g.eta, first, last, _F64_SAFETY, d52)
-        rows = np.flatnonzero(inexact)
-        if rows.size:
-            S[rows], A[rows], rho[rows] = _s_error_kernel(Qc[rows], Kt, aKt, g.chunk, trunc, rz, g.eta, first[rows],
-                                                          last[rows], True, _F64_SAFETY, d52)
-        return S, A, rho
-    S, A, rho = _s_error_kernel(Qc, Kt, aKt, g.chunk, trunc, rz, g.eta, first, last, not blas, _F64_SAFETY, d52)
+    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, np.abs(Kt), g.chunk, trunc, rz, g.eta, first, last,
+                                not blas, _F64_SAFETY, d52)
     # (the chunk chain's rho * _F64_SAFETY + d 2^-52 A is formed in the kernel)
     return (S, A, g.chain(1, A) + d52 * A) if blas else (S, A, rho)
-
-
-def _inexact_rows(Q, K, p: int) -> np.ndarray:
-    """The rows i of Q for which float64 may not hold every partial sum of row i of Q K^T and |Q||K|^T exactly (in
-    any order; True = not proved exact): the entries of Q's row i
-    (K's row j) have p significant bits, so they are multiples of 2^(e_i) with e_i the least frexp exponent of a
-    nonzero entry minus p, their products multiples of 2^(e_i + e_j), and every partial sum is at most
-    A_ij = sum |q||k| < 2^(e_i + e_j + 53) (A from BLAS, an upper bound within (1 + d 2^-53); checked with margin).
-    Then any evaluation (BLAS, FMA or not) gives the exact sums the numba chain computes."""
-    def grain(X):
-        ex = np.frexp(X)[1].astype(np.int64)
-        return np.where(X != 0, ex, 1 << 20).min(axis=1, initial=1 << 20) - p
-    gq, gk = grain(Q), grain(K)
-    A = np.abs(Q) @ np.abs(K).T
-    with np.errstate(over="ignore"):
-        lim = np.ldexp(1.0, np.minimum(gq[:, None] + gk[None, :] + 53, 1000))
-    return ~(A * (1 + 2.0 ** -30) < lim).all(axis=1)
-
-
-def _s_error_exact(Q, K, L, trunc, rz, eta, first, last, safety, d52):
-    """_s_error_kernel's S, A and rho when the products and sums are exact in float64 (:func:`_inexact_rows`):
-    each chunk's sums by BLAS (exact, so equal to the kernel's sequential ones), the chain in numba."""
-    m, d = Q.shape
-    n = K.shape[0]
-    part, r, a = np.zeros((m, n)), np.zeros((m, n)), np.zeros((m, n))
-    aQ, aK = np.abs(Q), np.abs(K)
-    for k0 in range(0, d, L):
-        T = Q[:, k0:k0 + L] @ K[:, k0:k0 + L].T
-        C = aQ[:, k0:k0 + L] @ aK[:, k0:k0 + L].T
-        _chain_step(part, r, a, T, C, trunc, rz, eta, first, last)
-    _chain_finish(part, r, a, first, last, safety, d52)
-    return part, a, r
-
-
-@njit(parallel=True, cache=True)
-def _chain_step(part, r, a, T, C, trunc, rz, eta, first, last):
-    """One chunk of _s_error_kernel's chain on row i's keys first..last (the same expressions, in place)."""
-    for i in prange(part.shape[0]):
-        for j in range(first[i], last[i] + 1):
-            p = part[i, j]
-            rr = r[i, j]
-            tr = trunc * (abs(p) + rr + C[i, j])
-            nxt = p + T[i, j]
-            r[i, j] = rr + (tr + rz * (abs(nxt) + rr + tr)) / (1 - rz) + eta
-            part[i, j] = nxt
-            a[i, j] += C[i, j]
-
-
-@njit(parallel=True, cache=True)
-def _chain_finish(part, r, a, first, last, safety, d52):
-    """rho * safety + d52 A on the visible span; zeros elsewhere (as _s_error_kernel returns them)."""
-    for i in prange(part.shape[0]):
-        for j in range(part.shape[1]):
-            if j < first[i] or j > last[i]:
-                part[i, j] = 0.0
-                r[i, j] = 0.0
-                a[i, j] = 0.0
-            else:
-                r[i, j] = r[i, j] * safety + d52 * a[i, j]
 
 
 @njit(parallel=True, cache=True)
