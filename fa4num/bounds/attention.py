@@ -1144,9 +1144,10 @@ def _tied_root_sum_squares(S, w2, V):
 
 
 @njit(cache=True, nogil=True)
-def _has_tie(row, idx, zeros, size):
+def _has_tie(row, bits, idx, zeros, size):
     """Whether two of row[idx] are equal, or one is 0 while ``zeros`` > 0, or ``zeros`` > 1: an open-addressing
-    hash set of the values (+0 for -0; a NaN equals nothing), linear in len(idx)."""
+    hash set of the values hashed by their bits ``bits`` (row viewed as int64; 0 for -0; a NaN equals nothing),
+    linear in len(idx)."""
     if zeros > 1:
         return True
     keys = np.empty(size)
@@ -1160,9 +1161,8 @@ def _has_tie(row, idx, zeros, size):
             if zeros > 0:
                 return True
             x = 0.0
-        fr, ex = math.frexp(x)
-        key = np.uint64(np.int64(fr * 9007199254740992.0)) ^ (np.uint64(ex + 4096) << np.uint64(54))
-        h = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
+        h = np.int64((np.uint64(bits[idx[t]] if x != 0.0 else 0) * np.uint64(0x9E3779B97F4A7C15))
+                     >> np.uint64(40)) & mask
         while used[h]:
             if keys[h] == x:
                 return True
@@ -1182,6 +1182,7 @@ def _tie_rows(S, wa, aV, out):
     m, n = S.shape
     dv = aV.shape[1]
     real = np.zeros(m, np.bool_)
+    Sb = S.view(np.int64)
     size = 16
     while size < 2 * n:
         size *= 2
@@ -1195,7 +1196,7 @@ def _tie_rows(S, wa, aV, out):
             else:
                 idx[ns] = j
                 ns += 1
-        if not _has_tie(S[i], idx[:ns], zeros, size):
+        if not _has_tie(S[i], Sb[i], idx[:ns], zeros, size):
             continue
         vals = np.empty(ns)
         for t in range(ns):
