@@ -170,3 +170,17 @@ def test_the_backward_bound_refuses_flex_by_name():
     r = forward(q, k, v, mask_mod=flex.causal_mask())
     with pytest.raises(ValueError, match="mask_mod: attention_backward_error_bound does not model"):
         attention_backward_error_bound(q, k, v, r.out, q, r.lse, mask_mod=flex.causal_mask())
+
+
+@pytest.mark.parametrize("kernel", ["fa4-sm90", "fa4-sm100"])
+def test_flex_bound_holds_on_varlen_sequences(kernel):
+    """Each sequence's mods see its own lengths (SeqlenInfo) and local indices; a sink with a mask_mod."""
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((330, 2, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    cu = np.array([0, 130, 330], np.int32)
+    for kw in (dict(mask_mod=flex.causal_mask(), score_mod=flex.alibi_exp2_mod()),
+               dict(mask_mod=flex.prefix_lm_mask(40), learnable_sink=np.array([0.3, -0.5], np.float32))):
+        args = dict(kw, kernel=kernel, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=200, max_seqlen_k=200)
+        r = forward(q, k, v, **args)
+        c = check(q, k, v, r.out, r.lse, **args)
+        assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), (kw, c)
