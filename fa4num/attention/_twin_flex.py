@@ -118,9 +118,10 @@ def _launch(problem):
                     or not (np.issubdtype(doc.dtype, np.integer) or doc.dtype == np.bool_):
                 raise _Refused(f"aux_tensors[{par['aux_index']}]: document ids must be integers of at least "
                                f"(batch, [heads,] seqlen) = {need}, got {doc.dtype} {doc.shape}")
-            # int64 ids (a cast that keeps equality: the mask compares ids for equality only)
-            aux_m = np.ascontiguousarray(doc.astype(np.int64))
-            st = [x // 8 for x in aux_m.strides]
+            # int32 ids where they fit, else int64 (casts that keep equality: the mask compares ids only)
+            small = doc.size == 0 or (int(doc.min()) >= -2 ** 31 and int(doc.max()) < 2 ** 31)
+            aux_m = np.ascontiguousarray(doc.astype(np.int32 if small else np.int64))
+            st = [x // aux_m.itemsize for x in aux_m.strides]
             args["sab"], args["sah"], args["sas"] = st[0], st[1] if doc.ndim == 3 else 0, st[-1]
     return softcap, fl.score_mod is not None, args, (aux_s, aux_m, sparse), ids
 
