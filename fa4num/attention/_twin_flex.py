@@ -73,6 +73,13 @@ def _launch(problem):
         return float(problem.softcap), False, args, (None, None, None), ids
     sparse = None
     if fl.block_sparse is not None:
+        if _spec(fl.mask_mod)[0] == "document_mask":
+            # on the H200 the twin's LSE differed from the emulator's (and the real kernel's) in 500-640 of 4096
+            # rows of both block-sparse document cases, and on 4 of the 56 flex goldens, all block-sparse
+            # document calls, while the interpreter gives the kernel's bits
+            # (experiments/results/h200_20261202b/twin_flex_validate.json): refused until that is understood
+            raise _Refused("block_sparse_tensors with mask_mod=document_mask: the GPU twin's LSE differed from the "
+                           "emulator's on the H200 for this pair; use fa4num.attention.forward")
         sparse = _sparse_table(problem)
         ids["SPARSE"] = True
         args["sp_nmb"], args["sp_len"] = sparse[0].shape[1], sparse[0].shape[2]
