@@ -1135,12 +1135,18 @@ def _tied_root_sum_squares(S, w2, V):
     # term exactly, computed in numba in the grouped order; rows with a real tie in numpy below
     real = _tie_rows(S, wa, aV, out)
     for i in np.flatnonzero(real):
-        o = np.argsort(S[i], kind="stable")
-        s = S[i, o]
-        starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
-        g = np.add.reduceat(wa[i, o, None] * aV[o], starts, axis=0)
-        out[i] = np.sqrt((g * g).sum(axis=0))
+        out[i] = _grouped_row(S[i], wa[i], aV)
     return out
+
+
+def _grouped_row(s_row, wa_row, aV):
+    """One row's tied sum: the keys sorted by score (stable), each group of equal scores summed, then the root of
+    the groups' sum of squares per column."""
+    o = np.argsort(s_row, kind="stable")
+    s = s_row[o]
+    starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
+    g = np.add.reduceat(wa_row[o, None] * aV[o], starts, axis=0)
+    return np.sqrt((g * g).sum(axis=0))
 
 
 @njit(cache=True, nogil=True)

@@ -14,7 +14,7 @@ import pytest
 
 from fa4num.attention import backward, forward
 from fa4num.attention import inputs as _inputs
-from _bwd_capture import assert_grads_match, capture_script
+from _captures import assert_grads_match, capture_script
 from fa4num.attention.reference import backward_fp64, backward_metrics
 
 torch = pytest.importorskip("torch")

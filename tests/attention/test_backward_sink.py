@@ -15,7 +15,7 @@ import pytest
 from fa4num.attention import backward, forward
 from fa4num.attention.backward import dsink_sm90
 from fa4num.attention import inputs as _inputs
-from _bwd_capture import assert_grads_match, capture_script
+from _captures import assert_grads_match, capture_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAME = "fa4_sm90_bwd_sink_h200.npz"

@@ -7,24 +7,20 @@ the GPU's answer to "does the sparse call give the dense call's bits?".
 
 The golden tests skip only while the capture file is absent; the bookkeeping is tested on a dry run of the
 capture script (fa4num's emulator standing in for the kernel) either way."""
-import importlib.util
 import json
 import pathlib
-import sys
 
 import numpy as np
 import pytest
+
+from _captures import load_experiment
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "attention" / "fa4_sm90_flex_h200.npz"
 
 
 def _load_capture():
-    spec = importlib.util.spec_from_file_location("flex_capture", ROOT / "experiments" / "gpu" / "flex_capture.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["flex_capture"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("flex_capture")
 
 
 cap = _load_capture()

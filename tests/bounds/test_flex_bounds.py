@@ -2,10 +2,8 @@
 on the H200 flex goldens (tests/golden/attention/fa4_sm90_flex_h200.npz, its sampled output rows and every LSE)
 and on the emulator of both kernels; the stale-max analysis follows a block-sparse call's visiting order; a user
 score_mod is refused by name."""
-import importlib.util
 import math
 import pathlib
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -15,16 +13,14 @@ from fa4num.attention import flex, forward, plan
 from fa4num.bounds import attention_error_bound
 from fa4num.bounds.validate import check
 
+from _captures import load_experiment
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "attention" / "fa4_sm90_flex_h200.npz"
 
 
 def _capture():
-    spec = importlib.util.spec_from_file_location("flex_capture", ROOT / "experiments" / "gpu" / "flex_capture.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["flex_capture"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("flex_capture")
 
 
 cap = _capture()
