@@ -509,6 +509,19 @@ def error_budget_scale(df):
             m += macro(f"ebsLen{TAG[d]}{end}", _tokens(n))
             for tag, key in trio:
                 m += macro(f"ebs{tag}{TAG[d]}{end}", f"{cells[(*key, d, n)]['err']:.3f}")
+    # the knobs whose 95 % interval is disjoint from the default's in at least one cell (both held), and by how
+    # much the degree-2 polynomial raises the error at most
+    def disjoint(kn, d, n):
+        a, b = cells.get(("fa4-sm100", kn, d, n)), cells.get(("fa4-sm100", "default", d, n))
+        return a is not None and b is not None and (a["lo"] > b["hi"] or a["hi"] < b["lo"])
+    keys = [(d, n) for d in ("gaussian", "sink", "rising", "llm", "minilm") for n in _lengths(d)]
+    moved = [kn for kn in SCALE_KNOBS if kn != "default" and any(disjoint(kn, d, n) for d, n in keys)]
+    m += macro("ebsMovedKnobs", ", ".join(SCALE_LABEL[kn] for kn in moved))
+    m += macro("ebsUnmovedCount", str(len(SCALE_KNOBS) - 1 - len(moved)))
+    up = [cells[("fa4-sm100", "poly_degree=2", d, n)]["err"] - cells[("fa4-sm100", "default", d, n)]["err"]
+          for d, n in keys if ("fa4-sm100", "poly_degree=2", d, n) in cells and ("fa4-sm100", "default", d, n) in cells]
+    if up:
+        m += macro("ebsDegTwoUpMax", f"{max(up):.3f}")
     # the largest |SM90 kernel - threshold 0| over the cells both hold: how far the two baselines differ
     both = [abs(cells[(*SM90_ROW, d, n)]["err"] - c["err"]) for (k, kn, d, n), c in cells.items()
             if kn == "rescale_threshold=0" and (*SM90_ROW, d, n) in cells]
@@ -561,6 +574,7 @@ def mitigation(df):
            + "\n\\bottomrule\n\\end{tabular}\n")
     block_n = _block_n(df)
     m = macro("mitBlockN", str(block_n))
+    per_score = []
     for d in fams:
         for kn, tag in (("rescale_threshold=0", "Zero"), ("rescale_threshold=4", "Four")):
             lens = [n for n in _lengths(d) if ("fa4-sm100", kn, d, n) in cells
@@ -580,12 +594,15 @@ def mitigation(df):
             m += macro(f"{base}Extra", num(extra))
             # per score computed (blocks per row times the block width): one exponential each
             m += macro(f"{base}PerScore", f"{extra / (c['scores'] * block_n):.2g}")
+            if tag == "Zero":
+                per_score.append(extra / (c["scores"] * block_n))
             m += macro(f"{base}OfAlways", f"{100 * c['mults'] / c['always']:.1f}")
             m += macro(f"{base}EightOfAlways", f"{100 * c8['mults'] / c8['always']:.1f}")
             if tag == "Four" and c0 is not None and c0["err"] < c8["err"]:
                 # threshold 4 against threshold 0: the share of threshold 0's error gain, at what share of its cost
                 m += macro(f"{base}OfZeroGain", f"{100 * (c8['err'] - c['err']) / (c8['err'] - c0['err']):.0f}")
                 m += macro(f"{base}OfZeroCost", f"{100 * extra / (c0['mults'] - c8['mults']):.0f}")
+    m += macro("mitZeroPerScoreMax", f"{max(per_score):.2g}")
     return tex, m
 
 
