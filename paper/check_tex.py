@@ -1,6 +1,6 @@
-"""Static checks of the paper's LaTeX for machines without TeX: balanced braces and environments, every \\ref and
-\\eqref has a \\label, no label twice, every \\cite key is in references.bib, every generated number macro the text
-uses is defined (tables/numbers.tex, tables/numbers2.tex or main.tex), every \\input file exists.
+"""Static checks of the paper's LaTeX for machines without TeX: balanced braces and environments, no text-mode _,
+every \\ref and \\eqref has a \\label, no label twice, every \\cite key is in references.bib, every generated
+number macro the text uses is defined (tables/numbers.tex, tables/numbers2.tex or main.tex), every \\input file exists.
 
     python paper/check_tex.py          # exit status 1 and one line per problem, or "ok"
 
@@ -10,7 +10,6 @@ slips through edits most often, not everything pdflatex would refuse.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 PAPER = Path(__file__).resolve().parent
@@ -67,6 +66,18 @@ def env_problems(name: str, text: str) -> list[str]:
     return probs
 
 
+def underscore_problems(name: str, text: str) -> list[str]:
+    """Unescaped _ outside math and outside the arguments that take file names or keys (a text-mode _ stops
+    pdflatex, also inside \\texttt)."""
+    t = re.sub(r"\\(?:label|ref|eqref|cite[tp]?|input|includegraphics|graphicspath|bibliography|bibliographystyle|"
+               r"newcommand|IfFileExists)(?:\[[^]]*\])?\{[^}]*\}", "", text)
+    t = re.sub(r"\\newcommand\{\\[A-Za-z]+\}", "", t)
+    t = re.sub(r"\\\[.*?\\\]", "", t, flags=re.S)
+    t = re.sub(r"(?<!\\)\$.*?(?<!\\)\$", "", t, flags=re.S)
+    return [f"{name}: unescaped _ in text at line {t.count(chr(10), 0, m.start()) + 1}: "
+            f"{t[max(0, m.start() - 30):m.start() + 10].strip()!r}" for m in re.finditer(r"(?<!\\)_", t)]
+
+
 def check(main: Path = PAPER / "main.tex") -> list[str]:
     src = sources(main)
     probs = []
@@ -74,6 +85,7 @@ def check(main: Path = PAPER / "main.tex") -> list[str]:
         rel = p.relative_to(PAPER)
         probs += brace_problems(str(rel), text)
         probs += env_problems(str(rel), text)
+        probs += underscore_problems(str(rel), text)
         for name in re.findall(r"\\input\{([^}]+)\}", text):
             q = PAPER / name
             if not (q.exists() or q.with_suffix(".tex").exists()):
