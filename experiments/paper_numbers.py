@@ -443,12 +443,20 @@ def _cells(df):
     return out
 
 
-def _pm(c) -> str:
+def _full_seeds(cells, minilm: bool) -> int:
+    """The seed count of a complete cell: the most any cell of that store holds."""
+    return max((c["n"] for (k, kn, d, n), c in cells.items() if (d == "minilm") == minilm), default=0)
+
+
+def _pm(c, full: int) -> str:
+    """mean +- CI half-width of a cell; a cell with fewer than ``full`` seeds (a grid still running) carries its
+    seed count as a superscript, one seed has no interval."""
     if c is None:
         return MISSING
+    mark = f"^{{({c['n']})}}" if c["n"] < full else ""
     if c["n"] < 2:
-        return f"${c['err']:.3f}$"
-    return f"${c['err']:.3f}{{\\pm}}{c['hi'] - c['err']:.3f}$"
+        return f"${c['err']:.3f}{mark}$"
+    return f"${c['err']:.3f}{{\\pm}}{c['hi'] - c['err']:.3f}{mark}$"
 
 
 def _lengths(dist):
@@ -482,7 +490,8 @@ def error_budget_scale(df):
         body.append("\\midrule")
         for kern, kn in rows:
             label = "SM90 kernel (always rescale)" if kern == "fa4-sm90" else tex_escape(SCALE_LABEL[kn])
-            vals = [_pm(cells.get((kern, kn, d, n))) for d in panel for n in _lengths(d)]
+            vals = [_pm(cells.get((kern, kn, d, n)), _full_seeds(cells, d == "minilm"))
+                    for d in panel for n in _lengths(d)]
             body.append(f"{label} & " + " & ".join(vals) + " & " * pad + " \\\\")
     tex = ("\\begin{tabular}{l" + "r" * ncol + "}\n\\toprule\n" + "\n".join(body)
            + "\n\\bottomrule\n\\end{tabular}\n")
@@ -493,8 +502,10 @@ def error_budget_scale(df):
         if len(part):
             m += macro(f"ebs{tag}Heads", str(int(part.heads.max())))
             m += macro(f"ebs{tag}HeadDim", str(int(part.head_dim.max())))
-            m += macro(f"ebs{tag}Seeds", str(int(part.groupby(["kernel", "knob", "dist", "seqlen"]).seed.nunique().min())))
+            m += macro(f"ebs{tag}Seeds", str(_full_seeds(cells, tag == "Minilm")))
     m += macro("ebsCells", str(sum(1 for (k, kn, d, n) in cells if d != "minilm")))
+    full = _full_seeds(cells, False)
+    m += macro("ebsCellsShort", str(sum(1 for (k, kn, d, n), c in cells.items() if d != "minilm" and c["n"] < full)))
     m += macro("ebsCellsAll", str(len(rows) * len(SCALE_LENGTHS) * (len(TAG) - 2)))   # the synthetic families
     m += macro("ebsHalfMax", f"{max(c['hi'] - c['err'] for c in cells.values() if c['n'] > 1):.3f}")
     # per family, the shortest and longest length at which the default, threshold 0 and the SM90 kernel all ran
@@ -559,7 +570,9 @@ def mitigation(df):
             cs = [cells.get(("fa4-sm100", kn, d, n)) for kn, _ in THRESHOLDS]
             if not any(cs):
                 continue
-            errs = [MISSING if c is None else f"{c['err']:.3f}" for c in cs]
+            full = _full_seeds(cells, d == "minilm")
+            errs = [MISSING if c is None else f"{c['err']:.3f}" + (f"$^{{({c['n']})}}$" if c["n"] < full else "")
+                    for c in cs]
             mults = [num(None if c is None else c["mults"]) for c in cs]
             always = next((c["always"] for c in cs if c is not None), None)
             body.append(f"{pc.DIST_LABEL[d]} & {_tokens(n)} & " + " & ".join(errs) + " & " + " & ".join(mults)

@@ -101,7 +101,8 @@ def _budget_row(kernel, knob, dist, seqlen, seed, err, *, heads=2, warp=0, devic
 def test_scale_budget_shows_missing_cells_and_refuses_mixtures(tmp_path):
     """The bit-exact budget at scale (paper_numbers.error_budget_scale / mitigation) shows a cell the stores lack
     as "---" (never interpolated between the lengths around it), averages the seeds of the cells it has, picks up
-    a length added later, and refuses to pool different configurations as seeds."""
+    a length added later (marking a cell with fewer seeds than the others by its seed count), and refuses to pool
+    different configurations as seeds."""
     pytest.importorskip("pandas")
     from fa4num.study.store import write_rows
     pn = _script("paper_numbers")
@@ -124,7 +125,7 @@ def test_scale_budget_shows_missing_cells_and_refuses_mixtures(tmp_path):
                [_budget_row("fa4-sm100", "default", "rising", 8192, s, 1.3) for s in (0, 1)])
     tex, _ = pn.error_budget_scale(pn.scale_rows(tmp_path))
     line = [r for r in tex.splitlines() if r.startswith("SM100 default")][-1]
-    assert line.split(" & ")[2].startswith("$1.300")
+    assert line.split(" & ")[2] == "$1.300{\\pm}0.000^{(2)}$"     # 2 of the 3 seeds the other cells hold
     write_rows(tmp_path / "study_error_budget_gpu",
                [_budget_row("fa4-sm100", "default", "rising", 8192, 2, 1.3, heads=4)])
     with pytest.raises(ValueError, match="different configurations"):
