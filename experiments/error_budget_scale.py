@@ -70,7 +70,7 @@ def main(argv=None) -> int:
 
     sns.set_theme(style="whitegrid", context="paper", palette="colorblind")
     every = sorted(c for c, g in df.groupby("config") if set(g.seqlen) == set(lens))
-    fig = plt.figure(figsize=(14, 8.5))
+    fig = plt.figure(figsize=(17, 9))
     grid = fig.add_gridspec(2, len(LENGTH_PANELS), height_ratios=[1, 1.15])
     axes = [fig.add_subplot(grid[0, i]) for i in range(len(LENGTH_PANELS))] + [fig.add_subplot(grid[1, :])]
     styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-")]
@@ -92,7 +92,9 @@ def main(argv=None) -> int:
         ax.set_title(dist)
         ax.set_xlabel("tokens")
     axes[0].set_ylabel("output error / floor")
-    axes[0].legend(fontsize=7, loc="best")
+    # one legend for the four panels, beside them: inside a panel it hid the points it names
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(0.765, 0.99), frameon=True)
     short = [n for n in lens if set(df[df.seqlen == n].config) == set(df.config)]
     ax = axes[-1]
     sub = df[df.seqlen.isin(short)]
@@ -105,7 +107,10 @@ def main(argv=None) -> int:
     ax.set_ylabel("")
     ax.tick_params(axis="y", labelsize=7)
     ax.set_title(f"every knob at {', '.join(_tokens(n) for n in short)} tokens")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1))
+    for a in axes[:len(LENGTH_PANELS)]:     # the top row makes room for the legend on its right
+        box = a.get_position()
+        a.set_position((box.x0 * 0.76, box.y0, box.width * 0.76, box.height))
     out_png = ROOT / "experiments" / "figures" / "error_budget_vs_seqlen.png"
     fig.savefig(out_png, dpi=130)
     plt.close(fig)

@@ -17,6 +17,9 @@ learnable_sink=..., deterministic=True)`` on :data:`SINK_CASES` (inputs from :fu
 cases have head_dim_v != head_dim and no sink): per case ``NAME.lse``, ``NAME.dsink`` (float32, full) and for
 out/dq/dk/dv a SHA-256 of the bits in ``meta`` plus ``NAME.ARR_sample_idx``/``ARR_sample_bits`` (256 random
 elements). Checked by tests/attention/test_backward_sink.py.
+And ``--part dlse``: $OUT/fa4_sm90_bwd_dlse_h200.npz, the same records for :data:`DLSE_CASES` with the LSE's
+gradient too (``torch.autograd.grad((out, lse), ..., (dout, dlse))``, dlse from :func:`dlse_of`, its SHA-256 in
+``meta``). Checked by tests/attention/test_backward_dlse.py.
 """
 from __future__ import annotations
 
@@ -63,7 +66,26 @@ SINK_CASES = [
          head_dim=128, head_dim_v=64, causal=True, dtype="bfloat16", softmax_scale=None, q_mult=1.0, seed=406,
          backward=True),
 ]
+# the LSE's gradient reaches the kernel (flash_bwd_preprocess.py: D' = D - dLSE): with and without a sink, varlen
+# (with a sequence that sees no key), GQA, fp16; never run by the earlier captures
+DLSE_CASES = [
+    dict(name="dlse_d128_nc", kind="normal", batch=2, seqlen_q=180, seqlen_k=260, heads=2, heads_kv=2,
+         head_dim=128, causal=False, dtype="bfloat16", softmax_scale=None, q_mult=1.0, seed=501, backward=True),
+    dict(name="dlse_sink_gqa_d64_c", kind="normal", batch=1, seqlen_q=300, seqlen_k=220, heads=4, heads_kv=2,
+         head_dim=64, causal=True, dtype="bfloat16", softmax_scale=None, q_mult=1.0, seed=502, sink_mult=2.0,
+         backward=True),
+    dict(name="dlse_sink_fp16_varlen_d64", kind="normal", batch=1, seqlen_q=0, seqlen_k=0, heads=2, heads_kv=2,
+         head_dim=64, causal=True, dtype="float16", softmax_scale=None, q_mult=1.0, seed=503, sink_mult=3.0,
+         backward=True, varlen={"seqlens_q": [90, 40, 150], "seqlens_k": [110, 0, 130]}),
+    dict(name="dlse_d96_big", kind="normal", batch=1, seqlen_q=140, seqlen_k=200, heads=2, heads_kv=2,
+         head_dim=96, causal=False, dtype="bfloat16", softmax_scale=None, q_mult=4.0, seed=504, backward=True),
+]
 SAMPLE = 256
+
+
+def dlse_of(case: dict, shape) -> np.ndarray:
+    """The LSE's incoming gradient of a dlse case: float32 N(0, 1) of the LSE's shape, from the case's seed."""
+    return np.random.default_rng([case["seed"], 7]).standard_normal(shape, dtype=np.float32)
 
 
 def make_inputs(case: dict) -> dict:
@@ -162,14 +184,15 @@ def _bits(t, torch):
     return t.detach().contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
 
 
-def run_sink(out_dir: pathlib.Path) -> int:
+def run_sink(out_dir: pathlib.Path, *, cases=None, fname: str = "fa4_sm90_bwd_sink_h200.npz",
+             with_dlse: bool = False) -> int:
     import torch
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
     sys.path.insert(0, str(ROOT))
     from fa4num.gpu import run_provenance
     inputs = _inputs_module()
     arrays_out, meta = {}, []
-    for case in SINK_CASES:
+    for case in SINK_CASES if cases is None else cases:
         t0 = time.time()
         a = case_arrays(case, inputs)
         rec = {"case": case, "input_sha256": input_sha256(a)}
@@ -191,7 +214,12 @@ def run_sink(out_dir: pathlib.Path) -> int:
                                                 max_seqlen_k=max(vl["seqlens_k"]), **kw)
             else:
                 o, lse = flash_attn_func(q, k, v, **kw)
-            grads = torch.autograd.grad(o, leaves, _torch(a["dout"], torch))
+            if with_dlse:
+                dl = dlse_of(case, tuple(lse.shape))
+                rec["dlse_sha256"] = hashlib.sha256(dl.tobytes()).hexdigest()
+                grads = torch.autograd.grad((o, lse), leaves, (_torch(a["dout"], torch), _torch(dl, torch)))
+            else:
+                grads = torch.autograd.grad(o, leaves, _torch(a["dout"], torch))
             torch.cuda.synchronize()
             return o, lse, grads
         try:
@@ -223,7 +251,7 @@ def run_sink(out_dir: pathlib.Path) -> int:
         meta.append(rec)
         print(name, rec["seconds"], "s det", same, flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "fa4_sm90_bwd_sink_h200.npz"
+    path = out_dir / fname
     np.savez_compressed(path, meta=json.dumps({"provenance": run_provenance(), "cases": meta}), **arrays_out)
     print("->", path)
     return 0
@@ -232,13 +260,15 @@ def run_sink(out_dir: pathlib.Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory for the .npz files")
-    ap.add_argument("--part", choices=("all", "preprocess", "sink"), default="all")
+    ap.add_argument("--part", choices=("all", "preprocess", "sink", "dlse"), default="all")
     args = ap.parse_args()
     rc = 0
     if args.part in ("all", "preprocess"):
         rc |= run(pathlib.Path(args.out))
     if args.part in ("all", "sink"):
         rc |= run_sink(pathlib.Path(args.out))
+    if args.part in ("all", "dlse"):
+        rc |= run_sink(pathlib.Path(args.out), cases=DLSE_CASES, fname="fa4_sm90_bwd_dlse_h200.npz", with_dlse=True)
     return rc
 
 

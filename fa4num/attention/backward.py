@@ -341,9 +341,9 @@ def _gemm(a, b, run, c=None):
     return mma_chain(_pad16(a, 1), _pad16(b, 1), c, model=run.gemm, arch=run.arch)
 
 
-def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offsets=(0, 0)):
-    """One sequence (all heads). qs (sq, h, d), ks/vs (sk, hk, d), lses (h, sq); ``batch`` and ``offsets``
-    (varlen starts) are what a score_mod / mask_mod sees.
+def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offsets=(0, 0), dlses=None):
+    """One sequence (all heads). qs (sq, h, d), ks/vs (sk, hk, d), lses (h, sq), dlses (h, sq) or None;
+    ``batch`` and ``offsets`` (varlen starts) are what a score_mod / mask_mod sees.
     Returns dq, dk, dv (fp32 before the final conversion) and per-row/key stats."""
     sq, h, d = qs.shape
     sk, hk, dv_dim = vs.shape
@@ -356,6 +356,9 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offs
     st = {"dpsum": np.zeros((h, sq), np.float32), "lse_log2": np.zeros((h, sq), np.float32),
           "kv_blocks": np.zeros((h, sq), np.int32), "q_blocks": np.zeros((h, sk), np.int32),
           "p_flushed": np.zeros((h, sq), np.int32)}
+    if sq and sk == 0 and dlses is not None:
+        # no key: O = 0, so the preprocess's D' = 0 - dLSE, which the sink's gradient reads
+        st["dpsum"] = np.float32(0) - dlses
     if sq == 0 or sk == 0:
         return dq, dk, dv, st
     nblk = -(-sk // tn)
@@ -378,6 +381,10 @@ def _one_sequence(qs, ks, vs, os_, dos, lses, run: _Run, *, batch: int = 0, offs
             doh[:sq] = dos[:, hh]
             dpsum = np.zeros(rows_pad, np.float32)
             dpsum[:sq] = dpsum_sm90(os_[:, hh], dos[:, hh], head_dim_v_padded=dvp)
+            if dlses is not None:
+                # flash_bwd_preprocess.py: with a differentiable LSE, D' = D - dLSE (one fp32 subtraction);
+                # dS = P (dP - D') then carries the LSE's gradient, and so does dsink
+                dpsum[:sq] -= dlses[hh]
             lse = lses[hh].astype(np.float32)
             l2 = np.full(rows_pad, np.inf, np.float32)      # rows past seqlen_q: lse = +inf -> P = 0
             l2[:sq] = lse_log2(lse)
@@ -572,7 +579,7 @@ def _block_order(dq_order) -> tuple:
 
 
 def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: Problem | None = None,
-             deterministic=True, dq_order=None, **fa4_args) -> BackwardResult:
+             deterministic=True, dq_order=None, dlse=None, **fa4_args) -> BackwardResult:
     """Emulate FA4's backward pass; returns ``BackwardResult(dq, dk, dv, stats)``.
 
     ``backward(q, k, v, out, dout, lse, **fa4_args)`` is ``backward(out=out, dout=dout, lse=lse,
@@ -605,6 +612,10 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     dq_order : (a
         permutation of the KV blocks: the order of their dQaccum adds in every query block, to enumerate
         what ``deterministic=False`` can produce).
+    dlse : float32 array or tensor shaped like ``lse``, optional
+        The gradient reaching the forward's LSE (FA4's ``dlse``, when the LSE feeds the loss): the preprocess
+        subtracts it from D = rowsum(dO * O) in fp32 (``flash_bwd_preprocess.py``), which changes dq, dk and
+        the sink's gradient (dv does not see it).
 
     Returns
     -------
@@ -636,6 +647,9 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
     if out is None or dout is None or lse is None:
         raise TypeError("backward needs out, dout and lse (the forward's output and LSE, and the gradient)")
     oa, doa, lsea, tile = prepare(problem, out, dout, lse)
+    dlsea = None
+    if dlse is not None:
+        dlsea = check_lse(dlse, lsea.shape, name="dlse", what="the gradient reaching the LSE; FA4 takes Float32")
     dq_order = None if dq_order is None else _block_order(dq_order)
     s32 = problem.softmax_scale_f32
     # with a score_mod the kernel keeps softmax_scale apart and exponentiates with LOG2_E alone
@@ -669,7 +683,7 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
         stats["q_blocks"] = np.zeros((h, ka.shape[0]), np.int32)
         for i, (sqs, sks) in enumerate(seqs):
             r = _one_sequence(qa[sqs], ka[sks], va[sks], oa[sqs], doa[sqs], lsea[:, sqs], run, batch=i,
-                              offsets=(int(cq[i]), int(ck[i])))
+                              offsets=(int(cq[i]), int(ck[i])), dlses=None if dlsea is None else dlsea[:, sqs])
             dq[sqs], dk[sks], dv[sks] = r[0], r[1], r[2]
             for n, a in r[3].items():
                 stats[n][:, sks if n == "q_blocks" else sqs] = a
@@ -680,7 +694,8 @@ def backward(q=None, k=None, v=None, out=None, dout=None, lse=None, *, problem: 
                  (("dpsum", np.float32), ("lse_log2", np.float32), ("kv_blocks", np.int32), ("p_flushed", np.int32))}
         stats["q_blocks"] = np.zeros((b, h, sk), np.int32)
         for bi in range(b):
-            r = _one_sequence(qa[bi], ka[bi], va[bi], oa[bi], doa[bi], lsea[bi], run, batch=bi)
+            r = _one_sequence(qa[bi], ka[bi], va[bi], oa[bi], doa[bi], lsea[bi], run, batch=bi,
+                              dlses=None if dlsea is None else dlsea[bi])
             dq[bi], dk[bi], dv[bi] = r[0], r[1], r[2]
             for n, a in r[3].items():
                 stats[n][bi] = a

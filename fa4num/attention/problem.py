@@ -164,17 +164,17 @@ def check_learnable_sink(learnable_sink, *, heads: int):
     return sink.astype(np.float32)
 
 
-def check_lse(lse, shape: tuple) -> np.ndarray:
-    """The forward's LSE for the backward: float32 of ``shape`` exactly (a float16 or bfloat16 LSE has lost the
-    bits the backward recomputes P from; it is refused, not widened)."""
+def check_lse(lse, shape: tuple, *, name: str = "lse", what: str = "the forward's LSE") -> np.ndarray:
+    """The forward's LSE (or its gradient, ``name="dlse"``) for the backward: float32 of ``shape`` exactly (a
+    float16 or bfloat16 LSE has lost the bits the backward recomputes P from; it is refused, not widened)."""
     if type(lse).__module__.startswith("torch"):
         import torch
         if lse.dtype != torch.float32:
-            raise ValueError(f"lse must be float32 of shape {shape} (the forward's LSE), got dtype {lse.dtype}")
+            raise ValueError(f"{name} must be float32 of shape {shape} ({what}), got dtype {lse.dtype}")
         lse = lse.detach().cpu().numpy()
     a = np.asarray(lse)
     if a.dtype != np.float32 or a.shape != shape:
-        raise ValueError(f"lse must be float32 of shape {shape} (the forward's LSE), got dtype {a.dtype} "
+        raise ValueError(f"{name} must be float32 of shape {shape} ({what}), got dtype {a.dtype} "
                          f"shape {a.shape}")
     return a
 

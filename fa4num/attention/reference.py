@@ -291,12 +291,14 @@ class Gradients:
     dsink: np.ndarray | None = None
 
 
-def _fp64_grad_core(qf, kf, vf, dof, *, scale, softcap, window, sink):
-    """One sequence's gradients in float64: qf/dof (sq, h, d|dv), kf/vf (sk, h, d|dv) with KV heads expanded.
-    Returns dq (sq, h, d), dk and dv per query head (sk, h, d|dv), dsink (h,)."""
+def _fp64_grad_core(qf, kf, vf, dof, *, scale, softcap, window, sink, dlse=None):
+    """One sequence's gradients in float64: qf/dof (sq, h, d|dv), kf/vf (sk, h, d|dv) with KV heads expanded,
+    dlse (h, sq) or None. Returns dq (sq, h, d), dk and dv per query head (sk, h, d|dv), dsink (h,)."""
     p, p_sink, _, _, t = _fp64_softmax(qf, kf, scale=scale, softcap=softcap, window=window, sink=sink)
     dp = np.einsum("ihd,jhd->hij", dof, vf)
     dsum = (p * dp).sum(axis=-1, keepdims=True)               # D = rowsum(P * dP) = rowsum(dO * O)
+    if dlse is not None:
+        dsum = dsum - dlse[..., None]                          # dLSE_i / dS_ij = P_ij: dS = P (dP - (D - dLSE))
     ds = p * (dp - dsum)
     dsink = np.zeros(qf.shape[1])
     if sink is not None:
@@ -311,7 +313,7 @@ def _fp64_grad_core(qf, kf, vf, dof, *, scale, softcap, window, sink):
 
 def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None = None, softmax_scale=None,
                   causal=False, window_size=(None, None), softcap=0.0, learnable_sink=None, cu_seqlens_q=None,
-                  cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, pack_gqa=None,
+                  cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, pack_gqa=None, dlse=None,
                   **kernel_options) -> Gradients:
     """Exact-input gradients of softmax(scale * Q K^T) V in float64, with the forward's options.
 
@@ -325,7 +327,8 @@ def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None 
     :func:`attention_fp64` takes it: its inputs, sequences, masks, scale and sink.
 
     dP = dO V^T, D = rowsum(dO * O) (= rowsum(P * dP)), dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q,
-    dV = P^T dO, dsink = -sum_i P_sink,i D_i, all from the float64 values of the 16-bit inputs.
+    dV = P^T dO, dsink = -sum_i P_sink,i D_i, all from the float64 values of the 16-bit inputs. With ``dlse``
+    (the gradient reaching the LSE) D becomes D - dLSE in dS and dsink.
 
     Parameters
     ----------
@@ -346,6 +349,7 @@ def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None 
         Varlen, as :func:`fa4num.attention.forward` takes them.
     pack_gqa, **kernel_options
         Accepted and checked (KERNEL_ONLY_OPTIONS); they change nothing exact.
+    dlse : float array shaped like the forward's LSE ((batch, heads, seqlen_q); varlen (heads, total_q)), optional
 
     Returns
     -------
@@ -416,6 +420,11 @@ def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None 
     else:
         seqs = [((b,), (b,)) for b in range(qa.shape[0])]
     sink = None if sink is None else sink.astype(np.float64)
+    lse_shape = (h, qa.shape[0]) if cq is not None else (qa.shape[0], h, qa.shape[1])
+    if dlse is not None:
+        dlse = np.asarray(plain(dlse), np.float64)
+        if dlse.shape != lse_shape:
+            raise ValueError(f"dlse must have the LSE's shape {lse_shape}, got {dlse.shape}")
     g = h // hk
     dq = np.zeros(qa.shape)
     dk = np.zeros(ka.shape)
@@ -424,8 +433,9 @@ def backward_fp64(q=None, k=None, v=None, dout=None, *, problem: Problem | None 
     for iq, ik in seqs:
         kf = np.repeat(ka[ik].astype(np.float64), g, axis=1)
         vf = np.repeat(va[ik].astype(np.float64), g, axis=1)
+        dl = None if dlse is None else (dlse[:, iq[0]] if cq is not None else dlse[iq[0]])
         gq, gk, gv, gs = _fp64_grad_core(qa[iq].astype(np.float64), kf, vf, da[iq].astype(np.float64),
-                                         scale=scale, softcap=softcap, window=window, sink=sink)
+                                         scale=scale, softcap=softcap, window=window, sink=sink, dlse=dl)
         sk = kf.shape[0]
         dq[iq] = gq
         dk[ik] = gk.reshape(sk, hk, g, d).sum(axis=2)

@@ -15,17 +15,12 @@ import pytest
 from fa4num.attention import backward, forward
 from fa4num.attention.backward import dsink_sm90
 from fa4num.attention import inputs as _inputs
+from _bwd_capture import assert_grads_match, capture_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAME = "fa4_sm90_bwd_sink_h200.npz"
 
 
-def _script():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("fa4_bwd_preprocess", ROOT / "experiments/gpu/fa4_bwd_preprocess.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _capture():
@@ -81,7 +76,7 @@ def test_sink_backward_matches_h200(name):
     z, rec = _sink_record(name)
     assert "error" not in rec, rec["error"]
     case = rec["case"]
-    script = _script()
+    script = capture_script()
     a = script.case_arrays(case, _inputs)
     assert script.input_sha256(a) == rec["input_sha256"], f"{name}: regenerated inputs differ"
     kw = {"learnable_sink": a["learnable_sink"]} if "learnable_sink" in a else {}
@@ -93,23 +88,14 @@ def test_sink_backward_matches_h200(name):
     lse = z[f"{name}.lse"]
     g = backward(a["q"], a["k"], a["v"], fw.out, a["dout"], lse, softmax_scale=case["softmax_scale"],
                  causal=case["causal"], **kw)
-    for arr in ("dq", "dk", "dv"):
-        bits = np.ascontiguousarray(getattr(g, arr)).view(np.uint16)
-        if hashlib.sha256(bits.tobytes()).hexdigest() != rec["digests"][arr]:
-            idx, want = z[f"{name}.{arr}_sample_idx"], z[f"{name}.{arr}_sample_bits"]
-            bad = int((bits.reshape(-1)[idx] != want).sum())
-            pytest.fail(f"{name}.{arr}: digest differs, {bad}/{idx.size} sampled elements differ")
-    if "learnable_sink" in a:
-        want = z[f"{name}.dsink"]
-        assert np.array_equal(np.asarray(g.dsink, np.float32).view(np.uint32), want.view(np.uint32)), \
-            (name, g.dsink, want)
+    assert_grads_match(z, name, rec, g, has_sink="learnable_sink" in a)
 
 
 def test_gqa_hdv_refused_like_fa4():
     """FA4 b36's SM90 backward refuses GQA with head_dim != head_dim_v (the capture holds its error); so does backward."""
     _, rec = _sink_record("hdv_d128_v64_c_gqa")
     assert "head_dim == head_dim_v" in rec["error"]
-    a = _script().case_arrays(rec["case"], _inputs)
+    a = capture_script().case_arrays(rec["case"], _inputs)
     fw = forward(a["q"], a["k"], a["v"], causal=rec["case"]["causal"])
     with pytest.raises(ValueError, match="head_dim"):
         backward(a["q"], a["k"], a["v"], fw.out, a["dout"], fw.lse, causal=rec["case"]["causal"])
