@@ -520,6 +520,11 @@ def error_budget_scale(df):
             m += macro(f"ebsLen{TAG[d]}{end}", _tokens(n))
             for tag, key in trio:
                 m += macro(f"ebs{tag}{TAG[d]}{end}", f"{cells[(*key, d, n)]['err']:.3f}")
+            # the stale maximum's excess: default minus threshold 0
+            m += macro(f"ebsExcess{TAG[d]}{end}", f"{cells[(*trio[0][1], d, n)]['err'] - cells[(*trio[1][1], d, n)]['err']:.3f}")
+            c16 = cells.get(("fa4-sm100", "dtype=float16", d, n))
+            if c16 is not None:
+                m += macro(f"ebsFpSixteen{TAG[d]}{end}", f"{c16['err']:.3f}")
     # the knobs whose 95 % interval is disjoint from the default's in at least one cell (both held), and by how
     # much the degree-2 polynomial raises the error at most
     def disjoint(kn, d, n):
@@ -533,6 +538,10 @@ def error_budget_scale(df):
           for d, n in keys if ("fa4-sm100", "poly_degree=2", d, n) in cells and ("fa4-sm100", "default", d, n) in cells]
     if up:
         m += macro("ebsDegTwoUpMax", f"{max(up):.3f}")
+    # how much lower the fp16 floor is than the bf16 one (same inputs): the other error terms show more
+    fl = df[df.kernel == "fa4-sm100"].groupby(["knob", "dist", "seqlen", "seed"]).floor_rel_l2.first().unstack(0)
+    if {"default", "dtype=float16"} <= set(fl.columns):
+        m += macro("ebsFloorRatioFp", f"{(fl['default'] / fl['dtype=float16']).median():.1f}")
     # the largest |SM90 kernel - threshold 0| over the cells both hold: how far the two baselines differ
     both = [abs(cells[(*SM90_ROW, d, n)]["err"] - c["err"]) for (k, kn, d, n), c in cells.items()
             if kn == "rescale_threshold=0" and (*SM90_ROW, d, n) in cells]
