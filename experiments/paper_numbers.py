@@ -539,8 +539,9 @@ def error_budget_scale(df):
     if up:
         m += macro("ebsDegTwoUpMax", f"{max(up):.3f}")
     # how much lower the fp16 floor is than the bf16 one (same inputs): the other error terms show more
-    fl = df[df.kernel == "fa4-sm100"].groupby(["knob", "dist", "seqlen", "seed"]).floor_rel_l2.first().unstack(0)
-    if {"default", "dtype=float16"} <= set(fl.columns):
+    sm100 = df[(df.kernel == "fa4-sm100") & df.knob.isin(["default", "dtype=float16"])]
+    if "floor_rel_l2" in sm100 and set(sm100.knob) == {"default", "dtype=float16"}:
+        fl = sm100.groupby(["knob", "dist", "seqlen", "seed"])["floor_rel_l2"].first().unstack(0)
         m += macro("ebsFloorRatioFp", f"{(fl['default'] / fl['dtype=float16']).median():.1f}")
     # the largest |SM90 kernel - threshold 0| over the cells both hold: how far the two baselines differ
     both = [abs(cells[(*SM90_ROW, d, n)]["err"] - c["err"]) for (k, kn, d, n), c in cells.items()
