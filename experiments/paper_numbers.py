@@ -532,7 +532,8 @@ def error_budget_scale(df):
         return a is not None and b is not None and (a["lo"] > b["hi"] or a["hi"] < b["lo"])
     keys = [(d, n) for d in ("gaussian", "sink", "rising", "llm", "minilm") for n in _lengths(d)]
     moved = [kn for kn in SCALE_KNOBS if kn != "default" and any(disjoint(kn, d, n) for d, n in keys)]
-    m += macro("ebsMovedKnobs", ", ".join(tex_escape(SCALE_LABEL[kn]) for kn in moved))
+    names = [tex_escape(SCALE_LABEL[kn]) for kn in moved]
+    m += macro("ebsMovedKnobs", ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names))
     m += macro("ebsUnmovedCount", str(len(SCALE_KNOBS) - 1 - len(moved)))
     up = [cells[("fa4-sm100", "poly_degree=2", d, n)]["err"] - cells[("fa4-sm100", "default", d, n)]["err"]
           for d, n in keys if ("fa4-sm100", "poly_degree=2", d, n) in cells and ("fa4-sm100", "default", d, n) in cells]
