@@ -439,7 +439,7 @@ def _cells(df):
         out[key] = {"err": mu, "lo": lo, "hi": hi, "n": n,
                     "mults": float((g.rescales_warp * g.head_dim / g.rows).mean()),
                     "always": float((g.rescale_steps * g.head_dim / g.rows).mean()),
-                    "scores": float(((g.rescale_steps / g.rows) + 1).mean())}
+                    "scores": float(((g.rescale_steps / g.rows) + 1).mean()), "d": int(g.head_dim.iloc[0])}
     return out
 
 
@@ -562,7 +562,7 @@ def _block_n(df) -> int:
     return int(widths.pop())
 
 
-def mitigation(df):
+def mitigation(df, replay=None):
     """Table tab:mitigation, the cost model of a smaller threshold: per family and length, rel. L2 / floor at
     thresholds 0, 4, 8 (FA4's default) and 16, and FA4 SM100's O-rescale multiplies per query row at each
     (warp-ballot rescales times the head dimension, fa4num.softmax.ballot), with always-rescale's (every step) as
@@ -627,6 +627,17 @@ def mitigation(df):
                 m += macro(f"{base}OfZeroGain", f"{100 * (c8['err'] - c['err']) / (c8['err'] - c0['err']):.0f}")
                 m += macro(f"{base}OfZeroCost", f"{100 * extra / (c0['mults'] - c8['mults']):.0f}")
     m += macro("mitZeroPerScoreMax", f"{max(per_score):.2g}")
+    if replay is not None:
+        # the same cost from the skip-rate grid (Section 5: the decision replayed from an fp32 GEMM's block
+        # maxima, independent inputs), on the cells both hold with at least one rescale per row there
+        rep = replay.assign(m=replay.rescale_mults_ballot / replay.rows).groupby(["dist", "seqlen", "threshold"]).m.mean()
+        diffs = [abs(cells[("fa4-sm100", kn, d, n)]["mults"] - rep[(d, n, t)]) / rep[(d, n, t)]
+                 for kn, t in THRESHOLDS for d in fams for n in _lengths(d)
+                 if ("fa4-sm100", kn, d, n) in cells and (d, n, t) in rep.index
+                 and rep[(d, n, t)] >= cells[("fa4-sm100", kn, d, n)]["d"]]
+        if diffs:
+            m += macro("mitReplayCells", str(len(diffs)))
+            m += macro("mitReplayMaxDiff", f"{100 * max(diffs):.1f}")
     return tex, m
 
 
@@ -750,7 +761,7 @@ def main(argv=None) -> int:
     m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility()
     scale = scale_rows()
     ebs_tex, m9 = error_budget_scale(scale)
-    mit_tex, m10 = mitigation(scale)
+    mit_tex, m10 = mitigation(scale, replay=df)
     m6 += m9 + m10
     eb_tex, m7 = error_budget(pc.error_budget())
     m6 += m7
