@@ -637,6 +637,7 @@ def mitigation(df, replay=None):
                  and rep[(d, n, t)] >= cells[("fa4-sm100", kn, d, n)]["d"]]
         if diffs:
             m += macro("mitReplayCells", str(len(diffs)))
+            m += macro("mitReplayHeads", " and ".join(str(h) for h in sorted(set(replay.heads))))
             m += macro("mitReplayMaxDiff", f"{100 * max(diffs):.1f}")
     return tex, m
 
