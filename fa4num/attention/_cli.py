@@ -46,6 +46,95 @@ def _lengths(text: str) -> tuple:
     return lens
 
 
+def _score_mod_spec(text: str) -> tuple:
+    """``--score-mod``: alibi (ALiBi, slopes ``flex.alibi_slopes(heads)`` as an aux tensor), alibi-exp2 (the slope
+    computed in the kernel), relative-bias[=CLAMP] or softcap=CAP (a built-in of fa4num.attention.flex):
+    (kind, parameter)."""
+    kind, sep, value = text.partition("=")
+    try:
+        if kind in ("alibi", "alibi-exp2") and not sep:
+            return kind, None
+        if kind == "relative-bias":
+            clamp = int(value) if sep else None
+            if clamp is not None and clamp < 0:
+                raise ValueError
+            return kind, clamp
+        if kind == "softcap" and sep:
+            cap = finite_float(value)
+            if cap > 0:
+                return kind, cap
+    except (ValueError, argparse.ArgumentTypeError):
+        pass
+    raise argparse.ArgumentTypeError(f"expected alibi, alibi-exp2, relative-bias[=CLAMP >= 0] or softcap=CAP > 0, "
+                                     f"got {text!r}")
+
+
+def _mask_mod_spec(text: str) -> tuple:
+    """``--mask-mod``: causal, window=LEFT,RIGHT (-1: unbounded), prefix-lm=N or document=N,N,... (the document
+    lengths of every batch entry, adding up to the sequence length): (kind, parameter)."""
+    kind, sep, value = text.partition("=")
+    try:
+        if kind == "causal" and not sep:
+            return kind, None
+        if kind == "window" and sep:
+            return kind, _window(value)
+        if kind == "prefix-lm" and sep and int(value) >= 0:
+            return kind, int(value)
+        if kind == "document" and sep:
+            lens = _lengths(value)
+            if min(lens) > 0:
+                return kind, lens
+    except (ValueError, argparse.ArgumentTypeError):
+        pass
+    raise argparse.ArgumentTypeError(f"expected causal, window=LEFT,RIGHT (-1: unbounded), prefix-lm=N >= 0 or "
+                                     f"document=N,N,... (lengths > 0), got {text!r}")
+
+
+def _flex_args(args, q, k) -> dict:
+    """FA4's FlexAttention arguments of ``--score-mod`` / ``--mask-mod`` (the built-ins of
+    :mod:`fa4num.attention.flex`, their aux tensors in a list: the document ids first)."""
+    import numpy as np
+
+    from . import flex
+    fa, aux = {}, []
+    if args.mask_mod is not None and (args.causal or args.window is not None):
+        # interface.py drops causal / window_size when a mask_mod is given: say so rather than run another call
+        raise ValueError("--mask-mod: cannot be combined with --causal or --window (FA4 drops them when a mask_mod "
+                         "is given); use --mask-mod causal or --mask-mod window=LEFT,RIGHT")
+    if args.score_mod is not None and args.softcap:
+        raise ValueError("--score-mod: cannot be combined with --softcap (FA4 asserts); use --score-mod softcap=CAP")
+    if args.mask_mod is not None:
+        kind, par = args.mask_mod
+        if kind == "causal":
+            fa["mask_mod"] = flex.causal_mask()
+        elif kind == "window":
+            fa["mask_mod"] = flex.sliding_window_mask(*(None if w < 0 else w for w in par))
+        elif kind == "prefix-lm":
+            fa["mask_mod"] = flex.prefix_lm_mask(par)
+        else:
+            sq, sk = q.shape[1], k.shape[1]
+            if sq != sk or sum(par) != sk:
+                raise ValueError(f"--mask-mod: document lengths must add up to the sequence length (seqlen_q = "
+                                 f"seqlen_k = {sk}), got {list(par)} with seqlen_q = {sq}")
+            ids = np.repeat(np.arange(len(par), dtype=np.int32), par)
+            aux.append(np.ascontiguousarray(np.broadcast_to(ids, (q.shape[0], sk))))
+            fa["mask_mod"] = flex.document_mask(aux_index=0)
+    if args.score_mod is not None:
+        kind, par = args.score_mod
+        if kind == "alibi":
+            aux.append(flex.alibi_slopes(q.shape[2]))
+            fa["score_mod"] = flex.alibi_mod(aux_index=len(aux) - 1)
+        elif kind == "alibi-exp2":
+            fa["score_mod"] = flex.alibi_exp2_mod()
+        elif kind == "relative-bias":
+            fa["score_mod"] = flex.rel_bias_mod(clamp=par)
+        else:
+            fa["score_mod"] = flex.softcap_mod(par)
+    if aux:
+        fa["aux_tensors"] = aux
+    return fa
+
+
 def _parse_opt(text: str):
     """key=value with value parsed as JSON when possible (numbers, true/false, lists), else a string; the
     forward checks each value (fa4num.attention.config.apply_overrides)."""
@@ -126,26 +215,47 @@ def _feature_inputs(args, q, k, v):
     return q, k, v, fa
 
 
-def _run(args) -> int:
-    import numpy as np
+def _json_target(args):
+    """``--json``'s path, checked before the work (None without it)."""
+    if args.json is None:
+        return None
+    json_path = pathlib.Path(args.json)
+    check_output_dir(json_path.parent if str(json_path.parent) else ".", option="--json")
+    if json_path.is_dir():
+        raise ValueError(f"--json: {json_path} is a folder")
+    return json_path
 
-    from . import inputs, plan
-    from .twin import forward_on
-    from .reference import attention_fa_reference, attention_fp64, fa_rule, metrics, round_once
+
+def _seeded(args):
+    """(CaseSpec, q, k, v) of the shape flags, seeded as ``attention run`` and ``attention backward`` draw them."""
+    from . import inputs
     b, s, h, d = args.shape
-    json_path = None
-    if args.json is not None:   # checked before the work
-        json_path = pathlib.Path(args.json)
-        check_output_dir(json_path.parent if str(json_path.parent) else ".", option="--json")
-        if json_path.is_dir():
-            raise ValueError(f"--json: {json_path} is a folder")
     kv_heads = h if args.kv_heads is None else args.kv_heads
     if h % kv_heads:
         raise ValueError(f"--kv-heads: must divide heads={h}, got {kv_heads}")
     spec = inputs.CaseSpec("cli", args.inputs, b, s, s if args.seqlen_k is None else args.seqlen_k, h, kv_heads,
                            d, args.causal, dtype=args.dtype, softmax_scale=args.scale, q_mult=args.q_mult,
                            seed=args.seed)
-    q, k, v = inputs.make_inputs(spec)
+    return (spec, *inputs.make_inputs(spec))
+
+
+def _emit(report: dict, json_path) -> None:
+    """Print the report as strict JSON (NaN/inf as null) and write it to ``json_path`` too."""
+    text = json.dumps(_nulls(report), indent=1, default=float, allow_nan=False)
+    print(text)
+    if json_path is not None:
+        with atomic_files(json_path.parent if str(json_path.parent) else ".") as tmp:
+            (tmp / json_path.name).write_text(text + "\n")
+
+
+def _run(args) -> int:
+    import numpy as np
+
+    from . import plan
+    from .twin import forward_on
+    from .reference import attention_fa_reference, attention_fp64, fa_rule, metrics, round_once
+    json_path = _json_target(args)
+    spec, q, k, v = _seeded(args)
     opts = dict(args.opt)
     twice = sorted({key for key, _ in args.opt if [k for k, _ in args.opt].count(key) > 1})
     if twice:   # dict() would keep the last one silently
@@ -155,7 +265,9 @@ def _run(args) -> int:
         from fa4num import polys
         kw["coeffs"] = polys.resolve(kw["coeffs"], registry=args.registry).coeffs
     q, k, v, fa = _feature_inputs(args, q, k, v)
-    problem = plan(q, k, v, kernel=args.kernel, mode=args.mode, fa4_release=args.fa4_release, **fa, **kw)
+    flex_fa = _flex_args(args, q, k)
+    problem = plan(q, k, v, kernel=args.kernel, mode=args.mode, fa4_release=args.fa4_release, **fa, **flex_fa,
+                   **kw)
     t0 = time.perf_counter()
     res = forward_on(problem, device=args.device)
     seconds = time.perf_counter() - t0
@@ -166,6 +278,9 @@ def _run(args) -> int:
                 if n not in ("softmax_scale", "causal")}
     if args.fp8:
         features["fp8"] = args.fp8
+    for name in ("score_mod", "mask_mod"):
+        if name in flex_fa:
+            features[name] = flex_fa[name].__name__
     report = {"spec": spec.as_dict(), "kernel": args.kernel, "mode": args.mode, "device": args.device,
               "options": opts,
               "features": features, "num_splits": res.num_splits,
@@ -188,17 +303,52 @@ def _run(args) -> int:
     report["finite"] = not flagged and report["nonfinite"]["out"] == 0 and report["nonfinite"]["lse"] == 0
     # strict JSON: NaN/inf become null (with the paths listed), so that any JSON reader can load the report
     report["nonfinite_fields"] = flagged
-    text = json.dumps(_nulls(report), indent=1, default=float, allow_nan=False)
-    print(text)
-    if json_path is not None:
-        with atomic_files(json_path.parent if str(json_path.parent) else ".") as tmp:
-            (tmp / json_path.name).write_text(text + "\n")
+    _emit(report, json_path)
     if not report["finite"]:
         n = report["nonfinite"]
         print(f"fa4num: warning: non-finite results: {n['out']} of {n['out_size']} outputs, {n['lse']} of "
               f"{n['lse_size']} LSE values; fields {', '.join(flagged) or '-'} written as null"
               f"{'' if args.allow_nonfinite else ' (exit status 3; --allow-nonfinite to exit 0)'}", file=sys.stderr)
         return 0 if args.allow_nonfinite else 3
+    return 0
+
+
+def _backward(args) -> int:
+    import numpy as np
+
+    from . import backward, forward, plan
+    from .reference import backward_fp64, backward_metrics, metrics, round_once
+    json_path = _json_target(args)
+    spec, q, k, v = _seeded(args)
+    q, k, v, fa = _feature_inputs(args, q, k, v)
+    problem = plan(q, k, v, kernel=args.kernel, fa4_release=args.fa4_release, **fa)
+    fw = forward(problem=problem)
+    rng = np.random.default_rng([args.seed, 2])
+    dout = rng.standard_normal(fw.out.shape, dtype=np.float32).astype(fw.out.dtype)
+    dlse = None
+    if args.dlse_mult:
+        dlse = (np.float32(args.dlse_mult) * rng.standard_normal(fw.lse.shape, dtype=np.float32))
+    t0 = time.perf_counter()
+    g = backward(out=fw.out, dout=dout, lse=fw.lse, problem=problem, deterministic=not args.nondeterministic,
+                 dlse=dlse)
+    seconds = time.perf_counter() - t0
+    ref = backward_fp64(problem=problem, dout=dout, dlse=dlse)
+    features = {n: (x.tolist() if hasattr(x, "tolist") else x) for n, x in fa.items()
+                if n not in ("softmax_scale", "causal")}
+    if dlse is not None:
+        features["dlse_mult"] = args.dlse_mult
+    report = {"spec": spec.as_dict(), "kernel": args.kernel, "features": features,
+              "deterministic": not args.nondeterministic, "seconds": round(seconds, 3),
+              "vs_fp64": {n: m.as_dict() for n, m in backward_metrics(g, ref).items()},
+              # each gradient's fp64 value rounded once to the dtype: the floor of any 16-bit backward
+              "floor_rounded_once": {n: metrics(round_once(getattr(ref, n), q.dtype), getattr(ref, n)).as_dict()
+                                     for n in ("dq", "dk", "dv")},
+              "stats": g.stats.summary()}
+    _emit(report, json_path)
+    grads = [np.asarray(getattr(g, n), np.float32) for n in ("dq", "dk", "dv")]
+    if not all(np.isfinite(x).all() for x in grads):
+        print("fa4num: warning: non-finite gradients (exit status 3)", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -335,38 +485,50 @@ def _golden(args) -> int:
     return 1 if bad_cases else 0
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("attention", help="emulated FA4 forward: accuracy runs and golden checks")
-    sub = p.add_subparsers(dest="attention_command", metavar="ACTION")
-    r = sub.add_parser("run", help="emulate one forward on seeded inputs; print accuracy vs fp64 and stats (JSON)")
+def _input_flags(r) -> None:
+    """The flags ``attention run`` and ``attention backward`` share: the seeded inputs' shape and draw, and the
+    features both passes take (softcap, window, sink, varlen)."""
     r.add_argument("--shape", type=_shape, default=(1, 1024, 2, 128), help="batch,seqlen_q,heads,head_dim")
     r.add_argument("--seqlen-k", type=nonneg_int, default=None, help="default = seqlen_q")
     r.add_argument("--kv-heads", type=positive_int, default=None, help="k/v heads (GQA/MQA); default = heads")
     r.add_argument("--causal", action="store_true")
     r.add_argument("--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
-    r.add_argument("--mode", default="bitexact", choices=("bitexact", "statistical"))
-    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                   help="cpu: the emulator; cuda: the GPU twin (bit-exact mode, the same bits) or the torch path "
-                        "(statistical mode) on the GPU")
     r.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     r.add_argument("--inputs", default="normal", choices=("normal", "exact", "exact_onehot"))
     r.add_argument("--q-mult", type=finite_float, default=1.0, help="scale q (larger logits)")
     r.add_argument("--scale", type=not_nan_float, default=None,
                    help="softmax_scale (default 1/sqrt(head_dim)); any value FA4 accepts, negative included")
     r.add_argument("--seed", type=nonneg_int, default=0)
-    r.add_argument("--allow-nonfinite", action="store_true",
-                   help="exit 0 even when the output or LSE has NaN/inf (default: warn and exit 3)")
     r.add_argument("--softcap", type=_nonneg_float, default=0.0, help="FA4's softcap (0: none)")
     r.add_argument("--window", type=_window, default=None, metavar="LEFT,RIGHT",
                    help="sliding window (left,right; -1 for an unbounded side)")
     r.add_argument("--sink-mult", type=finite_float, default=0.0,
                    help="a seeded learnable sink per head, N(0, 1) times this (0: none)")
-    r.add_argument("--num-splits", type=any_int, default=1, help="split-KV (fa4-sm100): < 1 FA4's heuristic")
-    r.add_argument("--pack-gqa", default="auto", choices=("auto", "on", "off"))
     r.add_argument("--varlen", type=_lengths, default=None, metavar="N,N,...",
                    help="varlen: the first N tokens of each batch entry, packed with cu_seqlens (q; k too unless "
                         "--varlen-k)")
     r.add_argument("--varlen-k", type=_lengths, default=None, metavar="N,N,...", help="varlen key lengths")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("attention", help="emulated FA4 forward and backward: accuracy runs, plans, golden checks")
+    sub = p.add_subparsers(dest="attention_command", metavar="ACTION")
+    r = sub.add_parser("run", help="emulate one forward on seeded inputs; print accuracy vs fp64 and stats (JSON)")
+    _input_flags(r)
+    r.add_argument("--mode", default="bitexact", choices=("bitexact", "statistical"))
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: the emulator; cuda: the GPU twin (bit-exact mode, the same bits) or the torch path "
+                        "(statistical mode) on the GPU")
+    r.add_argument("--allow-nonfinite", action="store_true",
+                   help="exit 0 even when the output or LSE has NaN/inf (default: warn and exit 3)")
+    r.add_argument("--score-mod", type=_score_mod_spec, default=None, metavar="MOD",
+                   help="FlexAttention score_mod (a built-in of fa4num.attention.flex): alibi, alibi-exp2, "
+                        "relative-bias[=CLAMP] or softcap=CAP")
+    r.add_argument("--mask-mod", type=_mask_mod_spec, default=None, metavar="MASK",
+                   help="FlexAttention mask_mod: causal, window=LEFT,RIGHT (-1: unbounded), prefix-lm=N or "
+                        "document=N,N,... (document lengths adding up to the sequence length)")
+    r.add_argument("--num-splits", type=any_int, default=1, help="split-KV (fa4-sm100): < 1 FA4's heuristic")
+    r.add_argument("--pack-gqa", default="auto", choices=("auto", "on", "off"))
     r.add_argument("--page-size", type=positive_int, default=None, help="paged KV with this page size")
     r.add_argument("--fp8", default=None, choices=("e4m3", "e5m2"),
                    help="fp8 inputs (fa4-sm100): the seeded values rounded to float8_e4m3fn / float8_e5m2")
@@ -397,6 +559,17 @@ def register(subparsers) -> None:
     c.add_argument("--json", type=path_arg, default=None, help="also write the report here")
     add_release_option(c)
     c.set_defaults(func=_compare)
+    bw = sub.add_parser("backward", help="emulate one forward and backward on seeded inputs (and dout); print the "
+                                         "gradients' accuracy vs fp64 and the backward's stats (JSON)")
+    _input_flags(bw)
+    bw.add_argument("--dlse-mult", type=finite_float, default=0.0,
+                    help="a seeded gradient reaching the LSE (FA4's dlse), N(0, 1) times this (0: none)")
+    bw.add_argument("--nondeterministic", action="store_true",
+                    help="FA4's deterministic=False (one admissible order of the dQ adds)")
+    bw.add_argument("--json", type=path_arg, default=None, help="also write the report here")
+    add_release_option(bw)
+    # the forward-only features stay off (FA4's backward takes no paged KV, split-KV or fp8)
+    bw.set_defaults(func=_backward, shape=(1, 512, 2, 128), num_splits=1, pack_gqa="auto", page_size=None, fp8=None)
     g = sub.add_parser("golden", help="re-check the H200 golden outputs of the SM90 kernel, bit for bit")
     g.add_argument("--file", type=path_arg, default=None, help="a golden .npz (default: the shipped SM90 file)")
     g.set_defaults(func=_golden)

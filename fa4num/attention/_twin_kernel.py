@@ -26,6 +26,8 @@ the final combines are pairs (one commutative RN add each).
 import triton
 import triton.language as tl
 
+from ._twin_flex import MASK_MODS, SCORE_MODS
+
 # PTX of each step (the interpreter maps these strings to fa4num's instruction models: keep them in sync with
 # fa4num.attention._twin_interp.INSTRUCTIONS, which tests/attention/test_twin.py checks)
 FMA = tl.constexpr("fma.rn.f32 $0, $1, $2, $3;")
@@ -187,15 +189,84 @@ def _combine_sm100(acc, BLOCK_M: tl.constexpr):
     return _op2(ADD, tl.reshape(even, [BLOCK_M]), tl.reshape(odd, [BLOCK_M]))
 
 
+# ---------------------------------------------------------------------------------------------- FlexAttention
+# The built-in score_mods and mask_mods of fa4num.attention.flex, the only mods the twin runs (a Python callable
+# cannot run inside Triton): each is the numpy rule there, the same int32 index math and the same fp32 operations
+# in the same order, one PTX instruction per rounding. The kernel's SCORE_MOD / MASK_MOD constexprs are the ids of
+# fa4num.attention._twin_flex (0: none; softcap_mod runs the soft-cap step, flex.softcap_mod being softcap='s rule).
+ALIBI = tl.constexpr(SCORE_MODS["alibi_mod"])
+ALIBI_EXP2 = tl.constexpr(SCORE_MODS["alibi_exp2_mod"])
+REL_BIAS = tl.constexpr(SCORE_MODS["rel_bias_mod"])
+CAUSAL = tl.constexpr(MASK_MODS["causal_mask"])
+WINDOW = tl.constexpr(MASK_MODS["sliding_window_mask"])
+PREFIX_LM = tl.constexpr(MASK_MODS["prefix_lm_mask"])
+DOCUMENT = tl.constexpr(MASK_MODS["document_mask"])
+
+
+@triton.jit
+def _add_bias(s, scale, bias, contract):
+    """``flex._add_bias`` on the mod's score RN(S * scale): contracted with FA4's scale multiply,
+    fma.rn(S, scale, bias) (``flex.scaled_add``), or add.rn(mul.rn(S, scale), bias)."""
+    sc = tl.zeros_like(s) + scale
+    return tl.where(contract != 0, _op3(FMA, s, sc, bias), _op2(ADD, _op2(MUL, s, sc), bias))
+
+
+@triton.jit
+def _score_mod(SCORE_MOD: tl.constexpr, s, scale, qpos, head, cols, row_ok, Aux, contract, clamp, c_exp2):
+    """The built-in score_mod on the block's S (before the scale): ``flex.alibi_mod`` (slope[h] read from the
+    aux tensor, score - RN(slope * float(|q - kv|))), ``flex.alibi_exp2_mod`` (slope = ex2.approx, no ftz, of
+    RN(float(-8 (h + 1)) * c)) or ``flex.rel_bias_mod`` (score + float(min(|q - kv|, clamp))). Distances are
+    int32 (``flex._distance``), converted to float32 with cvt.rn."""
+    dist = tl.abs(qpos[:, None] - cols[None, :])
+    zero = tl.zeros_like(s)
+    if SCORE_MOD == ALIBI:
+        slope = tl.load(Aux + head, mask=row_ok, other=0.0)
+        bias = -_op2(MUL, slope[:, None] + zero, dist.to(tl.float32))
+    elif SCORE_MOD == ALIBI_EXP2:
+        expo = ((head + 1) * -8).to(tl.float32)
+        slope = _op1(EX2, _op2(MUL, expo, tl.zeros_like(expo) + c_exp2))
+        bias = -_op2(MUL, slope[:, None] + zero, dist.to(tl.float32))
+    else:       # REL_BIAS
+        bias = tl.minimum(dist, clamp).to(tl.float32) + zero
+    return _add_bias(s, scale, bias, contract)
+
+
+@triton.jit
+def _mask_mod(MASK_MOD: tl.constexpr, ok, bb, head, qpos, cols, seqlen_q, seqlen_k, mm_a, mm_b, Aux, sab, sah,
+              sas):
+    """The built-in mask_mod's verdict on the block, AND ``ok`` (valid rows, keys < seqlen_k): ``flex.causal_mask``
+    (kv <= q + seqlen_k - seqlen_q), ``flex.sliding_window_mask`` (center - left <= kv <= center + right, with
+    ``mm_a``/``mm_b`` = left/right, a width no sequence reaches for an open side), ``flex.prefix_lm_mask`` (q and
+    kv below ``mm_a``, or q >= kv) or ``flex.document_mask`` (doc[b, (h,) q] == doc[b, (h,) kv], the ids read
+    with strides ``sab``/``sah`` (0 for (batch, seqlen) ids)/``sas``). Keys beyond seqlen_k and rows outside the
+    program are masked by ``ok`` whatever the mod says (FA4's seqlen mask; FA4 wraps the mod's indices there,
+    which changes no kept entry)."""
+    q = qpos[:, None]
+    kv = cols[None, :]
+    if MASK_MOD == CAUSAL:
+        keep = kv <= q + (seqlen_k - seqlen_q)
+    elif MASK_MOD == WINDOW:
+        center = q + (seqlen_k - seqlen_q)
+        keep = (kv >= center - mm_a) & (kv <= center + mm_b)
+    elif MASK_MOD == PREFIX_LM:
+        keep = ((q < mm_a) & (kv < mm_a)) | (q >= kv)
+    else:       # DOCUMENT
+        base = Aux + bb * sab + head[:, None] * sah
+        keep = tl.load(base + q * sas, mask=ok, other=0) == tl.load(base + kv * sas, mask=ok, other=0)
+    return keep & ok
+
+
 @triton.jit
 def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, EmuMask, Coef, Sink, Scr,
              seqlen_q, seqlen_k, heads, rep, group, nrows, left, right, scale_ex2_ftz, fused_bias, has_sink,
              sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
              sl2, scale, softcap, threshold, offset, sink_m_factor, sink_empty_sum, p_limit, d_real, dv_real,
+             AuxS, AuxM, contract, clamp, c_exp2, mm_a, mm_b, sab, sah, sas, SpVisits, SpCount, sp_nmb, sp_len,
              TILE_M: tl.constexpr, TILE_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              HEAD_D: tl.constexpr, HEAD_DV: tl.constexpr, SM100: tl.constexpr, HAS_EMU: tl.constexpr,
              POLY_DEG: tl.constexpr, P_DTYPE: tl.constexpr, UPCAST: tl.constexpr,
-             STATS: tl.constexpr = True, RS_REG: tl.constexpr = False):
+             STATS: tl.constexpr = True, RS_REG: tl.constexpr = False, SCORE_MOD: tl.constexpr = 0,
+             MASK_MOD: tl.constexpr = 0, SPARSE: tl.constexpr = False):
     """The rows of one FA4 M block (``TILE_M`` packed rows) within one group of ``BLOCK_M`` = 128 packed rows
     (the host's program table), so that a program holds whole warps and whole 128-row tiles as
     fa4num.softmax.ballot groups them (a row's bits depend only on its M block's KV range); packed row = query * group + head offset under pack-GQA) of one
@@ -204,7 +275,12 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
     ``fa4num.attention.forward`` ``_run_mblock`` with the kernel's softmax step; then its ``finalize``.
     Options that change no loop structure are runtime arguments (one compiled kernel serves them all): the
     window as key offsets ``left``/``right`` from the diagonal (the host passes a width no sequence reaches for
-    an open side, 0 on the right for causal), softcap (0: off), the sink and the SM100 flags."""
+    an open side, 0 on the right for causal), softcap (0: off), the sink and the SM100 flags. FlexAttention:
+    ``SCORE_MOD`` / ``MASK_MOD`` pick a built-in (``_twin_flex.SCORE_MODS`` / ``MASK_MODS``), applied where
+    ``_run_mblock`` applies them (the score_mod after the GEMM, then the mask_mod; the window is open then), with
+    their parameters and aux tensors (``AuxS`` for the score_mod, ``AuxM`` for the mask_mod). ``SPARSE``: the
+    M block visits its block-sparse lists instead (``SpVisits``: per program group and M block ``sp_len`` codes
+    2 n + (mask_mod applies), ``SpCount`` of them; the host's table from the emulator's ``flex_visits``)."""
     pid = tl.program_id(0)
     pid_g = tl.program_id(1)
     # this program's rows (host table): packed rows [lo, hi) of FA4 M block pid_m within the 128-row group that
@@ -224,6 +300,8 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
                 mask=row_ok[:, None] & (dq < d_real)[None, :], other=0.0)
     first_blk = tl.load(Ranges + pid_m * 2)
     count = tl.load(Ranges + pid_m * 2 + 1)
+    if SPARSE:
+        count = tl.load(SpCount + pid_g * sp_nmb + pid_m)
     if HAS_EMU:
         emu = tl.load(EmuMask + c_in) != 0
     scr = Scr + (pid_g * tl.num_programs(0) + pid) * (BLOCK_N * BLOCK_M)
@@ -248,6 +326,11 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
     sl2_t = tl.zeros([BLOCK_M], tl.float32) + sl2
     for it in range(0, count):
         n = first_blk - it
+        use_mod = True
+        if SPARSE:
+            code = tl.load(SpVisits + (pid_g * sp_nmb + pid_m) * sp_len + it)
+            n = code >> 1
+            use_mod = (code & 1) != 0
         first = it == 0
         cols = n * TILE_N + c_in
         kmask = (c_in < TILE_N) & (cols >= 0) & (cols < seqlen_k)
@@ -257,6 +340,17 @@ def twin_fwd(Q, K, V, Out, Lse, Events, Done, Lag, Sat, Skips, Progs, Ranges, Em
             # utils.create_softcap_scoremod: softcap * tanh.approx(RN(RN(S * softmax_scale) / softcap))
             cap = tl.zeros_like(s) + softcap
             s = _op2(MUL, cap, _op1(TANH, _op2(DIV, _op2(MUL, s, tl.zeros_like(s) + scale), cap)))
+        if SCORE_MOD != 0:
+            # softmax.apply_score_mod_inner: the mod on RN(S * softmax_scale) (flex.apply_score_mod)
+            s = _score_mod(SCORE_MOD, s, scale, qpos, head, cols, row_ok, AuxS, contract, clamp, c_exp2)
+        if MASK_MOD != 0:
+            # flex.block_keep with a mask_mod (a sparse call's mask blocks only); the window below is open then
+            # (plan refuses both), so it adds only the keys < seqlen_k this mask already has (a sparse list's later
+            # blocks end before seqlen_k: _twin_flex refuses others)
+            if use_mod:
+                ok = kmask[None, :] & row_ok[:, None]
+                s = tl.where(_mask_mod(MASK_MOD, ok, bb, head, qpos, cols, seqlen_q, seqlen_k, mm_a, mm_b, AuxM,
+                                       sab, sah, sas), s, ninf)
         # fa4num.attention.masking.visible: bottom-right aligned causal / local window, keys < seqlen_k; a block
         # every valid row sees whole needs no mask (rows outside [lo, hi) are never stored nor counted)
         diag = qpos + (seqlen_k - seqlen_q)

@@ -188,8 +188,12 @@ def scaled_add(score, bias) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- built-ins
-def _name(fn, name):
-    fn.__name__ = fn.__qualname__ = name
+def _name(fn, kind: str, consts: dict | None = None, **params):
+    """Name a built-in ``kind(params)`` and record ``fn.builtin = (kind, params and its constants)``: how a
+    consumer that cannot call Python (the GPU twin's Triton kernel) recognises the built-in and its parameters;
+    the fp32 rule stays here."""
+    fn.__name__ = fn.__qualname__ = f"{kind}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
+    fn.builtin = (kind, {**params, **(consts or {})})
     return fn
 
 
@@ -232,7 +236,7 @@ def softcap_mod(softcap: float):
 
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return _scoremod.softcap_of(score, softcap=softcap, arch=_ARCH.get())
-    return _name(mod, f"softcap_mod({softcap})")
+    return _name(mod, "softcap_mod", softcap=softcap)
 
 
 def softcap_mod_bwd(softcap: float):
@@ -260,7 +264,7 @@ def softcap_mod_bwd(softcap: float):
 
     def mod_bwd(grad, score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return _scoremod.softcap_grad_of(grad, score, softcap=softcap, arch=_ARCH.get())
-    return _name(mod_bwd, f"softcap_mod_bwd({softcap})")
+    return _name(mod_bwd, "softcap_mod_bwd", softcap=softcap)
 
 
 def passthrough_bwd():
@@ -284,7 +288,7 @@ def passthrough_bwd():
     """
     def mod_bwd(grad, score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return grad
-    return _name(mod_bwd, "passthrough_bwd()")
+    return _name(mod_bwd, "passthrough_bwd")
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -333,7 +337,7 @@ def alibi_mod(*, aux_index: int = 0, contract: bool = True):
         slope = f32(aux_tensors[aux_index])[h_idx]
         return _add_bias(score, -(slope * _distance(q_idx, kv_idx).astype(np.float32)).astype(np.float32),
                          contract)
-    return _name(mod, f"alibi_mod(aux_index={aux_index}, contract={contract})")
+    return _name(mod, "alibi_mod", aux_index=aux_index, contract=contract)
 
 
 def alibi_exp2_mod(*, contract: bool = True):
@@ -363,7 +367,7 @@ def alibi_exp2_mod(*, contract: bool = True):
         slope = mufu("ex2", _ARCH.get(), ftz=False)((expo.astype(np.float32) * c).astype(np.float32))
         return _add_bias(score, -(slope * _distance(q_idx, kv_idx).astype(np.float32)).astype(np.float32),
                          contract)
-    return _name(mod, f"alibi_exp2_mod(contract={contract})")
+    return _name(mod, "alibi_exp2_mod", consts={"c": c}, contract=contract)
 
 
 def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
@@ -389,7 +393,7 @@ def rel_bias_mod(*, clamp: int | None = None, contract: bool = True):
     def mod(score, b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         dist = _distance(q_idx, kv_idx)
         return _add_bias(score, (dist if clamp is None else np.minimum(dist, clamp)).astype(np.float32), contract)
-    return _name(mod, f"rel_bias_mod(clamp={clamp}, contract={contract})")
+    return _name(mod, "rel_bias_mod", clamp=clamp, contract=contract)
 
 
 def causal_mask():
@@ -411,7 +415,7 @@ def causal_mask():
     """
     def mask(b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return kv_idx <= q_idx + (seqlen_info.seqlen_k - seqlen_info.seqlen_q)
-    return _name(mask, "causal_mask()")
+    return _name(mask, "causal_mask")
 
 
 def sliding_window_mask(left: int | None, right: int | None):
@@ -440,7 +444,7 @@ def sliding_window_mask(left: int | None, right: int | None):
         if right is not None:
             ok &= kv_idx <= center + right
         return ok
-    return _name(mask, f"sliding_window_mask({left}, {right})")
+    return _name(mask, "sliding_window_mask", left=left, right=right)
 
 
 def prefix_lm_mask(prefix: int):
@@ -463,7 +467,7 @@ def prefix_lm_mask(prefix: int):
     """
     def mask(b_idx, h_idx, q_idx, kv_idx, seqlen_info, aux_tensors):
         return ((q_idx < prefix) & (kv_idx < prefix)) | (q_idx >= kv_idx)
-    return _name(mask, f"prefix_lm_mask({prefix})")
+    return _name(mask, "prefix_lm_mask", prefix=prefix)
 
 
 def document_mask(*, aux_index: int = 0):
@@ -492,7 +496,7 @@ def document_mask(*, aux_index: int = 0):
         if doc.ndim == 3:
             return doc[b_idx, h_idx, q_idx] == doc[b_idx, h_idx, kv_idx]
         return doc[b_idx, q_idx] == doc[b_idx, kv_idx]
-    return _name(mask, f"document_mask(aux_index={aux_index})")
+    return _name(mask, "document_mask", aux_index=aux_index)
 
 
 # ---------------------------------------------------------------------------------------------- evaluation

@@ -20,6 +20,7 @@ import numpy as np
 from .config import Sm90Options, Sm100Options
 from .problem import Problem, check_bool, check_learnable_sink, check_softcap, check_softmax_scale, layout, plain
 from .problem import to_numpy as _to_numpy
+from . import flex as _flex
 from .masking import check_window_range, resolve_window, visible
 
 # Names the forward and backward take that steer the kernel or the emulator (tiling, GEMM model, exp2 knobs,
@@ -53,18 +54,21 @@ def _expand_kv(x: np.ndarray, heads: int) -> np.ndarray:
     return np.repeat(x, heads // x.shape[2], axis=2)
 
 
-def _fp64_softmax(qf, kf, *, scale, softcap, window, sink):
+def _fp64_softmax(qf, kf, *, scale, softcap, window, sink, mods=None):
     """Softmax of one sequence's scores in float64, (heads, sq, sk), for the forward and backward references:
     (P, P of the sink column or None, row normaliser z, row max m (0 where no logit is finite), tanh(S / softcap)
-    or None). Rows with no visible key and no sink have z = 0 and P = 0."""
+    or None). Rows with no visible key and no sink have z = 0 and P = 0. ``mods``: FlexAttention's
+    (:func:`_flex_mods`), (scores, visible (1 or heads, sq, sk)) -> (scores, visible)."""
     sq, sk = qf.shape[0], kf.shape[0]
     s = np.einsum("ihd,jhd->hij", qf, kf) * scale
     t = None
     if softcap:
         t = np.tanh(s / softcap)
         s = softcap * t
-    vis = visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk, window=window)
-    s = np.where(vis[None], s, -np.inf)
+    vis = visible(np.arange(sq)[:, None], np.arange(sk)[None, :], seqlen_q=sq, seqlen_k=sk, window=window)[None]
+    if mods is not None:
+        s, vis = mods(s, vis)
+    s = np.where(vis, s, -np.inf)
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)   # seqlen_k = 0 or a fully masked row: -inf
     if sink is not None:
         m = np.maximum(m, sink[:, None, None])
@@ -82,9 +86,29 @@ def _fp64_softmax(qf, kf, *, scale, softcap, window, sink):
     return p, p_sink, z, m_safe, t
 
 
-def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink):
+def _flex_mods(flex, *, batch: int, seqinfo):
+    """FlexAttention's mods for the fp64 reference of one sequence: the score_mod called (FA4's convention,
+    :func:`fa4num.attention.flex.apply_score_mod`) on the float32 rounding of each exact score with libm's
+    tanh/exp2 for its MUFU helpers (so a built-in's result is within a few float32 ulps of the exact mod: far
+    below a 16-bit output's rounding), and the mask_mod's verdict, exact (booleans)."""
+    def mods(s, vis):
+        h, sq, sk = s.shape
+        rows, cols = np.arange(sq), np.arange(sk)
+        if flex.score_mod is not None:
+            s = np.stack([_flex.apply_score_mod(s[hh].astype(np.float32), flex, softmax_scale=np.float32(1),
+                                                batch=batch, heads=np.full(sq, hh), q_idx=rows, kv_idx=cols,
+                                                seqinfo=seqinfo, arch="libm") for hh in range(h)]).astype(np.float64)
+        if flex.mask_mod is not None:
+            vis = vis & np.stack([_flex.mask_mod_keep(flex, batch=batch, heads=np.full(sq, hh), q_idx=rows,
+                                                      kv_idx=cols, seqinfo=seqinfo, wrap=False)
+                                  for hh in range(h)])
+        return s, vis
+    return mods
+
+
+def _fp64_core(qf, kf, vf, *, scale, softcap, window, sink, mods=None):
     """One sequence in float64: qf (sq, h, d), kf/vf (sk, h, d|dv) with KV heads already expanded."""
-    p, _, z, m_safe, _ = _fp64_softmax(qf, kf, scale=scale, softcap=softcap, window=window, sink=sink)
+    p, _, z, m_safe, _ = _fp64_softmax(qf, kf, scale=scale, softcap=softcap, window=window, sink=sink, mods=mods)
     with np.errstate(divide="ignore"):
         lse = np.where(z[..., 0] > 0, m_safe[..., 0] + np.log(z[..., 0]), -np.inf)
     return np.einsum("hij,jhd->ihd", p, vf), lse
@@ -122,8 +146,9 @@ def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, so
     longest sequence), paged KV, fp8 descales (S scaled by q_descale * k_descale, O by v_descale, per (batch,
     kv head)). ``pack_gqa`` (None, True or False) only changes how the kernel tiles the heads, not the exact
     result; ``kernel_options`` may hold the forward's kernel and emulator knobs (``kernel``, ``num_splits``,
-    ``mode``, ``tile_n``, ...), which change nothing exact; other names raise. Rows with no visible key give
-    out 0 and lse -inf (the sink's logit with a sink), as FA4 does.
+    ``mode``, ``tile_n``, ...), which change nothing exact; other names raise. A problem's FlexAttention
+    score_mod / mask_mod (not block sparsity) are applied to the exact scores as :func:`_flex_mods` says.
+    Rows with no visible key give out 0 and lse -inf (the sink's logit with a sink), as FA4 does.
 
     Examples
     --------
@@ -142,7 +167,9 @@ def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, so
                  if x is not None] + [n for n, x, d0 in (("causal", causal, False), ("softcap", softcap, 0.0),
                                                          ("window_size", window_size, (None, None))) if x != d0]
         _problem_only("attention_fp64", problem, given, kernel_options)
-        problem.refuse_flex("attention_fp64")
+        if problem.flex is not None and problem.flex.block_sparse is not None:
+            raise ValueError("block_sparse_tensors: attention_fp64 does not model block sparsity; pass the dense "
+                             "mask_mod (the logical attention of a consistent sparse call)")
         qa, ka, va = _arrays(problem.q, problem.k, problem.v)
         seqs = problem.seqs if qa is problem.q else problem.sequences(qa, ka, va)
         batch, window, scale, softcap = problem.batch, problem.window, problem.softmax_scale, problem.softcap
@@ -174,7 +201,13 @@ def attention_fp64(q=None, k=None, v=None, *, problem: Problem | None = None, so
         qf = seq.q.astype(np.float64) * qk[None, :, None]
         kf = np.repeat(seq.k.astype(np.float64), rep, axis=1)
         vf = np.repeat(seq.v.astype(np.float64), rep, axis=1) * vsc[None, :, None]
-        o, l = _fp64_core(qf, kf, vf, scale=scale, softcap=softcap, window=window, sink=sink)
+        mods = None
+        if problem is not None and problem.flex is not None:
+            sq, sk = seq.q.shape[0], seq.k.shape[0]
+            cu_q, cu_k = problem.cu_seqlens_q, problem.cu_seqlens_k
+            mods = _flex_mods(problem.flex, batch=seq.batch, seqinfo=_flex.SeqlenInfo(
+                sq, sk, 0 if cu_q is None else int(cu_q[seq.batch]), 0 if cu_k is None else int(cu_k[seq.batch])))
+        o, l = _fp64_core(qf, kf, vf, scale=scale, softcap=softcap, window=window, sink=sink, mods=mods)
         out[seq.out_index] = o
         for hh in range(h):
             lse[seq.lse_index(hh)] = l[hh]

@@ -10,8 +10,10 @@ polynomial from the resolved options. Memory: the inputs, the outputs and one P 
 
 What the twin covers: bf16/fp16, every SM100 knob (``rescale_threshold``, ``max_offset``, ``ex2_emu_freq/res/
 start_frg``, degree/coeffs, ``fused_bias``, ``is_sm103``, tiles), causal, sliding windows, softcap, learnable
-sinks, GQA/MQA with and without pack_gqa, head dims up to 256. What it refuses, with a ValueError naming the
-argument: fp8 (FA4's SM100 fp8 path accumulates with F = 25 fraction bits, Hopper's fp8 wgmma with 13: the twin
+sinks, GQA/MQA with and without pack_gqa, head dims up to 256, FlexAttention's built-in score_mods / mask_mods
+and block sparsity (:mod:`fa4num.attention._twin_flex`). What it refuses, with a ValueError naming the
+argument: a score_mod / mask_mod other than the built-ins of :mod:`fa4num.attention.flex` (Python cannot run in
+the Triton kernel), fp8 (FA4's SM100 fp8 path accumulates with F = 25 fraction bits, Hopper's fp8 wgmma with 13: the twin
 would not give the emulator's bits), varlen, paged KV and split-KV (not yet in the twin: use the CPU emulator),
 the statistical mode (use ``fa4num.attention.forward_torch``), GEMM or MUFU models other than the H200's
 (``gemm="wgmma"``, ``mufu_arch="sm90"``), and a knob outside ``IMPLEMENTED_KNOBS`` set to a value that is not
@@ -29,6 +31,7 @@ from types import SimpleNamespace
 import ml_dtypes
 import numpy as np
 
+from fa4num.attention import _twin_flex
 from fa4num.attention import masking as _masking
 from fa4num.attention.config import GEMM_IMPL
 from fa4num.attention.forward import AttentionResult, AttentionStats, cast_out, sink_shares
@@ -110,8 +113,9 @@ def refusal(problem) -> str | None:
     'num_splits=2: split-KV is not in the GPU twin yet (use fa4num.attention.forward)'
     """
     p = problem
-    if p.flex_args():
-        return f"{'/'.join(p.flex_args())}: FlexAttention is not in the GPU twin (use fa4num.attention.forward)"
+    why = _twin_flex.refusal(p)     # FlexAttention: the built-in mods run, any other callable is refused by name
+    if why is not None:
+        return why
     if p.fp8:
         return (f"dtype {p.dtype}: FA4's SM100 fp8 path accumulates with F = 25 fraction bits and Hopper's fp8 "
                 f"wgmma with 13, so the twin refuses fp8 (use fa4num.attention.forward)")
@@ -222,8 +226,8 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
         cs = poly_coeffs(opts.poly_degree, coeffs=opts.coeffs)
         deg = len(cs) - 1
         coef[:len(cs)] = cs
-    softcap = float(setup.softcap)
-    sl2 = SCALE_LOG2_WITH_SCOREMOD if softcap else scale_log2_of(setup.softmax_scale)
+    softcap, score_mod, flex_args, flex_ids, sparse_kv = _twin_flex.kernel_args(setup, dev)
+    sl2 = SCALE_LOG2_WITH_SCOREMOD if softcap or score_mod else scale_log2_of(setup.softmax_scale)
     sl2 = np.float32(sl2)
     sink = setup.sink
     sink_t = torch.zeros(h, dtype=torch.float32, device=dev)
@@ -260,9 +264,9 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
         if interp:
             from ._twin_interp import cpu_instructions
             with cpu_instructions(dtype=dt, accumulator=GEMM_IMPL[opts.gemm][1]):
-                _twin_kernel.twin_fwd[grid](*args, **meta)
+                _twin_kernel.twin_fwd[grid](*args, **flex_args, **flex_ids, **meta)
         else:
-            _twin_kernel.twin_fwd[grid](*args, **meta)
+            _twin_kernel.twin_fwd[grid](*args, **flex_args, **flex_ids, **meta)
     elif sq and sink is not None:
         # seqlen_k == 0 (interface.py): out = 0, LSE = the sink
         lse.copy_(sink_t.view(1, h, 1).expand(b, h, sq))
@@ -274,6 +278,8 @@ def forward(q=None, k=None, v=None, *, problem=None, stats: bool = True, num_war
     # keys the mask hides per query
     if sq and sk:
         cnt[10] = per_row_t.t().repeat(h // group, 1)[None]
+    if sparse_kv is not None:       # a block-sparse call visits its own lists (_twin_flex)
+        cnt[10] = torch.from_numpy(sparse_kv).to(dev)
     nvis = _masking.visible_count(np.arange(sq), seqlen_q=sq, seqlen_k=sk, window=w)
     cnt[11] = torch.from_numpy((sk - nvis).astype(np.int32)).to(dev)
     cnt[12] = (cnt[10] - 1).clamp_(min=0)

@@ -77,8 +77,10 @@ os.environ["TRITON_INTERPRET"] = "1"
 import numpy as np, torch
 from fa4num.attention import forward
 from fa4num.attention import twin
+sys.path.insert(0, "experiments/gpu")
+from twin_flex_validate import flex_kwargs
 out = {}
-for name, kw, shape, dt in json.loads(sys.argv[1]):
+for name, kw, shape, dt, *mods in json.loads(sys.argv[1]):
     b, sq, sk, h, hk, d = shape
     g = torch.Generator().manual_seed(len(name))
     dtype = torch.bfloat16 if dt == "bfloat16" else torch.float16
@@ -87,6 +89,8 @@ for name, kw, shape, dt in json.loads(sys.argv[1]):
     v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
     if "learnable_sink" in kw:
         kw["learnable_sink"] = np.asarray(kw["learnable_sink"], np.float32)
+    if mods:        # FlexAttention: the mods as experiments/gpu/twin_flex_validate.flex_kwargs takes them
+        kw.update(flex_kwargs(mods[0], batch=b, heads=h, seqlen_q=sq, seqlen_k=sk))
     e, t = forward(q, k, v, **kw), twin.forward(q, k, v, **kw)
     diff = {"out": int((e.out.view(torch.int16) != t.out.view(torch.int16)).sum()),
             "lse": int((e.lse.view(torch.int32) != t.lse.view(torch.int32)).sum())}
@@ -97,6 +101,7 @@ for name, kw, shape, dt in json.loads(sys.argv[1]):
                        != np.asarray(getattr(t.stats, n)).view(np.int32)).sum())
     diff["rescales_done_total"] = int(np.asarray(t.stats.rescales_done).sum())
     diff["rescale_events_total"] = int(np.asarray(t.stats.rescale_events).sum())
+    diff["empty_rows_total"] = int(torch.isneginf(t.lse).sum())
     out[name] = diff
 print(json.dumps(out))
 """
@@ -127,6 +132,7 @@ def test_twin_kernel_in_the_interpreter_equals_the_emulator():
     totals = {}
     for name, diff in got.items():
         totals[name] = diff.pop("rescale_events_total"), diff.pop("rescales_done_total")
+        diff.pop("empty_rows_total")
         assert all(v == 0 for v in diff.values()), (name, diff)
     events, done = totals["sm100-lazy"]
     assert events > done > 0, totals       # the lazy rule both rescales and skips there
@@ -217,3 +223,157 @@ def test_cli_check_in_the_interpreter():
                          capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env={**os.environ, "TRITON_INTERPRET": "1"})
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+
+
+# --- FlexAttention's built-in mods in the twin (issue 28) ------------------------------------------------------
+
+_SMALL = (1, 40, 100, 2, 1, 16)
+_TILES = dict(tile_m=32, tile_n=32)
+FLEX_BUILTINS = [      # (name, mods as experiments/gpu/twin_flex_validate.flex_kwargs takes them, extra FA4
+                       # arguments, shape, dtype): every built-in, on both kernels below
+    ("alibi", {"score_mod": ["alibi_mod", {}], "aux": [["slopes"]]}, dict(_TILES, causal=True), _SMALL, "bfloat16"),
+    ("alibi-exp2-nocontract", {"score_mod": ["alibi_exp2_mod", {"contract": False}]}, _TILES, _SMALL, "float16"),
+    ("rel-bias-clamp", {"score_mod": ["rel_bias_mod", {"clamp": 7}]}, dict(_TILES, window_size=(30, 5)), _SMALL,
+     "bfloat16"),
+    ("rel-bias-nocontract", {"score_mod": ["rel_bias_mod", {"contract": False}]}, _TILES, _SMALL, "bfloat16"),
+    ("softcap-mod", {"score_mod": ["softcap_mod", {"softcap": 3.0}]}, _TILES, _SMALL, "bfloat16"),
+    ("causal-mask", {"mask_mod": ["causal_mask", {}]}, _TILES, (1, 100, 40, 2, 1, 16), "bfloat16"),
+    ("window-mask", {"mask_mod": ["sliding_window_mask", {"left": 20, "right": None}]}, _TILES, _SMALL, "float16"),
+    ("prefix-lm", {"mask_mod": ["prefix_lm_mask", {"prefix": 10}]}, _TILES, _SMALL, "bfloat16"),
+    # per-head ids under pack-GQA (rows of two heads in one program), with ALiBi from a second aux tensor
+    ("document-alibi-gqa", {"mask_mod": ["document_mask", {}], "score_mod": ["alibi_mod", {"aux_index": 1}],
+                            "aux": [["docs3", [30, 1, 39]], ["slopes"]]},
+     dict(_TILES, pack_gqa=True), (1, 70, 70, 4, 2, 16), "bfloat16"),
+    ("document-128", {"mask_mod": ["document_mask", {}], "aux": [["docs", [100, 50]]]}, dict(tile_n=32),
+     (1, 150, 150, 2, 2, 16), "bfloat16"),
+    # block sparsity: mask blocks then full blocks, each right to left (the document's differ from the dense
+    # call's bits on SM90), per head and broadcast over heads, without full blocks
+    ("sparse-document-alibi", {"mask_mod": ["document_mask", {}], "score_mod": ["alibi_mod", {"aux_index": 1}],
+                               "aux": [["docs", [30, 45, 25]], ["slopes"]],
+                               "sparse": {"block": [32, 32], "full": True}},
+     _TILES, (1, 100, 100, 2, 2, 16), "bfloat16"),
+    ("sparse-causal", {"mask_mod": ["causal_mask", {}], "sparse": {"block": [64, 32], "full": True}}, _TILES,
+     (1, 100, 100, 2, 2, 16), "float16"),
+    ("sparse-prefix-nofull-bcast", {"mask_mod": ["prefix_lm_mask", {"prefix": 40}],
+                                    "sparse": {"block": [64, 32], "full": False, "heads": 1}},
+     _TILES, (1, 100, 100, 4, 2, 16), "bfloat16"),
+]
+FLEX_CASES = [(f"{k.split('-')[1]}-{n}", dict(kw, kernel=k), sh, dt, m) for k in ("fa4-sm90", "fa4-sm100")
+              for n, m, kw, sh, dt in FLEX_BUILTINS]
+
+
+@pytest.mark.slow
+def test_twin_runs_the_flex_builtins_with_the_emulators_bits():
+    """Every built-in score_mod and mask_mod of fa4num.attention.flex through the twin's kernel in Triton's
+    interpreter, both kernels: 0 differing bits in out, LSE and every counter against the emulator (contracted
+    and plain bias adds, fp16, a window with a score_mod, 128-row M blocks, per-head document ids under
+    pack-GQA, rows the mask empties, block-sparse lists)."""
+    proc = subprocess.run([sys.executable, "-c", _INTERP, json.dumps(FLEX_CASES)], capture_output=True,
+                          text=True, timeout=1500, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(got) == {c[0] for c in FLEX_CASES}
+    masked = {}
+    for name, diff in got.items():
+        masked[name] = diff.pop("empty_rows_total")
+        for n in ("rescale_events_total", "rescales_done_total"):
+            diff.pop(n)
+        assert all(x == 0 for x in diff.values()), (name, diff)
+    assert masked["sm90-causal-mask"] > 0 and masked["sm100-causal-mask"] > 0, masked     # empty rows were run
+
+
+def _lambda_mod(score, b, h, q_idx, kv_idx, seqlen_info, aux_tensors):
+    return score
+
+
+def test_flex_refusals_name_the_argument():
+    from fa4num.attention import flex
+    q = _q()
+    why = twin.refusal(plan(q, q, q, score_mod=_lambda_mod))
+    assert why.startswith("score_mod=_lambda_mod: a Python callable cannot run") and "flex.alibi_mod" in why
+    why = twin.refusal(plan(q, q, q, mask_mod=lambda b, h, qi, ki, si, aux: qi >= ki))
+    assert why.startswith("mask_mod=<lambda>") and "flex.document_mask" in why
+    # a sparse list whose later block crosses seqlen_k: FA4 reads unspecified memory there
+    bs = flex.block_sparse_tensors(flex.causal_mask(), batch=1, heads=2, seqlen_q=64, seqlen_k=100,
+                                   block_size=(128, 32))
+    assert bs["mask_block_cnt"][0, 0, 0] == 4     # every block partial (the query block's padded rows)
+    bs["mask_block_idx"][..., :4] = bs["mask_block_idx"][..., 3::-1].copy()    # visited 0, 1, 2, 3: 3 not first
+    why = twin.refusal(plan(q, q[:, :1].repeat(100, 1), q[:, :1].repeat(100, 1), tile_n=32,
+                            mask_mod=flex.causal_mask(), block_sparse_tensors=bs))
+    assert why is not None and why.startswith("block_sparse_tensors: KV block 3"), why
+    assert twin.refusal(plan(q, q, q, score_mod=flex.rel_bias_mod(), aux_scalars=(1.0,))).startswith("aux_scalars:")
+    assert "aux_tensors[0]" in twin.refusal(plan(q, q, q, score_mod=flex.alibi_mod()))
+    short = np.zeros((1, 10), np.int32)
+    assert "document ids" in twin.refusal(plan(q, q, q, mask_mod=flex.document_mask(), aux_tensors=[short]))
+    ok = flex.block_sparse_tensors(flex.causal_mask(), batch=1, heads=2, seqlen_q=64, seqlen_k=64,
+                                   block_size=(128, 128))
+    for kw in (dict(score_mod=flex.softcap_mod(5.0)), dict(score_mod=flex.alibi_exp2_mod(), causal=True),
+               dict(mask_mod=flex.causal_mask(), block_sparse_tensors=ok),
+               dict(mask_mod=flex.prefix_lm_mask(3), score_mod=flex.alibi_mod(), aux_tensors=[flex.alibi_slopes(2)])):
+        assert twin.refusal(plan(q, q, q, **kw)) is None, kw
+
+
+def _flex_validate_module():
+    spec = importlib.util.spec_from_file_location("twin_flex_validate",
+                                                  ROOT / "experiments/gpu/twin_flex_validate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_gpu_flex_validation_covers_every_builtin_and_the_goldens():
+    """experiments/gpu/twin_flex_validate.py's CPU side: its cases cover every built-in the twin runs on both
+    kernels, bf16 and fp16, 128 to 8192 tokens, and the twin takes each; it finds the SM90 flex goldens the twin
+    takes (every forward record, block-sparse ones included, but the two mods written as lambdas)."""
+    from fa4num.attention import _twin_flex
+    val = _flex_validate_module()
+    cs = val.cases()
+    assert len(cs) >= 10
+    for kernel in ("fa4-sm90", "fa4-sm100"):
+        mine = [c for c in cs if c["kernel"] == kernel]
+        kinds = {c["mods"][a][0] for c in mine for a in ("score_mod", "mask_mod") if a in c["mods"]}
+        assert kinds == set(_twin_flex.SCORE_MOD_KINDS) | set(_twin_flex.MASK_MOD_KINDS), kernel
+        assert {c["dtype"] for c in mine} == {"bfloat16", "float16"}
+        assert min(c["sq"] for c in mine) == 128 and max(c["sq"] for c in mine) == 8192
+    for c in cs:
+        q, k, v, kw = val.case_call(c)
+        assert twin.refusal(plan(q, k, v, **kw)) is None, c["name"]
+    if not val.GOLDEN.exists():
+        pytest.skip("the SM90 flex golden file is absent")
+    recs, cap = val.golden_records()
+    names = {r[0]["case"]["name"].split(".", 1)[1] for r in recs}
+    every = {r["case"]["name"].split(".", 1)[1] for r in cap.read(val.GOLDEN)[1]["cases"] if "error" not in r}
+    assert names == every - {"sm_identity_d128", "sm_times_two_d64"}
+    assert any(n.startswith("bs_") for n in names)
+
+
+_INTERP_GOLDEN = r"""
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, "experiments/gpu")
+import numpy as np
+import twin_flex_validate as val
+from fa4num.attention import plan, twin
+recs, cap = val.golden_records()
+out = {}
+for rec, kw, arrs in recs:
+    if rec["case"]["name"] in sys.argv[1:]:
+        res = twin.forward_on(plan(arrs["q"], arrs["k"], arrs["v"], **kw), device="cuda")
+        got = {"out": cap._sha(res.out.view(np.uint16)), "lse": cap._sha(res.lse)}
+        out[rec["case"]["name"]] = {n: got[n] == rec["sha256"][n] for n in got}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / "tests/golden/attention/fa4_sm90_flex_h200.npz").exists(),
+                    reason="the SM90 flex golden file is absent")
+def test_twin_in_the_interpreter_gives_the_real_kernels_flex_bits():
+    """The twin's kernel (Triton's interpreter, fa4num's instruction models) on a golden record of the real FA4
+    SM90 kernel with a mask_mod (sliding_window_mask(64, 0), 333 tokens, d 64): the kernel's SHA-256 of out and
+    LSE, as the H200 captured them."""
+    name = "dev.mm_window64_0_d64"
+    proc = subprocess.run([sys.executable, "-c", _INTERP_GOLDEN, name], capture_output=True, text=True,
+                          timeout=1500, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {name: {"out": True, "lse": True}}

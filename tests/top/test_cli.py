@@ -110,6 +110,9 @@ BAD_INPUTS = [   # (argv, text the one-line message must contain): every case of
     (["sweep", "--name", "", "--range", "1", "1", "--out", "/tmp/fa4num-never"], "--name: '' must be a plain"),
     (["gpu", "attention", "--device", "cpu", "--shape", "1,16,2,64", "--kv-heads", "3"], "--kv-heads: must divide"),
     (["gpu", "attention", "--device", "cpu", "--scale", "nan"], "--scale: expected a finite number"),
+    (["attention", "backward", "--dlse-mult", "nan"], "--dlse-mult: expected a finite number"),
+    (["attention", "backward", "--shape", "1,64,2,256", "--kernel", "fa4-sm100"], "head_dim"),
+    (["attention", "backward", "--window", "5"], "--window"),
 ]
 
 
@@ -540,3 +543,78 @@ def test_attention_run_seqlen_k_zero_is_honoured(tmp_path):
     assert main(["attention", "run", "--shape", "1,16,1,64", "--seqlen-k", "0", "--json", str(path)]) == 0
     rep = json.loads(path.read_text())
     assert rep["spec"]["seqlen_k"] == 0 and rep["nonfinite"]["empty_rows"] == 16 and rep["finite"] is True
+
+
+# --- attention run --score-mod / --mask-mod (issue 28): FlexAttention's built-ins, in the reference too ------
+MOD_BAD_INPUTS = [
+    (["attention", "run", "--shape", "1,64,2,32", "--score-mod", "bogus"], "--score-mod: expected alibi, alibi-exp2"),
+    (["attention", "run", "--shape", "1,64,2,32", "--score-mod", "softcap=0"], "--score-mod: expected"),
+    (["attention", "run", "--shape", "1,64,2,32", "--score-mod", "relative-bias=-2"], "--score-mod: expected"),
+    (["attention", "run", "--shape", "1,64,2,32", "--mask-mod", "window=3"], "--mask-mod: expected causal, window="),
+    (["attention", "run", "--shape", "1,64,2,32", "--mask-mod", "prefix-lm=x"], "--mask-mod: expected"),
+    (["attention", "run", "--shape", "1,64,2,32", "--mask-mod", "document=10,10"],
+     "--mask-mod: document lengths must add up to the sequence length"),
+    (["attention", "run", "--shape", "1,64,2,32", "--mask-mod", "causal", "--causal"],
+     "--mask-mod: cannot be combined with --causal or --window"),
+    (["attention", "run", "--shape", "1,64,2,32", "--score-mod", "softcap=3", "--softcap", "2"],
+     "--score-mod: cannot be combined with --softcap"),
+]
+
+
+@pytest.mark.parametrize("argv,message", MOD_BAD_INPUTS, ids=[" ".join(a) for a, _ in MOD_BAD_INPUTS])
+def test_mod_flags_bad_input_one_line_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(argv))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fa4num: error: ") and err.count("\n") == 1, err
+    assert message in err
+
+
+def _run_report(capsys, *flags):
+    assert main(["attention", "run", "--shape", "1,128,2,64", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_mod_flags_reach_the_forward_and_the_reference(capsys):
+    """--mask-mod causal is causal=True's mask: the same error against fp64 up to float64 sums (had the reference
+    ignored the mask_mod, it would be the unmasked attention); ALiBi's bias (up to 0.25 * 127) and a document mask are far
+    from the unmodified attention, so a small error against fp64 says the reference applied them; soft cap as a
+    score_mod is softcap='s rule (the reference's tanh differs by float32 ulps only)."""
+    causal = _run_report(capsys, "--causal")
+    mask = _run_report(capsys, "--mask-mod", "causal")
+    assert mask["features"] == {"mask_mod": "causal_mask()"}
+    for key, val in causal["vs_fp64"].items():      # float64 summation order aside
+        assert mask["vs_fp64"][key] == pytest.approx(val, rel=1e-12), key
+    assert mask["lse_max_abs_err"] == pytest.approx(causal["lse_max_abs_err"], rel=1e-12)
+    both = _run_report(capsys, "--score-mod", "alibi", "--mask-mod", "document=50,78")
+    assert both["features"] == {"score_mod": "alibi_mod(aux_index=1, contract=True)",
+                                "mask_mod": "document_mask(aux_index=0)"}
+    assert both["finite"] and both["vs_fp64"]["rel_l2"] < 1e-2 and both["lse_max_abs_err"] < 1e-2, both["vs_fp64"]
+    capped = _run_report(capsys, "--score-mod", "softcap=5", "--q-mult", "3")
+    opt = _run_report(capsys, "--softcap", "5", "--q-mult", "3")
+    assert abs(capped["vs_fp64"]["max_abs"] - opt["vs_fp64"]["max_abs"]) < 1e-6
+    assert capped["stats"] == opt["stats"]
+
+
+# --- attention backward (issue 26): one forward + backward on seeded inputs, against fp64 gradients ---------
+def _backward_report(capsys, *flags):
+    assert main(["attention", "backward", "--shape", "1,96,2,64", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_attention_backward_reports_gradients_at_the_floor(capsys):
+    """Every gradient within a few times its rounded-once floor; with --dlse-mult the reference takes the LSE's
+    gradient too (had it not, dq and dk would be off by the dLSE * P * K term, far above the floor)."""
+    plain = _backward_report(capsys, "--causal", "--sink-mult", "2", "--kv-heads", "1")
+    assert set(plain["vs_fp64"]) == {"dq", "dk", "dv", "dsink"} and plain["deterministic"] is True
+    for n in ("dq", "dk", "dv"):
+        assert plain["vs_fp64"][n]["rel_l2"] < 4 * plain["floor_rounded_once"][n]["rel_l2"], n
+    dl = _backward_report(capsys, "--causal", "--sink-mult", "2", "--kv-heads", "1", "--dlse-mult", "1")
+    assert dl["features"]["dlse_mult"] == 1.0
+    for n in ("dq", "dk"):
+        assert dl["vs_fp64"][n]["rel_l2"] < 4 * dl["floor_rounded_once"][n]["rel_l2"], n
+    assert dl["vs_fp64"]["dv"] == plain["vs_fp64"]["dv"]        # dv does not see the LSE's gradient
+    varlen = _backward_report(capsys, "--shape", "2,80,2,64", "--varlen", "80,33", "--kernel", "fa4-sm100")
+    assert varlen["features"]["cu_seqlens_q"] == [0, 80, 113] and varlen["kernel"] == "fa4-sm100"
+
