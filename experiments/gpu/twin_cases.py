@@ -3,7 +3,9 @@ kernels, bf16 and fp16, 128 to 8k tokens; inputs are a pure function of the case
 digests of the outputs.
 
 Used on the H200 by ``experiments/gpu/twin_validate.py`` (twin vs CPU emulator) and on the CPU by
-``tests/gpu/test_twin_golden.py`` (the emulator vs the twin's committed digests).
+``tests/attention/test_twin.py`` (the emulator vs the twin's committed digests). :func:`cases` is the corpus of
+the committed goldens (tests/golden/twin_h200.json.xz); :func:`layout_cases` the varlen, seqused, paged and
+split-KV set (tests/golden/twin_h200_layouts.json.xz once captured).
 """
 from __future__ import annotations
 
@@ -79,6 +81,60 @@ def cases() -> list[dict]:
     return out
 
 
+def layout_cases() -> list[dict]:
+    """The layouts and splits the twin took on after the corpus above was captured: varlen (``cu_seqlens_q/k``,
+    and varlen q over dense keys), ``seqused_q/k``, paged KV (pages that are not a multiple of tile_n) and
+    SM100 split-KV (given, fixed per split, FA4's heuristic; over varlen and paged keys), both kernels where FA4
+    has the feature, bf16 and fp16, 128 to 8k tokens. ``varlen``: the sequence lengths (``k: None``, dense keys
+    of ``sk``); ``paged``: page size, pages and pages per sequence (``b`` sequences, a seeded page table)."""
+    out = []
+    for kernel in ("fa4-sm90", "fa4-sm100"):
+        kk = kernel[4:]
+        for dt in ("bfloat16", "float16"):
+            t = "bf16" if dt == "bfloat16" else "fp16"
+            out += [
+                # a sequence with one query and no keys: out 0, LSE = the sink
+                _case(f"{kk}-{t}-varlen-causal-gqa", kernel, dtype=dt, h=8, hk=2,
+                      varlen=dict(q=[128, 700, 1, 300], k=[128, 900, 0, 333]),
+                      opts=dict(causal=True, learnable_sink=[0.5, -1.0, 2.0, 0.0, 1.0, -2.0, 3.0, 0.25])),
+                _case(f"{kk}-{t}-paged-p100", kernel, dtype=dt, b=2, sq=512, h=4, hk=2, d=128, dv=128,
+                      paged=dict(page_size=100, pages=30, per_seq=11), opts=dict(causal=True)),
+            ]
+        out += [
+            _case(f"{kk}-varlen-window-sink", kernel, h=4, hk=2, d=128, dv=128,
+                  varlen=dict(q=[90, 1500, 257], k=[120, 2000, 257]),
+                  opts=dict(window_size=(64, 16), learnable_sink=[1.0, -0.5, 2.0, 4.0])),
+            _case(f"{kk}-fp16-varlenq-densek", kernel, dtype="float16", b=3, sk=1024, h=2, hk=2,
+                  varlen=dict(q=[200, 56, 1000], k=None), opts=dict(causal=True)),
+            _case(f"{kk}-paged-seqused", kernel, b=2, sq=1024, h=2, hk=1, d=128, dv=128,
+                  paged=dict(page_size=256, pages=40, per_seq=16),
+                  opts=dict(causal=True, seqused_q=[512, 77], seqused_k=[1000, 3000])),
+        ]
+    s1 = "fa4-sm100"
+    out += [
+        _case("sm100-bf16-split2-sink-decode", s1, sq=128, sk=4096, h=4, hk=1, d=128, dv=128,
+              opts=dict(num_splits=2, learnable_sink=[0.5, 8.0, -1.0, 2.0])),
+        _case("sm100-fp16-split2-sink-decode", s1, dtype="float16", sq=128, sk=4096, h=4, hk=1, d=128, dv=128,
+              opts=dict(num_splits=2, learnable_sink=[0.5, 8.0, -1.0, 2.0])),
+        _case("sm100-bf16-split3-causal-thr4", s1, sq=1024, sk=2048, d=128, dv=128, mult=3.0,
+              opts=dict(causal=True, num_splits=3, rescale_threshold=4.0)),
+        _case("sm100-fp16-split5-window", s1, dtype="float16", sq=2048, sk=2048, h=1, hk=1,
+              opts=dict(window_size=(1000, 0), num_splits=5)),
+        _case("sm100-bf16-split-per-split", s1, sq=256, sk=3500, opts=dict(num_splits=4, seqlen_k_per_split=1024)),
+        _case("sm100-bf16-split-heuristic", s1, sq=64, sk=8192, h=8, hk=8, d=128, dv=128, opts=dict(num_splits=0)),
+        _case("sm100-bf16-split3-varlen", s1, h=4, hk=2, varlen=dict(q=[64, 300], k=[4000, 2500]),
+              opts=dict(num_splits=3, causal=True)),
+        _case("sm100-bf16-split2-paged", s1, b=2, sq=200, h=2, hk=2, paged=dict(page_size=64, pages=70, per_seq=32),
+              opts=dict(num_splits=2, ex2_emu_freq=10)),
+        _case("sm100-bf16-8k-split4-causal", s1, sq=512, sk=8192, h=1, hk=1, d=128, dv=128,
+              opts=dict(causal=True, num_splits=4)),
+    ]
+    return out
+
+
+_INT_ARGS = ("seqused_q", "seqused_k")
+
+
 def inputs(case: dict, *, torch_module=None):
     """(q, k, v, fa4_kwargs) of a case as CPU torch tensors in the case's dtype: a seeded generator per case
     name, so the inputs are a pure function of the case."""
@@ -86,6 +142,8 @@ def inputs(case: dict, *, torch_module=None):
     seed = int.from_bytes(hashlib.sha256(case["name"].encode()).digest()[:4], "little")
     g = torch.Generator().manual_seed(seed)
     dt = torch.bfloat16 if case["dtype"] == "bfloat16" else torch.float16
+    if case.get("varlen") or case.get("paged"):
+        return _layout_inputs(case, g, dt)
     b, sq, sk, h, hk, d, dv = (case[n] for n in ("b", "sq", "sk", "h", "hk", "d", "dv"))
     q = torch.randn(b, sq, h, d, generator=g) * case["mult"]
     k = torch.randn(b, sk, hk, d, generator=g)
@@ -100,6 +158,40 @@ def inputs(case: dict, *, torch_module=None):
     if "learnable_sink" in opts:
         opts["learnable_sink"] = np.asarray(opts["learnable_sink"], np.float32)
     return q.to(dt), k.to(dt), v.to(dt), dict(kernel=case["kernel"], **opts)
+
+
+def _layout_inputs(case, g, dt):
+    """:func:`inputs` of a varlen or paged case: FA4's packed or paged layouts, the same logit ramp along each
+    sequence's keys, the offsets and the page table as int32 arrays."""
+    import torch
+    h, hk, d, dv = (case[n] for n in ("h", "hk", "d", "dv"))
+    kw = dict(kernel=case["kernel"], **case["opts"])
+    vl, pg = case.get("varlen"), case.get("paged")
+    if vl:
+        lead_q = (sum(vl["q"]),)
+        kw["cu_seqlens_q"] = np.cumsum([0, *vl["q"]]).astype(np.int32)
+    else:
+        lead_q = (case["b"], case["sq"])
+    if pg:
+        lead_k = (pg["pages"], pg["page_size"])
+        perm = torch.randperm(pg["pages"], generator=g)[:case["b"] * pg["per_seq"]]
+        kw["page_table"] = perm.view(case["b"], pg["per_seq"]).numpy().astype(np.int32)
+    elif vl and vl["k"] is not None:
+        lead_k = (sum(vl["k"]),)
+        kw["cu_seqlens_k"] = np.cumsum([0, *vl["k"]]).astype(np.int32)
+    else:
+        lead_k = (len(vl["q"]) if vl else case["b"], case["sk"])
+    q = torch.randn(*lead_q, h, d, generator=g) * case["mult"]
+    k = torch.randn(*lead_k, hk, d, generator=g)
+    nk = int(np.prod(lead_k))
+    k = k + (torch.linspace(0, 1, nk).view(*lead_k, 1, 1) * q.reshape(-1, d).mean(dim=0))
+    v = torch.randn(*lead_k, hk, dv, generator=g)
+    if "learnable_sink" in kw:
+        kw["learnable_sink"] = np.asarray(kw["learnable_sink"], np.float32)
+    for n in _INT_ARGS:
+        if n in kw:
+            kw[n] = np.asarray(kw[n], np.int32)
+    return q.to(dt), k.to(dt), v.to(dt), kw
 
 
 def digest(result) -> dict:

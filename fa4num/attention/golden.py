@@ -100,14 +100,21 @@ class FeatureCheck:
         return self.inputs_match and self.out_digest_match and self.out_mismatches == 0 and self.lse_mismatches == 0
 
 
-def check_feature_case(rec: dict, z, *, kernel: str = "fa4-sm90") -> FeatureCheck:
+def check_feature_case(rec: dict, z, *, kernel: str = "fa4-sm90", device: str = "cpu") -> FeatureCheck:
     """Emulate one feature case of a capture file (compact: digest + sampled elements; or the full capture
-    with ``NAME.out_bits``) and compare every bit it holds."""
+    with ``NAME.out_bits``) and compare every bit it holds; ``device="cuda"`` runs the GPU twin instead
+    (:func:`fa4num.attention.twin.forward_on`)."""
     case = rec["case"]
     name = case["name"]
     arrays = inputs.make_feature_inputs(case)
     digest = hashlib.sha256(b"".join(np.ascontiguousarray(arrays[n]).tobytes() for n in sorted(arrays))).hexdigest()
-    res = forward(arrays["q"], arrays["k"], arrays["v"], kernel=kernel, **feature_call(case, arrays))
+    if device == "cpu":
+        res = forward(arrays["q"], arrays["k"], arrays["v"], kernel=kernel, **feature_call(case, arrays))
+    else:
+        from .problem import plan
+        from .twin import forward_on
+        res = forward_on(plan(arrays["q"], arrays["k"], arrays["v"], kernel=kernel, **feature_call(case, arrays)),
+                         device=device)
     bits = np.ascontiguousarray(res.out).view(np.uint16)
     if f"{name}.out_bits" in z.files:
         gold = z[f"{name}.out_bits"]

@@ -25,8 +25,10 @@ import numpy as np
 from numba import njit, prange
 
 from fa4num.attention import config
+from fa4num.attention.flex import SeqlenInfo, block_keep
 from fa4num.attention.kernels import get as get_kernel
 from fa4num.attention.problem import DEFAULT_KERNEL, Problem, given_or_plan
+from fa4num.attention.schedule import flex_visits, head_groups
 from fa4num.fp.dtypes import DTYPES
 from fa4num.hw import mufu_model, tanh_table
 from fa4num.hw.mma import ACCUMULATORS, chunk_elements
@@ -190,7 +192,12 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
         fa4num.attention.forward's arguments (softmax_scale: out_exact uses this real number, the kernel its fp32
         scale_log2; causal, kernel, window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k, v
         (varlen), page_table (paged KV), pack_gqa, rescale_threshold, max_offset, ex2_emu_freq, coeffs, gemm, ...),
-        resolved by the forward's own :func:`fa4num.attention.plan`; head_dim_v may differ from head_dim. Not
+        resolved by the forward's own :func:`fa4num.attention.plan`; head_dim_v may differ from head_dim.
+        FlexAttention (docs/bounds.md, 5.7a): any ``mask_mod`` and ``block_sparse_tensors`` (the exact attention
+        is over the entries the forward keeps, the stale max replayed in its visiting order: mask blocks, then
+        full blocks); a ``score_mod`` only as one of fa4num.attention.flex's built-ins (softcap_mod, alibi_mod,
+        alibi_exp2_mod, rel_bias_mod), bounded against the real-arithmetic form it carries (``mod.builtin``: score
+        times softmax_scale plus the exact bias); a user score_mod is refused by name. Not
         modelled, and refused by name: fp8 descales, split-KV (num_splits resolved != 1), a knob outside
         ``MODELLED_KNOBS`` set to a value that is not FA4's. Configurations
         without a finite bound (fp32 overflow, a scale that is 0 in fp32, ...) get +inf (docs/bounds.md, 5.8).
@@ -212,7 +219,12 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
     True
     """
     problem = given_or_plan(problem, q, k, v, fa4_args, who="attention_error_bound")
-    problem.refuse_flex("attention_error_bound")
+    fl = problem.flex
+    if fl is not None and fl.score_mod is not None and getattr(fl.score_mod, "builtin", None) is None:
+        # a user callable's fp32 arithmetic has no known error against any real function: refused by name
+        raise ValueError(f"score_mod: attention_error_bound bounds the built-in score_mods of "
+                         f"fa4num.attention.flex (softcap_mod, alibi_mod, alibi_exp2_mod, rel_bias_mod) only, got "
+                         f"{getattr(fl.score_mod, '__name__', type(fl.score_mod).__name__)!r}")
     if not (isinstance(delta, float) and 0.0 < delta < 1.0):
         raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
     # refused, not bounded: the fp8 descales and split-KV's combine kernel are outside this analysis (the
@@ -289,7 +301,10 @@ def _bound_sequences(qa, ka, va, *, problem, softmax_scale, delta):
         if sq_.q.shape[0] == 0:
             continue
         p = _bound_dense(sq_.q[None], sq_.k[None], sq_.v[None], problem=problem, softmax_scale=softmax_scale,
-                         delta=delta)
+                         delta=delta, seq_meta=(sq_.batch, SeqlenInfo(
+                             sq_.q.shape[0], sq_.k.shape[0],
+                             0 if problem.cu_seqlens_q is None else int(problem.cu_seqlens_q[sq_.batch]),
+                             0 if problem.cu_seqlens_k is None else int(problem.cu_seqlens_k[sq_.batch]))))
         out[sq_.out_index], out_p[sq_.out_index], out_x[sq_.out_index] = p.out[0], p.out_probabilistic[0], \
             p.out_exact[0]
         for hh in range(h):
@@ -305,9 +320,144 @@ def _bound_sequences(qa, ka, va, *, problem, softmax_scale, delta):
                           options=parts[0].options)
 
 
-def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
+@dataclass(frozen=True)
+class _Rows:
+    """The keys each query row of one (sequence, head) sees and the KV blocks it visits. first..last: the span of
+    its visible keys (first > last: none); vis: bool (seqlen_q, seqlen_k) of the visible keys, None when they are
+    the whole span; nvis: their count; nblk: the KV blocks holding one, in visiting order ``order[:, :nblk]``
+    (the kernel's other blocks are fully masked for the row: P = 0 exactly, the max unchanged, no error); fb_lo..
+    fb_hi: the keys of the first of them; bad: rows whose kernel sums over other keys than the exact attention
+    (a key visited twice, a kept key past seqlen_k in a block visited without seqlen masking): no finite bound."""
+    first: np.ndarray
+    last: np.ndarray
+    vis: np.ndarray | None
+    nvis: np.ndarray
+    nblk: np.ndarray
+    fb_lo: np.ndarray
+    fb_hi: np.ndarray
+    order: np.ndarray
+    bad: np.ndarray
+
+
+def _window_rows(window, sq: int, sk: int, tn: int) -> _Rows:
+    """Causal / sliding-window / no mask (masking.py, bottom-right aligned): one contiguous range of keys per row,
+    its KV blocks visited right to left (block_info.py get_n_block_min_max)."""
+    diag = np.arange(sq, dtype=np.int64) + (sk - sq)
+    last = np.full(sq, sk - 1, np.int64)
+    first = np.zeros(sq, np.int64)
+    if window.causal:
+        last = np.minimum(diag, sk - 1)
+    elif window.local:
+        if window.right is not None:
+            last = np.minimum(diag + window.right, sk - 1)
+        if window.left is not None:
+            first = np.maximum(diag - window.left, 0)
+    nvis = np.maximum(last - first + 1, 0)
+    nblk = np.where(nvis > 0, last // tn - first // tn + 1, 0)
+    kb = np.arange(int(nblk.max(initial=0)))
+    order = np.where(kb[None, :] < nblk[:, None], (last // tn)[:, None] - kb[None, :], -1)
+    return _Rows(first, last, None, nvis, nblk, np.maximum(last // tn * tn, first), last, order,
+                 np.zeros(sq, bool))
+
+
+def _flex_rows(problem, *, batch: int, head: int, seqinfo, seqlen_q: int, seqlen_k: int, tn: int) -> _Rows:
+    """A mask_mod or block-sparse call: per M block the forward's own visits (fa4num.attention.schedule.flex_visits:
+    every KV block right to left for a dense mask_mod; a sparse call's mask blocks, then its full blocks, each list
+    from its last entry) and, per visit, the entries the kernel keeps (fa4num.attention.flex.block_keep: seqlen
+    masking on the visit that has it, the mask_mod on the blocks that take it)."""
+    opts, fl = problem.opts, problem.flex
+    g_all = problem.qhead_per_kvhead
+    grp = next(g for g in head_groups(head // g_all, qhead_per_kvhead=g_all, pack_gqa=opts.pack_gqa) if head in g)
+    ng = len(grp)
+    sq, sk = seqlen_q, seqlen_k
+    nb = -(-sk // tn)
+    mbs = (np.arange(sq) * ng + grp.index(head)) // opts.tile_m
+    vis = np.zeros((sq, sk), bool)
+    bad = np.zeros(sq, bool)
+    order_rows, counts = {}, np.zeros(sq, np.int64)
+    for mb in np.unique(mbs):
+        rr = np.flatnonzero(mbs == mb)
+        (visits,) = flex_visits(problem, int(mb), batch=batch, head=grp[0], seqlen_q=sq, seqlen_k=sk, group=ng)
+        seen = np.zeros((rr.size, nb * tn), bool)
+        ordr = np.full((rr.size, len(visits)), -1, np.int64)
+        cnt = np.zeros(rr.size, np.int64)
+        for n, use_mod, seqlen_masked in visits:
+            if n < 0:
+                continue     # a tile with no KV block: masked everywhere
+            cols = n * tn + np.arange(tn)
+            keep = block_keep(fl, window=problem.window, cols=cols, seqlen_masked=seqlen_masked, use_mod=use_mod,
+                              batch=batch, heads=np.full(rr.size, head), q_idx=rr, seqlen_q=sq, seqlen_k=sk,
+                              seqinfo=seqinfo, arch=opts.mufu_arch)
+            bad[rr] |= (keep & seen[:, cols]).any(axis=1)
+            seen[:, cols] |= keep
+            anyk = keep.any(axis=1)
+            ordr[anyk, cnt[anyk]] = n
+            cnt += anyk
+        bad[rr] |= seen[:, sk:].any(axis=1)
+        vis[rr] = seen[:, :sk]
+        counts[rr] = cnt
+        for i, r in enumerate(rr):
+            order_rows[r] = ordr[i]
+    nvis = vis.sum(axis=1)
+    has = nvis > 0
+    first = np.where(has, vis.argmax(axis=1), 0)
+    last = np.where(has, sk - 1 - vis[:, ::-1].argmax(axis=1), -1)
+    order = np.full((sq, int(counts.max(initial=0))), -1, np.int64)
+    for r, o in order_rows.items():
+        order[r, :counts[r]] = o[:counts[r]]
+    fb = np.maximum(order[:, 0], 0) if order.shape[1] else np.zeros(sq, np.int64)
+    return _Rows(first, last, vis, nvis, counts, fb * tn, np.minimum(fb * tn + tn - 1, sk - 1), order, bad)
+
+
+def _bias_scores(S, A, rho, *, form, scale, head, aux, ex2_rel):
+    """(S', rho', rho_b): the exact score S' = S scale + b of an additive built-in score_mod (float64), a bound rho'
+    on |S'_kernel - S'| and its part rho_b from the mod's own operations (docs/bounds.md, section 5.7).
+
+    The real-arithmetic bias b (fa4num.attention.flex, the mod's ``form``), with dist = |q_idx - kv_idx|:
+    rel_bias_mod: min(dist, clamp); alibi_mod: -slope dist with slope the fp32 aux value; alibi_exp2_mod:
+    -2^(-8 (h+1) c) dist with c its fp32 constant. Kernel (softmax.apply_score_mod_inner): x = RN(S_k s32) then
+    RN(x + b32), or with ``contract`` one FFMA fma(S_k, s32, b32); b32 the mod's fp32 bias (an exact int below
+    2^24; RN(slope dist), computed here exactly as the kernel does; the exp2 slope within ex2.approx's relative
+    error of 2^(RN(-8 (h+1) c)), the argument's rounding computed exactly). With |S_k - S| <= rho and
+    e0 = rho s32 + |S| |s32 - scale| (+ 2^-24 (|S| + rho) s32 without contraction):
+      |S'_k - S'| <= (e0 + |b32 - b|) + 2^-24 (|S'| + e0 + |b32 - b|)     (+ float64's evaluation of S')."""
+    kind, p = form
+    n_q, n_k = S.shape
+    u = U32
+    s32 = float(np.float32(scale))
+    dist = np.abs(np.arange(n_q)[:, None] - np.arange(n_k)[None, :])
+    if kind == "rel_bias_mod":
+        b = (dist if p["clamp"] is None else np.minimum(dist, p["clamp"])).astype(np.float64)
+        eb = np.abs(b.astype(np.float32).astype(np.float64) - b)
+    elif kind == "alibi_mod":
+        slope = np.asarray(aux[p["aux_index"]]).astype(np.float32)[head]
+        b = -float(slope) * dist
+        eb = np.abs(-(slope * dist.astype(np.float32)).astype(np.float64) - b)
+    elif kind == "alibi_exp2_mod":
+        e = -8 * (head + 1)
+        arg = e * p["c"]                                      # exact in float64 (c is an fp32 value)
+        arg32 = float(np.float32(e) * np.float32(p["c"]))
+        if arg32 < -125:
+            raise ValueError(f"score_mod: alibi_exp2_mod's slope 2^{arg32:g} is subnormal (head {head}); not bounded")
+        slope = 2.0 ** arg
+        rel = math.expm1(abs(arg32 - arg) * math.log(2) + math.log1p(ex2_rel)) * _F64_SAFETY
+        b = -slope * dist
+        eb = dist * slope * rel + u * dist * slope * (1 + rel)
+    else:
+        raise ValueError(f"score_mod: no bound for the built-in form {kind!r}")
+    Sx = S * scale + b
+    e0 = rho * s32 + np.abs(S) * abs(s32 - scale)
+    if not p["contract"]:
+        e0 = e0 + u * (np.abs(S) + rho) * s32
+    own = (eb + u * (np.abs(Sx) + e0 + eb)) * _F64_SAFETY
+    f64 = 2.0 ** -51 * (np.abs(S) * abs(scale) + np.abs(b))
+    return Sx, (e0 * _F64_SAFETY + own + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY
+
+
+def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
     """attention_error_bound for 4-D q, k, v (one sequence of a varlen call, or the whole dense call), with the
-    problem's kernel options; ``softmax_scale``: the problem's, or its opposite (a negative scale's reflection)."""
+    problem's kernel options; ``softmax_scale``: the problem's, or its opposite (a negative scale's reflection);
+    ``seq_meta``: (batch index, fa4num.attention.flex.SeqlenInfo) of a varlen call's sequence (what a mod sees)."""
     kern, opts = problem.kernel, problem.opts
     dt = problem.dtype
     b, sq, h, d = qa.shape
@@ -317,7 +467,8 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
         # FA4 subtracts the row max of S, not of S * scale: with a negative scale its exponents are positive
         # (masked -inf scores give +inf), outside this analysis. The exact attention is that of -q and |scale|
         # (softcap's tanh is odd); no finite bound is claimed (docs/bounds.md, section 5.8)
-        return _unbounded(_bound_dense(-qa, ka, va, problem=problem, softmax_scale=-softmax_scale, delta=delta))
+        return _unbounded(_bound_dense(-qa, ka, va, problem=problem, softmax_scale=-softmax_scale, delta=delta,
+                                       seq_meta=seq_meta))
     # non-finite inputs: bounded with zeros in their place, then every element they reach is unbounded (+inf)
     # and its exact value undefined (NaN) -- docs/bounds.md, section 5.8
     bad_q, bad_k, bad_v = (~np.isfinite(a.astype(np.float32)) for a in (qa, ka, va))
@@ -325,11 +476,16 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     if bad_q.any() or bad_k.any() or bad_v.any():
         qa, ka, va = (np.where(np.isfinite(a.astype(np.float32)), a, np.zeros((), a.dtype)) for a in (qa, ka, va))
     softcap, window = problem.softcap, problem.window
-    causal = window.causal
+    fl = problem.flex
+    # a built-in score_mod's real-arithmetic form (fa4num.attention.flex); softcap_mod's is softcap='s
+    form = None if fl is None or fl.score_mod is None else getattr(fl.score_mod, "builtin", None)
+    if form is not None and form[0] == "softcap_mod":
+        softcap, form = form[1]["softcap"], None
+    scored = bool(softcap) or form is not None
     sink = None if problem.sink is None else problem.sink.astype(np.float64)
     scale = softmax_scale
     # with a score_mod the softmax runs on the modified score with scale_log2 = LOG2_E (compute_softmax_scale_log2)
-    sl2, lam, dlam, dln2 = _delta_lambda(1.0 if softcap else scale)
+    sl2, lam, dlam, dln2 = _delta_lambda(1.0 if scored else scale)
     tanh_err = _tanh_abs_error(opts.mufu_arch) if softcap else None
 
     # --- per-kernel constants -------------------------------------------------------------------------------
@@ -368,7 +524,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     out_x = np.zeros((b, sq, h, dv))
     lse_b = np.zeros((b, h, sq))
     lse_x = np.full((b, h, sq), -np.inf)
-    names = ("s_gemm", "softcap", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast", "row_sum",
+    names = ("s_gemm", "softcap", "score_mod", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast", "row_sum",
              "pv_gemm", "rcp", "out_cast")
     terms = {n: 0.0 for n in names}
     lse_names = ("weights", "row_sum", "lg2", "scale", "roundings")
@@ -376,25 +532,10 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     vmax_all = 0.0
     col = np.arange(sk)
     emu_key = emu_cols[col % tn]
-    # visible keys of each row (masking.py, bottom-right aligned): one contiguous range first..last
-    diag = np.arange(sq, dtype=np.int64) + (sk - sq)
-    last = np.full(sq, sk - 1, np.int64)
-    first = np.zeros(sq, np.int64)
-    if causal:
-        last = np.minimum(diag, sk - 1)
-    elif window.local:
-        if window.right is not None:
-            last = np.minimum(diag + window.right, sk - 1)
-        if window.left is not None:
-            first = np.maximum(diag - window.left, 0)
-    nvis = np.maximum(last - first + 1, 0)               # keys first..last are visible
-    # KV blocks holding a visible key (block_info.py get_n_block_min_max; the tile's other blocks are fully
-    # masked for this row: P = 0 exactly and the max is unchanged, so they add no error)
-    nblk = np.where(nvis > 0, last // tn - first // tn + 1, 0)
-    first_lo = np.maximum(last // tn * tn, first)        # keys of the first processed block: [first_lo, last]
-    has = nvis > 0
+    # a mask_mod or block sparsity: each (sequence, head) has its own visible keys and visiting order
+    flex_rows = fl is not None and (fl.mask_mod is not None or fl.block_sparse is not None)
+    rows_w = None if flex_rows else _window_rows(window, sq, sk, tn)
     log_ex2_col = np.where(emu_key, math.log1p(sw.relative) if sw is not None else 0.0, math.log1p(ex2_rel))
-    nresc = np.maximum(nblk - 1, 0)
     # knobs of one kernel's options only: SM100's fused_bias=False adds a rounding, SM90's ffma_exponent=False
     # evaluates the exponent as FMUL + FADD
     nround_bias = 1 if getattr(opts, "fused_bias", True) else 2
@@ -403,34 +544,57 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
     bw = kern.lazy_rescale
     emu_idx = np.flatnonzero(emu_key)
     for bb in range(b):
+        batch, seqinfo = (bb, SeqlenInfo(sq, sk)) if seq_meta is None else seq_meta
         for hh in range(h):
             kv = hh // h_per_kv
+            rows = rows_w if rows_w is not None else _flex_rows(problem, batch=batch, head=hh, seqinfo=seqinfo,
+                                                                seqlen_q=sq, seqlen_k=sk, tn=tn)
+            first, last, nvis, nblk = rows.first, rows.last, rows.nvis, rows.nblk
+            has = nvis > 0
+            nresc = np.maximum(nblk - 1, 0)
+            vis = rows.vis if rows.vis is not None else np.ones((1, 1), np.bool_)
             Q = qa[bb, :, hh].astype(np.float64)
             K = ka[bb, :, kv].astype(np.float64)
             V = va[bb, :, kv].astype(np.float64)
             aV = np.abs(V)
             vmax_all = max(vmax_all, float(aV.max(initial=0.0)))
-            # sum over the visible keys of |V| per column, from prefix sums (the visible keys are a contiguous range)
-            cV = np.concatenate([np.zeros((1, dv)), np.cumsum(aV, axis=0)])
-            # (+ the prefix sums' own float64 error, at most sk 2^-53 of the total each)
-            # (rows that see no key, e.g. causal with seqlen_q > seqlen_k, have last < first: clipped indices, and
-            # has masks them)
-            hi_, lo_ = cV[np.clip(last + 1, 0, sk)], cV[np.clip(first, 0, sk)]
-            Vabs = np.where(has[:, None], hi_ - lo_ + sk * 2.0 ** -52 * hi_, 0.0)
+            if rows.vis is None:
+                # sum over the visible keys of |V| per column, from prefix sums (the visible keys are a contiguous
+                # range; + the prefix sums' own float64 error, at most sk 2^-53 of the total each; rows that see
+                # no key, e.g. causal with seqlen_q > seqlen_k, have last < first: clipped indices, and has masks
+                # them)
+                cV = np.concatenate([np.zeros((1, dv)), np.cumsum(aV, axis=0)])
+                hi_, lo_ = cV[np.clip(last + 1, 0, sk)], cV[np.clip(first, 0, sk)]
+                Vabs = np.where(has[:, None], hi_ - lo_ + sk * 2.0 ** -52 * hi_, 0.0)
+            else:
+                Vabs = rows.vis @ aV
+                Vabs = Vabs + sk * 2.0 ** -52 * Vabs
             # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma): S, |Q||K|^T and the chain's running bound
             S, A, rho = _s_error(Q, K, gemm_s, gemm, first, last)
-            # fp32 overflow of S (or of S * scale before the soft cap, or of the exponent): no finite bound
+            # fp32 overflow of S (or of S * scale before a score_mod, or of the exponent): no finite bound
             s_mag = (A.max(axis=1, initial=0.0) + rho.max(axis=1, initial=0.0)) * (1 + 2.0 ** -20)
-            fits = s_mag * max(1.0, abs(scale) if softcap else 1.0) < 2.0 ** 126
+            fits = s_mag * max(1.0, abs(scale) if scored else 1.0) < 2.0 ** 126
             if softcap:
                 # score_mod (utils.create_softcap_scoremod): S <- RN(cap tanh.approx(RN(RN(S scale) / cap)))
                 S, rho, rho_sc, _ = _softcap_scores(S, A, rho, softcap=softcap, scale=scale, d=d, tanh_err=tanh_err)
                 A = np.zeros_like(A)
+            elif form is not None:
+                # an additive built-in score_mod: S <- RN(RN(S scale) + bias) or fma(S, scale, bias)
+                S, rho, rho_sc = _bias_scores(S, A, rho, form=form, scale=scale, head=hh, aux=fl.aux_tensors,
+                                              ex2_rel=ex2_rel)
+                A = np.zeros_like(A)
+            if form is not None or rows.vis is not None:
+                # only the keys a row sees enter below; zeros elsewhere (as outside first..last without a bias)
+                keep = (col[None, :] >= first[:, None]) & (col[None, :] <= last[:, None]) if rows.vis is None \
+                    else rows.vis
+                S, A, rho = (np.where(keep, x, 0.0) for x in (S, A, rho))
+                if scored:
+                    rho_sc = np.where(keep, rho_sc, 0.0)
             # exponent (softmax.py scale_subtract_rowmax / online_softmax), rescales (update_row_max) and exp2 per
             # element, in one fused pass (_weights documents each term)
             w, wt, w2, ws, wx, Mf, rho_m, W, wth, theta_max, log_resc = _weights(
-                S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dlam, d * 2.0 ** -52, thr, off,
-                nround_bias, fmul_x, math.log1p(ex2_rel))
+                S, A, rho, first, last, rows.fb_lo, rows.fb_hi, vis, rows.vis is not None, nresc, log_ex2_col, sl2,
+                lam, dlam, d * 2.0 ** -52, thr, off, nround_bias, fmul_x, math.log1p(ex2_rel))
             fits &= (np.abs(S).max(axis=1, initial=0.0) + rho_m) * sl2 + thr + off < 2.0 ** 126
             # learnable sink (softmax.py apply_learnable_sink / Softmax.finalize): one more weight in the row sum,
             # with no value (docs/bounds.md, section 5.6)
@@ -451,7 +615,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             tau = (wth + n_eta * eta_w) / Wd
             # rows whose weights' error bound reaches 1/2 of the row sum (|S| error times scale_log2 not well below
             # 1, e.g. a huge softmax_scale) or whose fp32 arithmetic can overflow get no finite bound
-            ok = has & fits & (tau < 0.5)
+            ok = has & fits & (tau < 0.5) & ~rows.bad
             # fp8/fp16 P must stay finite (cvt.rn.satfinite): P <= 2^(thr + off) (1 + theta) < max
             pmax_est = 2.0 ** (thr + off) * (1 + float(theta_max[ok].max(initial=0.0))) * \
                 np.exp2(2 * rho_m[ok].max(initial=0) * sl2)
@@ -478,8 +642,8 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             # P's relative cast error r_j <= u_p from its enclosure at the stale max (_cast_time_p): 0-ish for an
             # arg-max cast as 2^off exactly, the exact distance to P's grid where the enclosure allows
             eta_pn = eta_p * cinv * a_up
-            wr = _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, fmul_x, bw, log_ex2_col,
-                                u_p, p_ulp_min)
+            wr = _cast_relative(S, rho, w, wt, first, last, rows.order, rows.nblk, vis, rows.vis is not None, tn,
+                                sl2, thr, off, nround_bias, fmul_x, bw, log_ex2_col, u_p, p_ulp_min)
             t_p = (wr @ aV + u_p * eta_w[:, None] * Vabs + eta_pn[:, None] * Vabs) / denom[:, None]
             # PV GEMM chain (tiled_mma_pv) with the O rescales RN(O * acc_scale) in between (correction_rescale)
             nch = nblk * -(-tn // gemm_pv.chunk) if gemm != "blas" else np.minimum(nblk, 1)
@@ -520,9 +684,10 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             out_x[bb, :, hh] = np.where(hm, ostar, 0.0)
             # terms (largest over elements), in units of out
             share = np.where(hm, 1.0, 0.0) / denom[:, None]
-            if softcap:
+            if scored:
                 ws = w * np.expm1(np.maximum(rho - rho_sc, 0.0) * sl2 * math.log(2))
-                _upd(terms, "softcap", ((w * np.expm1(rho_sc * sl2 * math.log(2))) @ aV) * share)
+                _upd(terms, "softcap" if softcap else "score_mod",
+                     ((w * np.expm1(rho_sc * sl2 * math.log(2))) @ aV) * share)
             _upd(terms, "s_gemm", ((ws @ aV) * share))
             _upd(terms, "scale_exponent", ((wx @ aV) * share))
             G_emu = w[:, emu_idx] @ aV[emu_idx] if emu_idx.size else np.zeros_like(G)
@@ -567,8 +732,12 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
             ovf = has[:, None] & pv_ovf
             out_b[bb, :, hh] = np.where(ovf, np.inf, out_b[bb, :, hh])
             out_p[bb, :, hh] = np.where(ovf, np.inf, out_p[bb, :, hh])
-            kv_bad = np.concatenate([[0], np.cumsum(bad_k[bb, :, kv])])
-            undef = bad_q[bb, :, hh] | (has & (kv_bad[np.clip(last + 1, 0, sk)] - kv_bad[np.clip(first, 0, sk)] > 0))
+            if rows.vis is None:
+                kv_bad = np.concatenate([[0], np.cumsum(bad_k[bb, :, kv])])
+                sees_bad = kv_bad[np.clip(last + 1, 0, sk)] - kv_bad[np.clip(first, 0, sk)] > 0
+            else:
+                sees_bad = (rows.vis & bad_k[bb, None, :, kv]).any(axis=1)
+            undef = bad_q[bb, :, hh] | (has & sees_bad)
             # a non-finite V[j, c] reaches column c of every row: the PV GEMM multiplies it by the P = 0 of the rows
             # whose tile visits j's block with j masked (0 * inf = NaN), and the exact value of rows that see j
             undef_v = undef[:, None] | bad_v[bb, :, kv].any(axis=0)[None, :]
@@ -588,8 +757,8 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta):
                             v_abs_max=vmax_all, scale_log2=sl2, tile_n=tn)
     except OverflowError:
         ap = {"bound": math.inf, "terms": {}, "formula": "overflows (huge softmax_scale)"}
-    if softcap:
-        ap = {"bound": math.inf, "terms": {}, "formula": "not derived with softcap"}
+    if softcap or fl is not None:
+        ap = {"bound": math.inf, "terms": {}, "formula": "not derived with softcap or FlexAttention"}
     return AttentionBound(out=out_b, lse=lse_b, out_probabilistic=out_p, out_exact=out_x, lse_exact=lse_x,
                           terms=terms, lse_terms=lterms, a_priori=ap, kernel=kern.name, delta=delta,
                           options={k2: getattr(opts, k2) for k2 in vars(opts)})
@@ -672,15 +841,18 @@ def _s_error(Q, K, g: _Gemm, gemm: str, first, last):
     trunc = g.gamma - 2.0 ** -23 if gemm == "wgmma" else 0.0
     rz = 2.0 ** -23 if gemm == "wgmma" else 2.0 ** -24
     Kt = np.ascontiguousarray(K.T)
-    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, np.abs(Kt), g.chunk, trunc, rz, g.eta, first, last)
-    rho = g.chain(1, A) if gemm == "blas" else rho * _F64_SAFETY
-    return S, A, rho + Q.shape[1] * 2.0 ** -52 * A
+    d52 = Q.shape[1] * 2.0 ** -52
+    blas = gemm == "blas"
+    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, np.abs(Kt), g.chunk, trunc, rz, g.eta, first, last,
+                                not blas, _F64_SAFETY, d52)
+    # (the chunk chain's rho * _F64_SAFETY + d 2^-52 A is formed in the kernel)
+    return (S, A, g.chain(1, A) + d52 * A) if blas else (S, A, rho)
 
 
 @njit(parallel=True, cache=True)
-def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last):
+def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last, finish, safety, d52):
     """S, A and the chunk chain's rho of _s_error, one row per task; the inner loops run over keys (contiguous in
-    Kt) with row-local accumulators, so they vectorise."""
+    Kt) with row-local accumulators, so they vectorise. ``finish``: rho returned as rho * safety + d52 A."""
     m, d = Q.shape
     n = Kt.shape[1]
     S = np.zeros((m, n))
@@ -716,6 +888,9 @@ def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last):
                 r[j] = rr + (tr + rz * (abs(nxt) + rr + tr)) / (1 - rz) + eta
                 part[j] = nxt
                 a[j] += c[j]
+        if finish:
+            for j in range(nn):
+                r[j] = r[j] * safety + d52 * a[j]
         S[i, lo:lo + nn] = part
         A[i, lo:lo + nn] = a
         rho[i, lo:lo + nn] = r
@@ -723,11 +898,12 @@ def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last):
 
 
 @njit(parallel=True, cache=True)
-def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dlam, d52, thr, off, nround_bias,
-             fmul_x, log1p_ex2):
+def _weights(S, A, rho, first, last, fb_lo, fb_hi, vis, masked, nresc, log_ex2_col, sl2, lam, dlam, d52, thr, off,
+             nround_bias, fmul_x, log1p_ex2):
     """The softmax weights and their relative error bounds, per visible element (docs/bounds.md, section 3).
 
-    Per row: M (max S), rho_m (max rho), the first block's max F, and the rescale term
+    Per row (over its visible keys: first..last, and ``vis`` where ``masked``, a mask_mod or block sparsity):
+    M (max S), rho_m (max rho), the max F of the first visited block (its keys fb_lo..fb_hi), and the rescale term
     log_resc = (2^-24 sl2 (M - F + 2 rho_m)) ln 2 + nresc ln(1 + e_ex2) (update_row_max's FADD/FMUL telescoping
     over the rises of the stored max, one MUFU ex2 per rescale). Per element, with gap = M - S >= 0:
     the exponent error in log2 units e_s + e_scale + e_round, where e_s = sl2 rho + lambda d 2^-52 A (S GEMM),
@@ -759,11 +935,13 @@ def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dla
         rm = 0.0
         absS = 0.0
         for j in range(lo, hi):
+            if masked and not vis[i, j]:
+                continue
             s = S[i, j]
             M = max(M, s)
             rm = max(rm, rho[i, j])
             absS = max(absS, abs(s))
-            if j >= first_lo[i]:
+            if fb_lo[i] <= j <= fb_hi[i]:
                 F = max(F, s)
         bias_mag = (absS + rm) * sl2 + off
         rise = max(M - F, 0.0) + 2 * rm
@@ -772,6 +950,8 @@ def _weights(S, A, rho, first, last, first_lo, nresc, log_ex2_col, sl2, lam, dla
         swt = 0.0
         tmax = 0.0
         for j in range(lo, hi):
+            if masked and not vis[i, j]:
+                continue
             s = S[i, j]
             gap = M - s
             es = sl2 * rho[i, j] + lam * d52 * A[i, j]
@@ -808,15 +988,17 @@ def _rn_format(x, u, ulp_min):
 
 
 @njit(parallel=True, cache=True)
-def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, fmul_x, lazy, log_ex2_col, u_p,
-                   ulp_min):
+def _cast_relative(S, rho, w, wt, first, last, order, nord, vis, masked, tn, sl2, thr, off, nround_bias, fmul_x,
+                   lazy, log_ex2_col, u_p, ulp_min):
     """Per visible element, (w + w theta) r with r a bound on the relative error |RN_p(P) - P| / P of the cast of
     the fp32 P the kernel holds (docs/bounds.md, section 5.4, Lemma 4); r = u_p where nothing sharper is known.
 
     The enclosure [lo, hi] of P comes from the stored row max at the time of the element's block: the kernel's
     max is that of its own scores (within rho of S), the blocks run from the last to the first (block_info.py),
     and on SM100 a rise of at most ``thr`` (log2 units) keeps the stale max (lazy.py's rule, replayed on
-    enclosures: a decision the enclosures cannot settle takes both outcomes). Where the stored max after a
+    enclosures: a decision the enclosures cannot settle takes both outcomes); ``order[i, :nord[i]]`` are the KV
+    blocks holding row i's visible keys in the kernel's visiting order (right to left; a block-sparse call's
+    mask blocks, then its full blocks), ``vis`` its visible keys where ``masked``. Where the stored max after a
     block includes the block's own max (SM90, threshold 0, a rescale, the first block), S_j <= m and the
     argument is <= off: the arg-max's P is 2^off up to the exponent's roundings. x = RN(s sl2 + b),
     b = RN(off - m sl2) (one more rounding without fused_bias; fmul_x: a separate FMUL of s sl2), P = ex2(x)
@@ -837,17 +1019,18 @@ def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, f
             continue
         olo = -np.inf
         ohi = -np.inf
-        t = z // tn
-        tfirst = a // tn
-        while t >= tfirst:
+        for kb in range(nord[i]):
+            t = order[i, kb]
             j0 = max(a, t * tn)
             j1 = min(z, t * tn + tn - 1)
             blo = -np.inf
             bhi = -np.inf
             for j in range(j0, j1 + 1):
+                if masked and not vis[i, j]:
+                    continue
                 blo = max(blo, S[i, j] - rho[i, j])
                 bhi = max(bhi, S[i, j] + rho[i, j])
-            if t == z // tn:
+            if kb == 0:
                 mlo, mhi, covers = blo, bhi, True
             else:
                 rlo = max(0.0, blo - ohi) * sl2 * (1 - 4 * u)
@@ -861,6 +1044,8 @@ def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, f
                         mlo, mhi, covers = olo, max(ohi, bhi), False
             bmag = max(abs(mlo), abs(mhi)) * sl2 + abs(off)
             for j in range(j0, j1 + 1):
+                if masked and not vis[i, j]:
+                    continue
                 dlo = S[i, j] - rho[i, j] - mhi
                 dhi = S[i, j] + rho[i, j] - mlo
                 if covers:
@@ -882,7 +1067,6 @@ def _cast_relative(S, rho, w, wt, first, last, tn, sl2, thr, off, nround_bias, f
                         rj = min(u_p, max(abs(g - lo) / lo, abs(hi - g) / hi) * (1 + 2.0 ** -40))
                 wr[i, j] = (w[i, j] + wt[i, j]) * rj
             olo, ohi = mlo, mhi
-            t -= 1
     return wr
 
 
@@ -946,15 +1130,106 @@ def _tied_root_sum_squares(S, w2, V):
     scores: they get the same P, hence the same cast error, so each group is one random variable of the
     Hoeffding sum (rows without ties: sqrt(sum_j w2_j v_j^2))."""
     out = np.sqrt(w2 @ (V * V))
-    srt = np.sort(S, axis=1)
     wa, aV = np.sqrt(w2), np.abs(V)
-    for i in np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1)):
+    # rows whose ties all lie among keys of weight 0 (masked keys' zeros): every group's sum is its one weighted
+    # term exactly, computed in numba in the grouped order; rows with a real tie in numpy below
+    real = _tie_rows(S, wa, aV, out)
+    for i in np.flatnonzero(real):
         o = np.argsort(S[i], kind="stable")
         s = S[i, o]
         starts = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
         g = np.add.reduceat(wa[i, o, None] * aV[o], starts, axis=0)
         out[i] = np.sqrt((g * g).sum(axis=0))
     return out
+
+
+@njit(cache=True, nogil=True)
+def _has_tie(row, bits, idx, zeros, size):
+    """Whether two of row[idx] are equal, or one is 0 while ``zeros`` > 0, or ``zeros`` > 1: an open-addressing
+    hash set of the values hashed by their bits ``bits`` (row viewed as int64; 0 for -0; a NaN equals nothing),
+    linear in len(idx)."""
+    if zeros > 1:
+        return True
+    keys = np.empty(size)
+    used = np.zeros(size, np.bool_)
+    mask = size - 1
+    for t in range(idx.size):
+        x = row[idx[t]]
+        if x != x:
+            continue
+        if x == 0.0:
+            if zeros > 0:
+                return True
+            x = 0.0
+        h = np.int64((np.uint64(bits[idx[t]] if x != 0.0 else 0) * np.uint64(0x9E3779B97F4A7C15))
+                     >> np.uint64(40)) & mask
+        while used[h]:
+            if keys[h] == x:
+                return True
+            h = (h + 1) & mask
+        used[h] = True
+        keys[h] = x
+    return False
+
+
+@njit(parallel=True, cache=True)
+def _tie_rows(S, wa, aV, out):
+    """Per row of S with a tie (two equal scores): where no two keys of one score both have weight > 0, sets
+    ``out[i]`` to sqrt(sum_g (sum_{j in g} wa_j |V_j|)^2) with the groups g in ascending score order, summed one
+    after the other (the arithmetic of the grouped numpy evaluation: a group's sum is its one nonzero term, exact,
+    and an axis-0 sum adds the groups' rows in order; groups of weight 0 add exact zeros); returns the rows with a
+    real tie (left to the caller). Keys of weight 0 and score 0 (masked keys) are counted, not sorted."""
+    m, n = S.shape
+    dv = aV.shape[1]
+    real = np.zeros(m, np.bool_)
+    Sb = S.view(np.int64)
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    for i in prange(m):
+        idx = np.empty(n, np.int64)
+        ns = 0
+        zeros = 0
+        for j in range(n):
+            if wa[i, j] == 0 and S[i, j] == 0:
+                zeros += 1
+            else:
+                idx[ns] = j
+                ns += 1
+        if not _has_tie(S[i], Sb[i], idx[:ns], zeros, size):
+            continue
+        vals = np.empty(ns)
+        for t in range(ns):
+            vals[t] = S[i, idx[t]]
+        o = np.argsort(vals, kind="mergesort")
+        tie = zeros > 1
+        t = 0
+        while t < ns:
+            e = t + 1
+            cnt = 1 if wa[i, idx[o[t]]] > 0 else 0
+            while e < ns and vals[o[e]] == vals[o[t]]:
+                if wa[i, idx[o[e]]] > 0:
+                    cnt += 1
+                e += 1
+            if e - t > 1 or (zeros > 0 and vals[o[t]] == 0):
+                tie = True
+            if cnt > 1:
+                real[i] = True
+                break
+            t = e
+        if not tie or real[i]:
+            continue
+        acc = np.zeros(dv)
+        for t in range(ns):
+            j = idx[o[t]]
+            g = wa[i, j]
+            if g > 0:
+                for c in range(dv):
+                    x = g * aV[j, c]
+                    acc[c] += x * x
+        for c in range(dv):
+            out[i, c] = math.sqrt(acc[c])
+    return real
 
 
 def _round_dir(x: np.ndarray, up: bool) -> np.ndarray:

@@ -464,7 +464,8 @@ def attention_backward_error_bound(q=None, k=None, v=None, out=None, dout=None, 
     **fa4_args
         FA4's arguments and the backward's knobs, resolved by the forward's own :func:`fa4num.attention.plan`
         and checked by :func:`fa4num.attention.backward.prepare` (what the backward refuses, this refuses);
-        ``seqused_q``/``seqused_k`` are refused (not modelled).
+        ``seqused_q``/``seqused_k`` and FlexAttention's arguments (score_mod, mask_mod, block sparsity) are
+        refused by name (not modelled).
 
     Returns
     -------
@@ -483,6 +484,8 @@ def attention_backward_error_bound(q=None, k=None, v=None, out=None, dout=None, 
     True
     """
     problem = given_or_plan(problem, q, k, v, fa4_args, who="attention_backward_error_bound")
+    # the backward's mods and sparse tensors are not modelled here (the forward bound's are): refused by name
+    problem.refuse_flex("attention_backward_error_bound")
     if problem.seqused_q is not None or problem.seqused_k is not None:
         raise ValueError("seqused_q/seqused_k: not modelled by attention_backward_error_bound")
     oa, doa, lsea, tile = prepare(problem, out, dout, lse)

@@ -281,10 +281,11 @@ def test_refusals_name_the_argument():
 
 def test_consumers_without_mods_refuse_them():
     from fa4num.attention.reference import backward_fp64
-    from fa4num.bounds import attention_error_bound
     q, k, v = _qkv(64, 64, seed=15)
     p = plan(q, k, v, score_mod=flex.rel_bias_mod(), mask_mod=flex.causal_mask())
-    for fn in (lambda: backward_fp64(dout=q, problem=p), lambda: attention_error_bound(problem=p)):
+    # (the GPU twin runs the built-ins: tests/attention/test_twin.py; attention_error_bound bounds them:
+    # tests/bounds/test_flex_bounds.py; attention_fp64 applies them: tests/top/test_cli.py)
+    for fn in (lambda: backward_fp64(dout=q, problem=p),):
         with pytest.raises(ValueError, match="score_mod/mask_mod: .* does not model FlexAttention"):
             fn()
 
