@@ -186,7 +186,7 @@ def main(argv=None) -> int:
         problem = plan(q, k, v, **kw)
         why = twin.refusal(problem)
         if why is not None:
-            rows.append(dict(name=case["name"], refused=why, equal=False))
+            rows.append(dict(name=case["name"], refused=why, equal=None))      # not run: counted apart
             print(f"{case['name']:36s} REFUSED {why}", flush=True)
             continue
         t0 = time.perf_counter()
@@ -215,8 +215,9 @@ def main(argv=None) -> int:
             gold.append(dict(name=name, equal=all(eq.values()), **{f"{n}_equal": e for n, e in eq.items()}))
             print(f"golden {name:40s} {'EQUAL' if all(eq.values()) else 'DIFF ' + json.dumps(eq)}", flush=True)
     prov = run_provenance(script="experiments/gpu/twin_flex_validate.py")
-    summary = dict(cases=len(rows), equal=sum(r["equal"] for r in rows), golden=len(gold),
-                   golden_equal=sum(g["equal"] for g in gold))
+    ran = [r for r in rows if "refused" not in r]
+    summary = dict(cases=len(ran), equal=sum(r["equal"] for r in ran), refused=len(rows) - len(ran),
+                   golden=len(gold), golden_equal=sum(g["equal"] for g in gold))
     (out / "twin_flex_validate.json").write_text(json.dumps(dict(provenance=prov, summary=summary, cases=rows,
                                                                  golden=gold), indent=1))
     print(json.dumps(summary))

@@ -73,6 +73,13 @@ def _launch(problem):
         return float(problem.softcap), False, args, (None, None, None), ids
     sparse = None
     if fl.block_sparse is not None:
+        if _spec(fl.mask_mod)[0] == "document_mask":
+            # on the H200 the twin's LSE differed from the emulator's (and the real kernel's) in 500-640 of 4096
+            # rows of both block-sparse document cases, and on 4 of the 56 flex goldens, all block-sparse
+            # document calls, while the interpreter gives the kernel's bits
+            # (experiments/results/h200_20261202b/twin_flex_validate.json): refused until that is understood
+            raise _Refused("block_sparse_tensors with mask_mod=document_mask: the GPU twin's LSE differed from the "
+                           "emulator's on the H200 for this pair; use fa4num.attention.forward")
         sparse = _sparse_table(problem)
         ids["SPARSE"] = True
         args["sp_nmb"], args["sp_len"] = sparse[0].shape[1], sparse[0].shape[2]
@@ -118,9 +125,10 @@ def _launch(problem):
                     or not (np.issubdtype(doc.dtype, np.integer) or doc.dtype == np.bool_):
                 raise _Refused(f"aux_tensors[{par['aux_index']}]: document ids must be integers of at least "
                                f"(batch, [heads,] seqlen) = {need}, got {doc.dtype} {doc.shape}")
-            # int64 ids (a cast that keeps equality: the mask compares ids for equality only)
-            aux_m = np.ascontiguousarray(doc.astype(np.int64))
-            st = [x // 8 for x in aux_m.strides]
+            # int32 ids where they fit, else int64 (casts that keep equality: the mask compares ids only)
+            small = doc.size == 0 or (int(doc.min()) >= -2 ** 31 and int(doc.max()) < 2 ** 31)
+            aux_m = np.ascontiguousarray(doc.astype(np.int32 if small else np.int64))
+            st = [x // aux_m.itemsize for x in aux_m.strides]
             args["sab"], args["sah"], args["sas"] = st[0], st[1] if doc.ndim == 3 else 0, st[-1]
     return softcap, fl.score_mod is not None, args, (aux_s, aux_m, sparse), ids
 

@@ -250,9 +250,15 @@ def _mask_mod(MASK_MOD: tl.constexpr, ok, bb, head, qpos, cols, seqlen_q, seqlen
         keep = (kv >= center - mm_a) & (kv <= center + mm_b)
     elif MASK_MOD == PREFIX_LM:
         keep = ((q < mm_a) & (kv < mm_a)) | (q >= kv)
-    else:       # DOCUMENT
-        base = Aux + bb * sab + head[:, None] * sah
-        keep = tl.load(base + q * sas, mask=ok, other=0) == tl.load(base + kv * sas, mask=ok, other=0)
+    else:       # DOCUMENT: each row's id and each key's id loaded once (a (rows, keys) gather of both asked
+        # the H200 for 426 KB of shared memory); per-head ids with packed heads need the keys' ids per row
+        rows = Aux + bb * sab + head * sah
+        idq = tl.load(rows + qpos * sas, mask=qpos < seqlen_q, other=0)
+        if sah == 0:
+            idk = tl.load(Aux + bb * sab + cols * sas, mask=cols < seqlen_k, other=0)
+            keep = idq[:, None] == idk[None, :]
+        else:
+            keep = idq[:, None] == tl.load(rows[:, None] + kv * sas, mask=ok, other=0)
     return keep & ok
 
 
