@@ -4,7 +4,8 @@ committed result; none is typed. Skip shares are read only from results of today
 (paper_common.require_skip_definition).
 
     python experiments/paper_numbers.py     # paper/tables/{skip,baselines,exp2_bound,goldens,fit_exp2,fit_suite,
-                                            #   error_budget,bounds_validation}.tex and paper/tables/numbers2.tex
+                                            #   error_budget,error_budget_scale,mitigation,bounds_validation}.tex
+                                            #   and paper/tables/numbers2.tex
 """
 from __future__ import annotations
 
@@ -381,24 +382,264 @@ def error_budget(df):
     return tex, m
 
 
-def error_budget_gpu():
-    """The error budget bit-exact at scale: the GPU twin on the H200 through Dask
-    (experiments/grids/error_budget_gpu.toml, experiments/results/study_error_budget_gpu): the median over
-    families and seeds of rel. L2 / floor, at the shortest and longest length, per kernel and knob."""
+# The error budget bit-exact at scale: the GPU twin on the H200 (experiments/grids/error_budget_gpu.toml; SM100 is
+# FA4's Blackwell arithmetic emulated on Hopper's instructions, never run on Blackwell) and MiniLM's q and k on the
+# CPU emulator (experiments/grids/error_budget_minilm.toml; the model package is not on the GPU machine).
+SCALE_STORES = ("study_error_budget_gpu", "study_error_budget_minilm")
+SCALE_LENGTHS = (1024, 8192, 32768, 131072)
+SCALE_PANELS = (("gaussian", "sink", "minilm"), ("rising", "llm"))
+# (kernel, knob) rows of the budget: the baselines first (FA4's SM90 kernel: always rescale, MUFU exp2 only; and
+# threshold 0), then FA4's SM100 default and each knob changed alone
+SM90_ROW = ("fa4-sm90", "default")
+SCALE_KNOBS = ("rescale_threshold=0", "rescale_threshold=4", "default", "rescale_threshold=16", "ex2_emu_freq=0",
+               "ex2_emu_freq=1,ex2_emu_res=1,ex2_emu_start_frg=0", "poly_degree=2", "poly_degree=4",
+               "coeffs=fa4num-bf16-deg3", "max_offset=8", "fused_bias=false", "dtype=float16")
+SCALE_LABEL = {**pc.KNOB_LABEL, "default": "SM100 default (thr.\\ 8)", "poly_degree=4": "degree 4 (FA4)",
+               "fused_bias=false": "unfused exponent bias"}
+MISSING = "---"     # a cell the stores do not hold: shown as missing, never interpolated
+THRESHOLDS = (("rescale_threshold=0", 0), ("rescale_threshold=4", 4), ("default", 8), ("rescale_threshold=16", 16))
+
+
+def _tokens(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 else str(n)
+
+
+def scale_rows(results=None):
+    """The rows of :data:`SCALE_STORES` (bit-exact only), the kernel filled in (FA4 SM100 where the grid left it
+    out) and ``rows`` = query rows per task (sequence length times heads, batch 1); each store checked so that
+    no group of (kernel, knob, dist, seqlen) pools different configurations as seeds."""
+    import pandas as pd
+
     from fa4num.study.store import read_store
-    df = read_store(pc.RESULTS / "study_error_budget_gpu")
-    df = df.assign(kernel=df["kernel"].fillna("fa4-sm100") if "kernel" in df else "fa4-sm100")
-    lo, hi = int(df.seqlen.min()), int(df.seqlen.max())
-    m = macro("ebgLo", f"{lo // 1024}k") + macro("ebgHi", f"{hi // 1024}k")
-    m += macro("ebgTasks", str(len(df))) + macro("ebgHeads", str(int(df.heads.max())))
-    m += macro("ebgSeeds", str(int(df.groupby(["kernel", "knob", "dist", "seqlen"]).seed.nunique().min())))
-    for tag, kern, knob in (("Default", "fa4-sm100", "default"), ("ThrZero", "fa4-sm100", "rescale_threshold=0"),
-                            ("ThrSixteen", "fa4-sm100", "rescale_threshold=16"), ("NoEmu", "fa4-sm100", "ex2_emu_freq=0"),
-                            ("SmNinety", "fa4-sm90", "default")):
-        for end, n in (("Lo", lo), ("Hi", hi)):
-            g = df[(df.kernel == kern) & (df.knob == knob) & (df.seqlen == n)]
-            m += macro(f"ebg{tag}{end}", f"{g.rel_l2_over_floor.median():.3f}")
-    return m
+    from fa4num.study.summary import check_seed_pooling
+    results = pc.RESULTS if results is None else Path(results)
+    parts = []
+    for name in SCALE_STORES:
+        df = read_store(results / name)
+        if df.empty:
+            continue
+        df = df.assign(kernel=df["kernel"].fillna("fa4-sm100") if "kernel" in df else "fa4-sm100")
+        if set(df["mode"]) != {"bitexact"}:
+            raise ValueError(f"experiments/results/{name}: modes {sorted(set(df['mode']))}, the scale budget "
+                             "reports bit-exact runs only")
+        check_seed_pooling(df, ["kernel", "knob", "dist", "seqlen"])
+        parts.append(df)
+    df = pd.concat(parts, ignore_index=True)
+    return df.assign(rows=df.seqlen * df.heads)
+
+
+def _cells(df):
+    """{(kernel, knob, dist, seqlen): (mean, lo, hi, seeds) of rel. L2 / floor, and the O-rescale multiplies per
+    query row: FA4 SM100's warp ballot (``rescales_warp`` times the head dimension) and always-rescale's
+    (``rescale_steps`` times it), means over seeds}."""
+    from fa4num.study.summary import mean_ci
+    out = {}
+    for key, g in df.groupby(["kernel", "knob", "dist", "seqlen"]):
+        mu, lo, hi, n = mean_ci(g.rel_l2_over_floor)
+        out[key] = {"err": mu, "lo": lo, "hi": hi, "n": n,
+                    "mults": float((g.rescales_warp * g.head_dim / g.rows).mean()),
+                    "always": float((g.rescale_steps * g.head_dim / g.rows).mean()),
+                    "scores": float(((g.rescale_steps / g.rows) + 1).mean()), "d": int(g.head_dim.iloc[0])}
+    return out
+
+
+def _full_seeds(cells, minilm: bool) -> int:
+    """The seed count of a complete cell: the most any cell of that store holds."""
+    return max((c["n"] for (k, kn, d, n), c in cells.items() if (d == "minilm") == minilm), default=0)
+
+
+def _pm(c, full: int) -> str:
+    """mean +- CI half-width of a cell; a cell with fewer than ``full`` seeds (a grid still running) carries its
+    seed count as a superscript, one seed has no interval."""
+    if c is None:
+        return MISSING
+    mark = f"^{{({c['n']})}}" if c["n"] < full else ""
+    if c["n"] < 2:
+        return f"${c['err']:.3f}{mark}$"
+    return f"${c['err']:.3f}{{\\pm}}{c['hi'] - c['err']:.3f}{mark}$"
+
+
+def _lengths(dist):
+    return (512,) if dist == "minilm" else SCALE_LENGTHS
+
+
+def error_budget_scale(df):
+    """Table tab:budgetscale: mean and 95 % CI half-width over seeds of rel. L2 / floor per configuration, family
+    and length (1k-128k on the GPU twin, MiniLM at 512 on the CPU emulator); a cell the stores lack is
+    :data:`MISSING`. Macros: tasks, seeds, heads and the per-family default / threshold-0 / SM90 errors the text
+    quotes at the shortest and longest length."""
+    cells = _cells(df)
+    rows = [SM90_ROW] + [("fa4-sm100", kn) for kn in SCALE_KNOBS]
+    ncol = max(sum(len(_lengths(d)) for d in panel) for panel in SCALE_PANELS)
+    body = []
+    for i, panel in enumerate(SCALE_PANELS):
+        heads, rules, toks, col = [], [], [], 2
+        for d in panel:
+            lens = _lengths(d)
+            label = pc.DIST_LABEL[d] + (" (CPU)" if d == "minilm" else "")
+            heads.append(f"\\multicolumn{{{len(lens)}}}{{c}}{{{label}}}")
+            rules.append(f"\\cmidrule(lr){{{col}-{col + len(lens) - 1}}}")
+            toks += [_tokens(n) for n in lens]
+            col += len(lens)
+        pad = ncol - len(toks)
+        if i:
+            body.append("\\midrule")
+        body.append(" & " + " & ".join(heads) + " & " * pad + " \\\\")
+        body.append("".join(rules))
+        body.append("tokens & " + " & ".join(toks) + " & " * pad + " \\\\")
+        body.append("\\midrule")
+        for kern, kn in rows:
+            label = "SM90 kernel (always rescale)" if kern == "fa4-sm90" else tex_escape(SCALE_LABEL[kn])
+            vals = [_pm(cells.get((kern, kn, d, n)), _full_seeds(cells, d == "minilm"))
+                    for d in panel for n in _lengths(d)]
+            body.append(f"{label} & " + " & ".join(vals) + " & " * pad + " \\\\")
+    tex = ("\\begin{tabular}{l" + "r" * ncol + "}\n\\toprule\n" + "\n".join(body)
+           + "\n\\bottomrule\n\\end{tabular}\n")
+    gpu, cpu = df[df.dist != "minilm"], df[df.dist == "minilm"]
+    m = macro("ebsTasks", str(len(gpu))) + macro("ebsMinilmTasks", str(len(cpu)))
+    m += macro("ebsDevice", tex_escape(", ".join(sorted(set(gpu.device_name)))))
+    for part, tag in ((gpu, ""), (cpu, "Minilm")):
+        if len(part):
+            m += macro(f"ebs{tag}Heads", str(int(part.heads.max())))
+            m += macro(f"ebs{tag}HeadDim", str(int(part.head_dim.max())))
+            m += macro(f"ebs{tag}Seeds", str(_full_seeds(cells, tag == "Minilm")))
+    m += macro("ebsCells", str(sum(1 for (k, kn, d, n) in cells if d != "minilm")))
+    full = _full_seeds(cells, False)
+    m += macro("ebsCellsShort", str(sum(1 for (k, kn, d, n), c in cells.items() if d != "minilm" and c["n"] < full)))
+    m += macro("ebsCellsAll", str(len(rows) * len(SCALE_LENGTHS) * (len(TAG) - 2)))   # the synthetic families
+    m += macro("ebsHalfMax", f"{max(c['hi'] - c['err'] for c in cells.values() if c['n'] > 1):.3f}")
+    # per family, the shortest and longest length at which the default, threshold 0 and the SM90 kernel all ran
+    trio = (("Default", ("fa4-sm100", "default")), ("ThrZero", ("fa4-sm100", "rescale_threshold=0")),
+            ("SmNinety", SM90_ROW))
+    for d in ("gaussian", "sink", "rising", "llm", "minilm"):
+        lens = [n for n in _lengths(d) if all((*key, d, n) in cells for _, key in trio)]
+        if not lens:
+            continue
+        ends = (("Lo", min(lens)), ("Hi", max(lens))) if d != "minilm" else (("", lens[0]),)
+        for end, n in ends:
+            m += macro(f"ebsLen{TAG[d]}{end}", _tokens(n))
+            for tag, key in trio:
+                m += macro(f"ebs{tag}{TAG[d]}{end}", f"{cells[(*key, d, n)]['err']:.3f}")
+            # the stale maximum's excess: default minus threshold 0
+            m += macro(f"ebsExcess{TAG[d]}{end}", f"{cells[(*trio[0][1], d, n)]['err'] - cells[(*trio[1][1], d, n)]['err']:.3f}")
+            c16 = cells.get(("fa4-sm100", "dtype=float16", d, n))
+            if c16 is not None:
+                m += macro(f"ebsFpSixteen{TAG[d]}{end}", f"{c16['err']:.3f}")
+    # the knobs whose 95 % interval is disjoint from the default's in at least one cell (both held), and by how
+    # much the degree-2 polynomial raises the error at most
+    def disjoint(kn, d, n):
+        a, b = cells.get(("fa4-sm100", kn, d, n)), cells.get(("fa4-sm100", "default", d, n))
+        return a is not None and b is not None and (a["lo"] > b["hi"] or a["hi"] < b["lo"])
+    keys = [(d, n) for d in ("gaussian", "sink", "rising", "llm", "minilm") for n in _lengths(d)]
+    moved = [kn for kn in SCALE_KNOBS if kn != "default" and any(disjoint(kn, d, n) for d, n in keys)]
+    names = [tex_escape(SCALE_LABEL[kn]) for kn in moved]
+    m += macro("ebsMovedKnobs", ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names))
+    m += macro("ebsUnmovedCount", str(len(SCALE_KNOBS) - 1 - len(moved)))
+    up = [cells[("fa4-sm100", "poly_degree=2", d, n)]["err"] - cells[("fa4-sm100", "default", d, n)]["err"]
+          for d, n in keys if ("fa4-sm100", "poly_degree=2", d, n) in cells and ("fa4-sm100", "default", d, n) in cells]
+    if up:
+        m += macro("ebsDegTwoUpMax", f"{max(up):.3f}")
+    # how much lower the fp16 floor is than the bf16 one (same inputs): the other error terms show more
+    sm100 = df[(df.kernel == "fa4-sm100") & df.knob.isin(["default", "dtype=float16"])]
+    if "floor_rel_l2" in sm100 and set(sm100.knob) == {"default", "dtype=float16"}:
+        fl = sm100.groupby(["knob", "dist", "seqlen", "seed"])["floor_rel_l2"].first().unstack(0)
+        m += macro("ebsFloorRatioFp", f"{(fl['default'] / fl['dtype=float16']).median():.1f}")
+    # the largest |SM90 kernel - threshold 0| over the cells both hold: how far the two baselines differ
+    both = [abs(cells[(*SM90_ROW, d, n)]["err"] - c["err"]) for (k, kn, d, n), c in cells.items()
+            if kn == "rescale_threshold=0" and (*SM90_ROW, d, n) in cells]
+    if both:
+        m += macro("ebsSmNinetyVsThrZero", sci(max(both), 1))
+    return tex, m
+
+
+def _block_n(df) -> int:
+    """The key-block width the counters imply: seqlen / blocks per row on the non-causal SM100 rows (so that
+    always-rescale's O work per score is head_dim / width, one multiply per score at d = 128)."""
+    nc = df[(~df.causal.astype(bool)) & (df.kernel == "fa4-sm100")]
+    widths = set((nc.seqlen / (nc.rescale_steps / nc.rows + 1)).round(6))
+    if len(widths) != 1:
+        raise ValueError(f"the error-budget stores imply several key-block widths {sorted(widths)}")
+    return int(widths.pop())
+
+
+def mitigation(df, replay=None):
+    """Table tab:mitigation, the cost model of a smaller threshold: per family and length, rel. L2 / floor at
+    thresholds 0, 4, 8 (FA4's default) and 16, and FA4 SM100's O-rescale multiplies per query row at each
+    (warp-ballot rescales times the head dimension, fa4num.softmax.ballot), with always-rescale's (every step) as
+    the upper end; missing cells :data:`MISSING`. Macros: the gains and costs the text quotes, at the longest
+    length each family ran threshold 0 and 4."""
+    cells = _cells(df)
+    body = []
+    fams = [d for p in SCALE_PANELS for d in p]
+    fams = [d for d in ("gaussian", "sink", "rising", "llm", "minilm") if d in fams]
+
+    def num(x):
+        return MISSING if x is None else f"{x:,.0f}".replace(",", "{,}")
+
+    for d in fams:
+        for n in _lengths(d):
+            cs = [cells.get(("fa4-sm100", kn, d, n)) for kn, _ in THRESHOLDS]
+            if not any(cs):
+                continue
+            full = _full_seeds(cells, d == "minilm")
+            errs = [MISSING if c is None else f"{c['err']:.3f}" + (f"$^{{({c['n']})}}$" if c["n"] < full else "")
+                    for c in cs]
+            mults = [num(None if c is None else c["mults"]) for c in cs]
+            always = next((c["always"] for c in cs if c is not None), None)
+            body.append(f"{pc.DIST_LABEL[d]} & {_tokens(n)} & " + " & ".join(errs) + " & " + " & ".join(mults)
+                        + f" & {num(always)} \\\\")
+        body.append("\\addlinespace")
+    thr = " & ".join(f"{t}" for _, t in THRESHOLDS)
+    tex = ("\\begin{tabular}{lrrrrrrrrrr}\n\\toprule\n"
+           " & & \\multicolumn{4}{c}{rel.\\ $L_2$ / floor, threshold} & "
+           "\\multicolumn{5}{c}{$O$-rescale multiplies per query row} \\\\\n"
+           "\\cmidrule(lr){3-6}\\cmidrule(lr){7-11}\n"
+           f"family & tokens & {thr} & {thr} & always \\\\\n\\midrule\n" + "\n".join(body[:-1])
+           + "\n\\bottomrule\n\\end{tabular}\n")
+    block_n = _block_n(df)
+    m = macro("mitBlockN", str(block_n))
+    per_score = []
+    for d in fams:
+        for kn, tag in (("rescale_threshold=0", "Zero"), ("rescale_threshold=4", "Four")):
+            lens = [n for n in _lengths(d) if ("fa4-sm100", kn, d, n) in cells
+                    and ("fa4-sm100", "default", d, n) in cells]
+            if not lens:
+                continue
+            n = max(lens)
+            c, c8, c0 = (cells[("fa4-sm100", kn, d, n)], cells[("fa4-sm100", "default", d, n)],
+                         cells.get(("fa4-sm100", "rescale_threshold=0", d, n)))
+            base = f"mit{TAG[d]}{tag}"
+            m += macro(f"{base}Len", _tokens(n))
+            m += macro(f"{base}Err", f"{c['err']:.3f}")
+            m += macro(f"{base}ErrEight", f"{c8['err']:.3f}")
+            # the share of the excess over the floor that the smaller threshold removes
+            m += macro(f"{base}Gain", f"{100 * (c8['err'] - c['err']) / (c8['err'] - 1):.0f}")
+            extra = c["mults"] - c8["mults"]
+            m += macro(f"{base}Extra", num(extra))
+            # per score computed (blocks per row times the block width): one exponential each
+            m += macro(f"{base}PerScore", f"{extra / (c['scores'] * block_n):.2g}")
+            if tag == "Zero":
+                per_score.append(extra / (c["scores"] * block_n))
+            m += macro(f"{base}OfAlways", f"{100 * c['mults'] / c['always']:.1f}")
+            m += macro(f"{base}EightOfAlways", f"{100 * c8['mults'] / c8['always']:.1f}")
+            if tag == "Four" and c0 is not None and c0["err"] < c8["err"]:
+                # threshold 4 against threshold 0: the share of threshold 0's error gain, at what share of its cost
+                m += macro(f"{base}OfZeroGain", f"{100 * (c8['err'] - c['err']) / (c8['err'] - c0['err']):.0f}")
+                m += macro(f"{base}OfZeroCost", f"{100 * extra / (c0['mults'] - c8['mults']):.0f}")
+    m += macro("mitZeroPerScoreMax", f"{max(per_score):.2g}")
+    if replay is not None:
+        # the same cost from the skip-rate grid (Section 5: the decision replayed from an fp32 GEMM's block
+        # maxima, independent inputs), on the cells both hold with at least one rescale per row there
+        rep = replay.assign(m=replay.rescale_mults_ballot / replay.rows).groupby(["dist", "seqlen", "threshold"]).m.mean()
+        diffs = [abs(cells[("fa4-sm100", kn, d, n)]["mults"] - rep[(d, n, t)]) / rep[(d, n, t)]
+                 for kn, t in THRESHOLDS for d in fams for n in _lengths(d)
+                 if ("fa4-sm100", kn, d, n) in cells and (d, n, t) in rep.index
+                 and rep[(d, n, t)] >= cells[("fa4-sm100", kn, d, n)]["d"]]
+        if diffs:
+            m += macro("mitReplayCells", str(len(diffs)))
+            m += macro("mitReplayHeads", " and ".join(str(h) for h in sorted(set(replay.heads))))
+            m += macro("mitReplayMaxDiff", f"{100 * max(diffs):.1f}")
+    return tex, m
 
 
 def misc(k):
@@ -518,13 +759,18 @@ def main(argv=None) -> int:
     fit_tex, m5 = fit_table()
     fs_tex, m5b = fit_suite_table()
     m5 += m5b
-    m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility() + error_budget_gpu()
+    m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility()
+    scale = scale_rows()
+    ebs_tex, m9 = error_budget_scale(scale)
+    mit_tex, m10 = mitigation(scale, replay=df)
+    m6 += m9 + m10
     eb_tex, m7 = error_budget(pc.error_budget())
     m6 += m7
     bv_tex, m8 = bounds_validation(pc.bounds_validation())
     m6 += m8
     for name, tex in (("skip", skip_tex), ("baselines", base_tex), ("exp2_bound", exp2_tex),
                       ("goldens", gold2_tex), ("fit_exp2", fit_tex), ("fit_suite", fs_tex), ("error_budget", eb_tex),
+                      ("error_budget_scale", ebs_tex), ("mitigation", mit_tex),
                       *((("bounds_validation", bv_tex),) if bv_tex else ()),
                       ("numbers2", m1 + m2 + m3 + m4 + m5 + m6)):
         (out / f"{name}.tex").write_text(HEADER + tex)
