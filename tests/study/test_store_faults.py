@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _signals import terminal_sigint
 
 from fa4num.study import grid as gridmod
 from fa4num.study import runner, store
@@ -63,7 +64,7 @@ def _xs(out) -> list[int]:
 
 def _cli(*args, **kw):
     return subprocess.Popen([sys.executable, "-m", "fa4num.cli", "study", *map(str, args)], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=terminal_sigint, **kw)
 
 
 def _wait(cond, timeout=60.0):

@@ -11,6 +11,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from _signals import terminal_sigint
 
 from fa4num import polys
 from fa4num.cli import main
@@ -405,7 +406,8 @@ def test_report_interrupt_leaves_no_temp_folder(tmp_path, sig, code, line):
     out = tmp_path / "rep"
     proc = subprocess.Popen([sys.executable, "-m", "fa4num.cli", "report", "--quick", "--out", str(out)],
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=terminal_sigint)
     rc, _, err = _interrupt_when(proc, lambda: any(p.name.endswith(".tmp") for p in tmp_path.iterdir()), sig)
     assert rc == code and err.endswith(line) and "Traceback" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == []   # no report, no temporary folder
@@ -429,7 +431,8 @@ def test_study_ctrl_c_one_line_and_resumes(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
     proc = subprocess.Popen([sys.executable, "-m", "fa4num.cli", "study", "run", str(grid), "--out", str(out),
                              "--scheduler", "local:1", "--no-progress"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=terminal_sigint)
     rc, _, err = _interrupt_when(proc, lambda: (marks / "2").exists(), "SIGINT")
     assert rc == 130 and err == "fa4num: interrupted\n", err
     from fa4num.study import store
