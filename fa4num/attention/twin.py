@@ -73,8 +73,11 @@ def _schedule(dev, setup, *, sq, sk, group, bm):
     and its rescale steps, summed over the splits (a step is a block after its split's first)."""
     opts = setup.opts
     tm = opts.tile_m
+    # a block-sparse call's flex_visits are its sparse lists (the kernel reads them from _twin_flex's table, and
+    # the host overrides its per-row counts): never the cached tables of a dense call of the same shape
+    sparse = setup.flex is not None and setup.flex.block_sparse is not None
     key = (str(dev), sq, sk, tm, opts.tile_n, setup.window, group, bm, setup.num_splits, setup.seqlen_k_per_split,
-           setup.kernel.split_kv)
+           setup.kernel.split_kv, sparse)
     hit = _SCHEDULES.get(key)
     if hit is not None:
         return hit

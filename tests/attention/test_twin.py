@@ -289,6 +289,28 @@ def test_schedule_tables_are_the_emulators_visits(kwargs):
     np.testing.assert_array_equal(per_row[1].reshape(-1), steps)
 
 
+def test_a_sparse_calls_tables_never_serve_a_dense_call():
+    """The launch tables are cached by shape: a block-sparse call's (its sparse lists) and a dense call's of the
+    same shape are kept apart, so the dense call after the sparse one visits its own KV range."""
+    torch = pytest.importorskip("torch")
+    from fa4num.attention import flex
+    q = np.zeros((1, 256, 2, 64), ml_dtypes.bfloat16)
+    # two documents of 128 tokens: the sparse lists skip the other document's block, the dense call visits both
+    docs = [np.repeat(np.arange(2, dtype=np.int32), 128)[None]]
+    bs = flex.block_sparse_tensors(flex.document_mask(), batch=1, heads=2, seqlen_q=256, seqlen_k=256,
+                                   block_size=(128, 128), aux_tensors=docs)
+    dense = plan(q, q, q, kernel="fa4-sm90", tile_m=128, mask_mod=flex.document_mask(), aux_tensors=docs)
+    sparse = plan(q, q, q, kernel="fa4-sm90", mask_mod=flex.document_mask(), aux_tensors=docs,
+                  block_sparse_tensors=bs)
+    twin._SCHEDULES.clear()
+    fresh = [x.clone() for x in twin._schedule(torch.device("cpu"), dense, sq=256, sk=256, group=1, bm=128)]
+    twin._SCHEDULES.clear()
+    twin._schedule(torch.device("cpu"), sparse, sq=256, sk=256, group=1, bm=128)
+    after = twin._schedule(torch.device("cpu"), dense, sq=256, sk=256, group=1, bm=128)
+    for a, b in zip(fresh, after):
+        assert torch.equal(a, b)
+
+
 def _q(shape=(1, 64, 2, 64), dt=ml_dtypes.bfloat16):
     return np.ones(shape, dt)
 
