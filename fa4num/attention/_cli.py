@@ -239,15 +239,6 @@ def _seeded(args):
     return (spec, *inputs.make_inputs(spec))
 
 
-def _emit(report: dict, json_path) -> None:
-    """Print the report as strict JSON (NaN/inf as null) and write it to ``json_path`` too."""
-    text = json.dumps(_nulls(report), indent=1, default=float, allow_nan=False)
-    print(text)
-    if json_path is not None:
-        with atomic_files(json_path.parent if str(json_path.parent) else ".") as tmp:
-            (tmp / json_path.name).write_text(text + "\n")
-
-
 def _run(args) -> int:
     import numpy as np
 
@@ -303,7 +294,7 @@ def _run(args) -> int:
     report["finite"] = not flagged and report["nonfinite"]["out"] == 0 and report["nonfinite"]["lse"] == 0
     # strict JSON: NaN/inf become null (with the paths listed), so that any JSON reader can load the report
     report["nonfinite_fields"] = flagged
-    _emit(report, json_path)
+    _write_json(report, json_path)
     if not report["finite"]:
         n = report["nonfinite"]
         print(f"fa4num: warning: non-finite results: {n['out']} of {n['out_size']} outputs, {n['lse']} of "
@@ -344,7 +335,7 @@ def _backward(args) -> int:
               "floor_rounded_once": {n: metrics(round_once(getattr(ref, n), q.dtype), getattr(ref, n)).as_dict()
                                      for n in ("dq", "dk", "dv")},
               "stats": g.stats.summary()}
-    _emit(report, json_path)
+    _write_json(report, json_path)
     grads = [np.asarray(getattr(g, n), np.float32) for n in ("dq", "dk", "dv")]
     if not all(np.isfinite(x).all() for x in grads):
         print("fa4num: warning: non-finite gradients (exit status 3)", file=sys.stderr)
