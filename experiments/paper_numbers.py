@@ -396,6 +396,7 @@ SCALE_KNOBS = ("rescale_threshold=0", "rescale_threshold=4", "default", "rescale
                "coeffs=fa4num-bf16-deg3", "max_offset=8", "fused_bias=false", "dtype=float16")
 SCALE_LABEL = {**pc.KNOB_LABEL, "default": "SM100 default (thr.\\ 8)", "poly_degree=4": "degree 4 (FA4)",
                "fused_bias=false": "unfused exponent bias"}
+COLLAPSE = 0.001    # Table tab:budgetscale names on one line the rows this close to the default in every cell
 MISSING = "---"     # a cell the stores do not hold: shown as missing, never interpolated
 THRESHOLDS = (("rescale_threshold=0", 0), ("rescale_threshold=4", 4), ("default", 8), ("rescale_threshold=16", 16))
 
@@ -456,7 +457,8 @@ def _pm(c, full: int) -> str:
     mark = f"^{{({c['n']})}}" if c["n"] < full else ""
     if c["n"] < 2:
         return f"${c['err']:.3f}{mark}$"
-    return f"${c['err']:.3f}{{\\pm}}{c['hi'] - c['err']:.3f}{mark}$"
+    # concise notation: the half-width in units of the last printed digit, 1.342(5) for 1.342 +- 0.005
+    return f"${c['err']:.3f}({round(1000 * (c['hi'] - c['err'])):d}){mark}$"
 
 
 def _lengths(dist):
@@ -470,6 +472,18 @@ def error_budget_scale(df):
     quotes at the shortest and longest length."""
     cells = _cells(df)
     rows = [SM90_ROW] + [("fa4-sm100", kn) for kn in SCALE_KNOBS]
+    # rows whose mean is within COLLAPSE of the default's in every cell (and that hold every cell the default
+    # holds) are named on one line instead of repeating the default's numbers (Table tab:paired has their paired
+    # differences)
+    dcells = {(d, n) for (k, kn, d, n) in cells if (k, kn) == ("fa4-sm100", "default")}
+
+    def same(kern, kn):
+        return (kern, kn) != ("fa4-sm100", "default") and all(
+            (kern, kn, d, n) in cells
+            and abs(cells[(kern, kn, d, n)]["err"] - cells[("fa4-sm100", "default", d, n)]["err"]) <= COLLAPSE
+            for d, n in dcells)
+    collapsed = [r for r in rows if r != SM90_ROW and same(*r)]
+    rows = [r for r in rows if r not in collapsed]
     ncol = max(sum(len(_lengths(d)) for d in panel) for panel in SCALE_PANELS)
     body = []
     for i, panel in enumerate(SCALE_PANELS):
@@ -493,10 +507,18 @@ def error_budget_scale(df):
             vals = [_pm(cells.get((kern, kn, d, n)), _full_seeds(cells, d == "minilm"))
                     for d in panel for n in _lengths(d)]
             body.append(f"{label} & " + " & ".join(vals) + " & " * pad + " \\\\")
+    if collapsed:
+        body.append("\\midrule")
+        body.append(f"\\multicolumn{{{ncol + 1}}}{{l}}{{the other {len(collapsed)} knobs (caption): within "
+                    f"{COLLAPSE:.3f} of the SM100 default in every cell; paired differences in "
+                    "Table~\\ref{tab:paired}} \\\\")
     tex = ("\\begin{tabular}{l" + "r" * ncol + "}\n\\toprule\n" + "\n".join(body)
            + "\n\\bottomrule\n\\end{tabular}\n")
+    ns = [tex_escape(SCALE_LABEL[kn]) for _, kn in collapsed]
+    m_c = macro("ebsCollapse", f"{COLLAPSE:.3f}") + macro("ebsCollapsedCount", str(len(collapsed)))
+    m_c += macro("ebsCollapsedKnobs", ", ".join(ns[:-1]) + " and " + ns[-1] if len(ns) > 1 else "".join(ns))
     gpu, cpu = df[df.dist != "minilm"], df[df.dist == "minilm"]
-    m = macro("ebsTasks", str(len(gpu))) + macro("ebsMinilmTasks", str(len(cpu)))
+    m = m_c + macro("ebsTasks", str(len(gpu))) + macro("ebsMinilmTasks", str(len(cpu)))
     m += macro("ebsDevice", tex_escape(", ".join(sorted(set(gpu.device_name)))))
     for part, tag in ((gpu, ""), (cpu, "Minilm")):
         if len(part):
@@ -550,6 +572,107 @@ def error_budget_scale(df):
     if both:
         m += macro("ebsSmNinetyVsThrZero", sci(max(both), 1))
     return tex, m
+
+
+# Paired comparisons of the budget at scale: every knob ran on the same seeds (the same q, k, v) as the default, so
+# the knob's effect in a cell is the mean of its per-seed differences from the default, with a Student-t interval
+# over those differences; two unpaired intervals that overlap say little (a shift smaller than their half-widths
+# is invisible). A knob "moves the error" in a cell iff its paired interval, Bonferroni-adjusted over every
+# comparison of the table, excludes 0; NEGLIGIBLE is the equivalence margin (in units of the floor) within which
+# the adjusted interval of a knob that does not move must lie for the text to call its effect negligible.
+LEVEL = 0.95
+NEGLIGIBLE = 0.01
+
+
+def paired_diffs(df):
+    """{(kernel, knob, dist, seqlen): per-seed differences rel_l2_over_floor(knob) - rel_l2_over_floor(default),
+    same seed, family and length}, for every row of the budget other than the SM100 default (the SM90 kernel
+    included). A seed the default lacks, or the knob lacks, is left out of the pair (and the count shows it)."""
+    key = ["dist", "seqlen", "seed"]
+    base = df[(df.kernel == "fa4-sm100") & (df.knob == "default")].set_index(key).rel_l2_over_floor
+    if not base.index.is_unique:
+        raise ValueError("the default's rows repeat a (dist, seqlen, seed): pairs would be ambiguous")
+    out = {}
+    for kern, kn in [SM90_ROW] + [("fa4-sm100", kn) for kn in SCALE_KNOBS if kn != "default"]:
+        g = df[(df.kernel == kern) & (df.knob == kn)].set_index(key).rel_l2_over_floor
+        d = (g - base.reindex(g.index)).dropna()
+        for (dist, n), x in d.groupby(level=[0, 1]):
+            out[(kern, kn, dist, n)] = x.to_numpy(np.float64)
+    return out
+
+
+def _paired_ci(x, level):
+    """(mean, half-width) of a Student-t interval of the mean of the paired differences x at ``level``."""
+    from scipy import stats
+    k = len(x)
+    if k < 2:
+        return float(x.mean()), float("nan")
+    return float(x.mean()), float(stats.t.ppf(0.5 + level / 2, k - 1) * x.std(ddof=1) / math.sqrt(k))
+
+
+def paired_budget(df):
+    """Table tab:paired and its macros: per knob, over the cells of Table tab:budgetscale, in how many cells the
+    paired 95 % interval excludes 0 (and with which sign), in how many the Bonferroni-adjusted one does (level
+    1 - 0.05/m over all m comparisons), the largest |mean difference| and the largest |difference| the adjusted
+    interval admits (its end farthest from 0)."""
+    diffs = paired_diffs(df)
+    m_all = len(diffs)
+    adj = 1 - (1 - LEVEL) / m_all
+    stats_ = {}
+    for key, x in diffs.items():
+        mu, h = _paired_ci(x, LEVEL)
+        _, hb = _paired_ci(x, adj)
+        stats_[key] = (mu, h, hb, len(x))
+    rows = [SM90_ROW] + [("fa4-sm100", kn) for kn in SCALE_KNOBS if kn != "default"]
+    body, summary = [], {}
+    for kern, kn in rows:
+        cs = [v for (k, n_, d, s), v in stats_.items() if (k, n_) == (kern, kn)]
+        if not cs:
+            continue
+        up = sum(mu - h > 0 for mu, h, hb, k in cs)
+        down = sum(mu + h < 0 for mu, h, hb, k in cs)
+        adj_n = sum(abs(mu) > hb for mu, h, hb, k in cs)
+        big = max(abs(mu) for mu, h, hb, k in cs)
+        reach = max(abs(mu) + hb for mu, h, hb, k in cs)
+        summary[(kern, kn)] = {"cells": len(cs), "up": up, "down": down, "adj": adj_n, "big": big, "reach": reach}
+        label = "SM90 kernel (always rescale)" if kern == "fa4-sm90" else tex_escape(SCALE_LABEL[kn])
+        body.append(f"{label} & {len(cs)} & {up} & {down} & {adj_n} & {big:.4f} & {reach:.4f} \\\\")
+    tex = ("\\begin{tabular}{lrrrrrr}\n\\toprule\n"
+           " & & \\multicolumn{2}{c}{95\\,\\% excludes 0} & Bonferroni & \\multicolumn{2}{c}{largest over cells} \\\\\n"
+           "\\cmidrule(lr){3-4}\\cmidrule(lr){6-7}\n"
+           "row of Table~\\ref{tab:budgetscale} & cells & up & down & excludes 0 & $|\\text{mean}\\ \\Delta|$ & "
+           "$|\\Delta|$ admitted \\\\\n\\midrule\n" + "\n".join(body) + "\n\\bottomrule\n\\end{tabular}\n")
+    sm100 = {kn: v for (k, kn), v in summary.items() if k == "fa4-sm100"}
+    # three classes of SM100 knob: material (some adjusted interval excludes 0 and some admits a change of at
+    # least the margin), negligible (every adjusted interval within +-margin), and among the negligible ones those
+    # the pairing still resolves from 0 somewhere (a real but tiny shift)
+    material = [kn for kn, v in sm100.items() if v["adj"] and v["reach"] >= NEGLIGIBLE]
+    negligible = [kn for kn, v in sm100.items() if v["reach"] < NEGLIGIBLE]
+    undecided = [kn for kn in sm100 if kn not in material and kn not in negligible]
+
+    def names(kns):
+        ns = [tex_escape(SCALE_LABEL[kn]) for kn in kns]
+        return ", ".join(ns[:-1]) + " and " + ns[-1] if len(ns) > 1 else "".join(ns)
+    m = macro("prComparisons", str(m_all))
+    m += macro("prAdjLevel", f"{100 * adj:.3f}")
+    m += macro("prMargin", f"{NEGLIGIBLE:.2f}")
+    m += macro("prMaterialKnobs", names(material)) + macro("prMaterialCount", str(len(material)))
+    m += macro("prNegligibleKnobs", names(negligible)) + macro("prNegligibleCount", str(len(negligible)))
+    m += macro("prUndecidedCount", str(len(undecided)))
+    resolved = [kn for kn in negligible if sm100[kn]["adj"]]
+    m += macro("prNegResolvedKnobs", names(resolved)) + macro("prNegResolvedCount", str(len(resolved)))
+    m += macro("prNegReachMax", f"{max(sm100[kn]['reach'] for kn in negligible):.4f}" if negligible else "0")
+    m += macro("prNegBigMax", f"{max(sm100[kn]['big'] for kn in negligible):.4f}" if negligible else "0")
+    for kn, tag in (("poly_degree=2", "DegTwo"), ("ex2_emu_freq=1,ex2_emu_res=1,ex2_emu_start_frg=0", "EmuMax"),
+                    ("poly_degree=4", "DegFour"), ("ex2_emu_freq=0", "EmuOff"), ("rescale_threshold=4", "ThrFour"),
+                    ("rescale_threshold=16", "ThrSixteen"), ("dtype=float16", "FpSixteen")):
+        if kn in sm100:
+            v = sm100[kn]
+            m += macro(f"pr{tag}Adj", str(v["adj"])) + macro(f"pr{tag}Up", str(v["up"]))
+            m += macro(f"pr{tag}Down", str(v["down"])) + macro(f"pr{tag}Big", f"{v['big']:.4f}")
+            m += macro(f"pr{tag}Reach", f"{v['reach']:.4f}")
+    m += macro("prCellsPerKnob", str(max(v["cells"] for v in summary.values())))
+    return tex, m, summary
 
 
 def _block_n(df) -> int:
@@ -762,6 +885,8 @@ def main(argv=None) -> int:
     m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility()
     scale = scale_rows()
     ebs_tex, m9 = error_budget_scale(scale)
+    pr_tex, m9b, _ = paired_budget(scale)
+    m9 += m9b
     mit_tex, m10 = mitigation(scale, replay=df)
     m6 += m9 + m10
     eb_tex, m7 = error_budget(pc.error_budget())
@@ -770,7 +895,7 @@ def main(argv=None) -> int:
     m6 += m8
     for name, tex in (("skip", skip_tex), ("baselines", base_tex), ("exp2_bound", exp2_tex),
                       ("goldens", gold2_tex), ("fit_exp2", fit_tex), ("fit_suite", fs_tex), ("error_budget", eb_tex),
-                      ("error_budget_scale", ebs_tex), ("mitigation", mit_tex),
+                      ("error_budget_scale", ebs_tex), ("paired", pr_tex), ("mitigation", mit_tex),
                       *((("bounds_validation", bv_tex),) if bv_tex else ()),
                       ("numbers2", m1 + m2 + m3 + m4 + m5 + m6)):
         (out / f"{name}.tex").write_text(HEADER + tex)

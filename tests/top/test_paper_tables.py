@@ -7,6 +7,7 @@ import json
 import pathlib
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -116,7 +117,7 @@ def test_scale_budget_shows_missing_cells_and_refuses_mixtures(tmp_path):
     line = [r for r in tex.splitlines() if r.startswith("SM100 default")][-1]
     rising = line.split(" & ")[1:5]
     assert rising[1] == rising[2] == pn.MISSING and rising[0] != pn.MISSING and rising[3] != pn.MISSING
-    assert rising[0].startswith("$1.410{\\pm}")          # mean of 1.40, 1.41, 1.42
+    assert rising[0].startswith("$1.410(")          # mean of 1.40, 1.41, 1.42; half-width in last-digit units
     assert "\\newcommand{\\ebsLenRisingHi}{128k}" in m
     mit, _ = pn.mitigation(pn.scale_rows(tmp_path))
     r8k = [r for r in mit.splitlines() if r.startswith("rising & 8k")]
@@ -125,11 +126,37 @@ def test_scale_budget_shows_missing_cells_and_refuses_mixtures(tmp_path):
                [_budget_row("fa4-sm100", "default", "rising", 8192, s, 1.3) for s in (0, 1)])
     tex, _ = pn.error_budget_scale(pn.scale_rows(tmp_path))
     line = [r for r in tex.splitlines() if r.startswith("SM100 default")][-1]
-    assert line.split(" & ")[2] == "$1.300{\\pm}0.000^{(2)}$"     # 2 of the 3 seeds the other cells hold
+    assert line.split(" & ")[2] == "$1.300(0)^{(2)}$"     # 2 of the 3 seeds the other cells hold
     write_rows(tmp_path / "study_error_budget_gpu",
                [_budget_row("fa4-sm100", "default", "rising", 8192, 2, 1.3, heads=4)])
     with pytest.raises(ValueError, match="different configurations"):
         pn.scale_rows(tmp_path)
+
+
+def test_paired_budget_resolves_a_shift_the_unpaired_intervals_hide(tmp_path):
+    """paper_numbers.paired_budget pairs a knob with the default seed by seed: a knob that adds 0.002 to every
+    seed of a cell whose seeds spread by 0.04 overlaps the default's unpaired interval but its paired interval
+    excludes 0; a knob with the default's exact errors excludes nothing; a seed the default lacks is not paired."""
+    pytest.importorskip("pandas")
+    from fa4num.study.store import write_rows
+    pn = _script("paper_numbers")
+    spread = (0.0, 0.04, 0.01, 0.03, 0.02)
+    rows = [_budget_row("fa4-sm100", kn, "rising", 1024, s, 1.3 + spread[s] + shift)
+            for kn, shift in (("default", 0.0), ("max_offset=8", 0.002), ("fused_bias=false", 0.0))
+            for s in range(5)]
+    rows.append(_budget_row("fa4-sm100", "fused_bias=false", "rising", 8192, 0, 1.3))   # no default to pair with
+    write_rows(tmp_path / "study_error_budget_gpu", rows)
+    df = pn.scale_rows(tmp_path)
+    cells = pn._cells(df)
+    a, b = cells[("fa4-sm100", "max_offset=8", "rising", 1024)], cells[("fa4-sm100", "default", "rising", 1024)]
+    assert a["lo"] < b["hi"]                       # the unpaired intervals overlap
+    diffs = pn.paired_diffs(df)
+    assert ("fa4-sm100", "fused_bias=false", "rising", 8192) not in diffs
+    assert np.allclose(diffs[("fa4-sm100", "max_offset=8", "rising", 1024)], 0.002)
+    tex, m, summary = pn.paired_budget(df)
+    assert summary[("fa4-sm100", "max_offset=8")]["up"] == 1
+    assert summary[("fa4-sm100", "fused_bias=false")]["up"] + summary[("fa4-sm100", "fused_bias=false")]["down"] == 0
+    assert "\\newcommand{\\prComparisons}{2}" in m
 
 
 def test_paper_latex_static_checks():
