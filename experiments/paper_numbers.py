@@ -672,6 +672,14 @@ def paired_budget(df):
             m += macro(f"pr{tag}Down", str(v["down"])) + macro(f"pr{tag}Big", f"{v['big']:.4f}")
             m += macro(f"pr{tag}Reach", f"{v['reach']:.4f}")
     m += macro("prCellsPerKnob", str(max(v["cells"] for v in summary.values())))
+    # the thresholds' paired effect per family at its shortest and longest length (the mitigation's text)
+    for kn, tag in (("rescale_threshold=4", "ThrFour"), ("rescale_threshold=16", "ThrSixteen")):
+        for d in ("gaussian", "sink", "rising", "llm"):
+            lens = sorted(n for (k, n_, dd, n) in stats_ if (k, n_, dd) == ("fa4-sm100", kn, d))
+            for end, n in (("Lo", lens[0]), ("Hi", lens[-1])) if lens else ():
+                mu, h, hb, k = stats_[("fa4-sm100", kn, d, n)]
+                m += macro(f"pr{tag}{TAG[d]}{end}", f"{mu:+.4f}")
+                m += macro(f"pr{tag}{TAG[d]}{end}Adj", "excludes" if abs(mu) > hb else "does not exclude")
     return tex, m, summary
 
 
