@@ -138,7 +138,8 @@ def ladder_table() -> tuple[str, str]:
     macros += macro("verifyExhaustiveOps", str(sum(1 for r in d["results"] if str(r["inputs"]).startswith("all"))))
     macros += macro("verifyGPU", tex_escape(d["provenance"]["gpu"]["name"]))
     macros += macro("verifyDriver", tex_escape(d["provenance"]["gpu"]["driver"]))
-    macros += macro("verifyFile", r"\texttt{" + tex_escape(path.name) + "}")
+    # breakable after each underscore: a 45-character typewriter name otherwise runs into the margin
+    macros += macro("verifyFile", r"\texttt{" + tex_escape(path.name).replace(r"\_", r"\_\allowbreak{}") + "}")
 
     gdir = ROOT / "tests" / "golden" / "attention"
     twin = json.loads(str(np.load(gdir / "fa4_sm100_softmax_twin_h200.npz")["meta"]))
