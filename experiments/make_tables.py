@@ -67,12 +67,14 @@ def polys_table(reg: dict) -> tuple[str, str]:
     rows.sort(key=lambda r: (r[0], not r[1].startswith("fa4-"), r[1]))
     body = []
     for deg, name, m in rows:
-        # a registry name says "minimax" for every fa4num fit; where the error is clearly above the real-coefficient
-        # optimum the table must not call it that (the registry name is kept in the caption)
+        # a registry name may say "minimax" only if the set is (within 1 %) the real-coefficient optimum: a set
+        # clearly above it was renamed in polys/ (fa4num-deg6), and a new one must not carry the claim either
         if "minimax" in name and m["ratio_to_optimum"] > 1.01:
-            macros += macro("polyNotMinimaxName", tex_escape(name))
-            macros += macro("polyNotMinimaxRatio", f"{m['ratio_to_optimum']:.3f}")
-            name = name.replace("minimax-", "") + "$^\\ddagger$"
+            raise ValueError(f"polys/{name}.json is {m['ratio_to_optimum']:.3f} times the optimum: not minimax, "
+                             "rename it")
+        if deg == 6 and name.startswith("fa4num-"):
+            macros += macro("polyDegSixName", tex_escape(name))
+            macros += macro("polyDegSixRatio", f"{m['ratio_to_optimum']:.3f}")
         ev = m.get("evaluated_rel_error")
         bf = m.get("bf16_mismatch_share")
         body.append(f"{tex_escape(name) if '$' not in name else tex_escape(name.split('$')[0]) + '$' + name.split('$', 1)[1]} & {deg} & ${sci(m['max_rel_error'], 4)}$ & "
