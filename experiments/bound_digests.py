@@ -44,8 +44,12 @@ def cases():
 def platform() -> str:
     """CPU model and BLAS core: float64 BLAS results (and so the bits) may differ on another machine."""
     import numpy as np
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
+    info = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+
+    def field(key):
+        return next((ln.split(":", 1)[1].strip() for ln in info if ln.split(":", 1)[0].strip() == key), "?")
+    # the model name alone ("AMD EPYC") does not tell the microarchitecture, whose BLAS kernels round differently
+    cpu = f"{field('model name')} family {field('cpu family')} model {field('model')}"
     blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     return f"{cpu} | numpy {np.__version__} | {blas.get('name')} {blas.get('version')}"
 
