@@ -843,16 +843,18 @@ def _s_error(Q, K, g: _Gemm, gemm: str, first, last):
     Kt = np.ascontiguousarray(K.T)
     d52 = Q.shape[1] * 2.0 ** -52
     blas = gemm == "blas"
-    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, np.abs(Kt), g.chunk, trunc, rz, g.eta, first, last,
-                                not blas, _F64_SAFETY, d52)
+    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, g.chunk, trunc, rz, g.eta, first, last, not blas,
+                                _F64_SAFETY, d52)
     # (the chunk chain's rho * _F64_SAFETY + d 2^-52 A is formed in the kernel)
     return (S, A, g.chain(1, A) + d52 * A) if blas else (S, A, rho)
 
 
 @njit(parallel=True, cache=True)
-def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last, finish, safety, d52):
-    """S, A and the chunk chain's rho of _s_error, one row per task; the inner loops run over keys (contiguous in
-    Kt) with row-local accumulators, so they vectorise. ``finish``: rho returned as rho * safety + d52 A."""
+def _s_error_kernel(Q, Kt, L, trunc, rz, eta, first, last, finish, safety, d52):
+    """S, A and the chunk chain's rho of _s_error, one row per task. Within a chunk each key's partial sums run
+    over the terms in order (t += q_k K_kj, c += |q_k| |K_kj|: the bits of a plain loop), eight terms per pass
+    over the keys with the sums held in registers, so the loop over keys vectorises with one load and store of
+    the sums per eight terms. ``finish``: rho returned as rho * safety + d52 A."""
     m, d = Q.shape
     n = Kt.shape[1]
     S = np.zeros((m, n))
@@ -869,17 +871,52 @@ def _s_error_kernel(Q, Kt, aKt, L, trunc, rz, eta, first, last, finish, safety, 
         t = np.empty(nn)
         c = np.empty(nn)
         for k0 in range(0, d, L):
+            kend = min(k0 + L, d)
             t[:] = 0.0
             c[:] = 0.0
-            for kk in range(k0, min(k0 + L, d)):
+            kk = k0
+            while kk + 8 <= kend:
+                q0, q1, q2, q3 = Q[i, kk], Q[i, kk + 1], Q[i, kk + 2], Q[i, kk + 3]
+                q4, q5, q6, q7 = Q[i, kk + 4], Q[i, kk + 5], Q[i, kk + 6], Q[i, kk + 7]
+                a0, a1, a2, a3 = abs(q0), abs(q1), abs(q2), abs(q3)
+                a4, a5, a6, a7 = abs(q4), abs(q5), abs(q6), abs(q7)
+                # 1-D row slices: indexing Kt[kk, lo + j] directly keeps numba from vectorising the loop
+                k_0, k_1 = Kt[kk, lo:lo + nn], Kt[kk + 1, lo:lo + nn]
+                k_2, k_3 = Kt[kk + 2, lo:lo + nn], Kt[kk + 3, lo:lo + nn]
+                k_4, k_5 = Kt[kk + 4, lo:lo + nn], Kt[kk + 5, lo:lo + nn]
+                k_6, k_7 = Kt[kk + 6, lo:lo + nn], Kt[kk + 7, lo:lo + nn]
+                for j in range(nn):
+                    x0, x1, x2, x3 = k_0[j], k_1[j], k_2[j], k_3[j]
+                    x4, x5, x6, x7 = k_4[j], k_5[j], k_6[j], k_7[j]
+                    s = t[j]
+                    s += q0 * x0
+                    s += q1 * x1
+                    s += q2 * x2
+                    s += q3 * x3
+                    s += q4 * x4
+                    s += q5 * x5
+                    s += q6 * x6
+                    s += q7 * x7
+                    t[j] = s
+                    v = c[j]
+                    v += a0 * abs(x0)
+                    v += a1 * abs(x1)
+                    v += a2 * abs(x2)
+                    v += a3 * abs(x3)
+                    v += a4 * abs(x4)
+                    v += a5 * abs(x5)
+                    v += a6 * abs(x6)
+                    v += a7 * abs(x7)
+                    c[j] = v
+                kk += 8
+            while kk < kend:
                 qv = Q[i, kk]
                 aq = abs(qv)
-                # 1-D row slices: indexing Kt[kk, lo + j] directly keeps numba from vectorising this loop
                 kr = Kt[kk, lo:lo + nn]
-                akr = aKt[kk, lo:lo + nn]
                 for j in range(nn):
                     t[j] += qv * kr[j]
-                    c[j] += aq * akr[j]
+                    c[j] += aq * abs(kr[j])
+                kk += 1
             for j in range(nn):
                 p = part[j]
                 rr = r[j]
@@ -982,9 +1019,12 @@ def _weights(S, A, rho, first, last, fb_lo, fb_hi, vis, masked, nresc, log_ex2_c
 def _rn_format(x, u, ulp_min):
     """RN (ties to even) of a positive real x (float64) to a format of unit roundoff u (ulp 2u at [1, 2)) whose
     subnormal spacing is ulp_min; exact in float64: x / ulp is a power-of-two scaling."""
-    e = math.frexp(x)[1] - 1
+    # floor(log2 x) from the exponent field (x normal); x / ulp is exact (ulp a power of two) and below 2^52,
+    # where adding and subtracting 2^52 rounds to an integer, ties to even: np.round's value, faster
+    e = np.int64((np.float64(x).view(np.int64) >> 52) & 0x7FF) - 1023
     ulp = max(math.ldexp(2.0 * u, e), ulp_min)
-    return np.round(x / ulp) * ulp
+    y = x / ulp
+    return ((y + 4503599627370496.0) - 4503599627370496.0) * ulp
 
 
 @njit(parallel=True, cache=True)
