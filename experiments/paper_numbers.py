@@ -619,12 +619,10 @@ def paired_diffs(df):
 
 
 def _paired_ci(x, level):
-    """(mean, half-width) of a Student-t interval of the mean of the paired differences x at ``level``."""
-    from scipy import stats
-    k = len(x)
-    if k < 2:
-        return float(x.mean()), float("nan")
-    return float(x.mean()), float(stats.t.ppf(0.5 + level / 2, k - 1) * x.std(ddof=1) / math.sqrt(k))
+    """(mean, half-width) of fa4num.study.summary.mean_ci's Student-t interval of the paired differences x."""
+    from fa4num.study.summary import mean_ci
+    mu, _, hi, _ = mean_ci(x, level=level)
+    return mu, hi - mu
 
 
 def paired_budget(df):
