@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -264,7 +265,6 @@ def fit_suite_table():
     experiments/results/fit_suite_bench.json): per function, cases, fa4num better / equal / worse than Sollya
     (error ratio of the independently measured errors below 1 - 1e-6 / within 1e-6 / above 1 + 1e-6), the cases
     only fa4num solved (Sollya failed or gave coefficients outside the format), proven optima, median time ratio."""
-    import statistics
     d = json.loads((pc.RESULTS / "fit_suite_bench.json").read_text())
     rows = d["rows"]
 
@@ -851,6 +851,22 @@ def stale_max():
     return m
 
 
+def backward_bounds():
+    """The backward bound against the real kernel's gradients on the H200 backward goldens
+    (experiments/paper_backward_bounds.py): cases, violations, infinite bounds and the tightness spread."""
+    d = json.loads((pc.RESULTS / "paper_backward_bounds.json").read_text())
+    cs = d["cases"]
+    tight = sorted(c["tightness"] for c in cs)
+    m = macro("bwdBoundCases", str(len(cs)))
+    m += macro("bwdBoundSets", str(len(d["goldens"])))
+    m += macro("bwdBoundBitsMatch", str(sum(bool(c["bits_match"]) for c in cs)))
+    m += macro("bwdBoundViolations", str(sum(sum(c["violations"].values()) for c in cs)))
+    m += macro("bwdBoundUnbounded", str(sum(sum(c["unbounded"].values()) for c in cs)))
+    m += macro("bwdBoundTightMedian", f"{statistics.median(tight):.2f}")
+    m += macro("bwdBoundTightMax", f"{tight[-1]:.2f}")
+    return m
+
+
 def twin():
     """The GPU twin on the H200 (fa4num.attention.twin): against the CPU emulator, and against the real FA4 SM90 kernel
     at long sequences (experiments/results/h200_20261201/twin_*.json)."""
@@ -905,7 +921,7 @@ def main(argv=None) -> int:
     fit_tex, m5 = fit_table()
     fs_tex, m5b = fit_suite_table()
     m5 += m5b
-    m6 = misc(pc.knobs()) + stale_max() + twin() + reproducibility()
+    m6 = misc(pc.knobs()) + stale_max() + backward_bounds() + twin() + reproducibility()
     scale = scale_rows()
     ebs_tex, m9 = error_budget_scale(scale)
     pr_tex, m9b, _ = paired_budget(scale)
