@@ -23,6 +23,8 @@ from fa4num.bounds import attention_error_bound  # noqa: E402
 
 ARRAYS = ("out", "lse", "out_probabilistic", "out_exact", "lse_exact")
 DEFAULT = ROOT / "tests/golden/bounds/attention_bound_digests.json"
+# every case asks for the probabilistic variant too (out_probabilistic is pinned with the rest)
+DELTA = 1e-6
 
 
 def cases():
@@ -31,14 +33,16 @@ def cases():
         assert fam in FAMILIES
         for kernel, dt, opts in configs(True):
             q, k, v = make_inputs(fam, seqlen_q=96, seqlen_k=300, heads=1, head_dim=64, dtype=dt, seed=3)
-            yield f"{fam}_{kernel}_{dt}_{opts.get('rescale_threshold', '')}", q, k, v, dict(kernel=kernel, **opts)
+            yield (f"{fam}_{kernel}_{dt}_{opts.get('rescale_threshold', '')}", q, k, v,
+                   dict(kernel=kernel, delta=DELTA, **opts))
     rng = np.random.default_rng(5)
     q, k, v = make_inputs("gaussian", seqlen_q=80, seqlen_k=260, heads=4, head_dim=64, dtype="bfloat16", seed=9)
     k, v = k[:, :, :2], v[:, :, :2]
     for kernel in ("fa4-sm90", "fa4-sm100"):
-        yield f"gqa_causal_{kernel}", q, k, v, dict(kernel=kernel, causal=True)
-        yield f"window_softcap_{kernel}", q, k, v, dict(kernel=kernel, window_size=(40, 8), softcap=5.0)
-        yield f"sink_{kernel}", q, k, v, dict(kernel=kernel, learnable_sink=rng.standard_normal(4).astype(np.float32))
+        yield f"gqa_causal_{kernel}", q, k, v, dict(kernel=kernel, causal=True, delta=DELTA)
+        yield f"window_softcap_{kernel}", q, k, v, dict(kernel=kernel, window_size=(40, 8), softcap=5.0, delta=DELTA)
+        yield f"sink_{kernel}", q, k, v, dict(kernel=kernel, learnable_sink=rng.standard_normal(4).astype(np.float32),
+                                              delta=DELTA)
 
 
 def platform() -> str:

@@ -97,7 +97,7 @@ def main() -> int:
                 q, k, v = (a.astype(BF) for a in (q, k, v))
                 opts = {"softmax_scale": scale, "kernel": kernel}
                 r = forward(q, k, v, **opts)
-                b = attention_error_bound(q, k, v, **opts)
+                b = attention_error_bound(q, k, v, delta=1e-6, **opts)
                 err = np.abs(r.out.astype(np.float64) - b.out_exact)
                 fin = np.isfinite(b.out_probabilistic)
                 exc = err[fin] > b.out_probabilistic[fin]

@@ -22,7 +22,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
+from threadpoolctl import threadpool_limits
 
 from fa4num.attention import config
 from fa4num.attention.flex import SeqlenInfo, block_keep
@@ -47,6 +48,8 @@ _NP = {n: d.dtype for n, d in _NARROW.items()}
 _TORCH = {f"torch.{n}": n for n in _NARROW}
 # the bound is evaluated in float64 from sums of at most ~1e6 terms: relative evaluation error far below 2^-30
 _F64_SAFETY = 1.0 + 2.0 ** -30
+# the terms that need their own |V|-weighted GEMM per head: reported with full_terms=True only
+_GEMM_TERMS = ("s_gemm", "softcap", "score_mod", "scale_exponent")
 # the kernel knobs the bound models, each with its term (below); any other knob set to a value that is not FA4's
 # is refused by name (fa4num.attention.kernels.Kernel.knob_refusal), not bounded as if FA4's
 MODELLED_KNOBS = frozenset({"tile_m", "tile_n", "gemm", "ffma_exponent", "mufu_arch", "pack_gqa", "use_2cta_instrs",
@@ -74,17 +77,18 @@ class AttentionBound:
         (batch, seqlen_q, heads, head_dim) float64: worst-case bound per output element.
     lse : numpy.ndarray
         (batch, heads, seqlen_q) float64: worst-case bound on the natural-log LSE per row.
-    out_probabilistic : numpy.ndarray
+    out_probabilistic : numpy.ndarray or None
         As ``out``, holding with probability >= 1 - delta per element under assumptions A1-A2 of the module
-        docstring (Higham-Mary model for the P cast and the row sum; worst case elsewhere).
+        docstring (Higham-Mary model for the P cast and the row sum; worst case elsewhere); None unless the
+        bound was asked for a ``delta``.
     out_exact : numpy.ndarray
         The real-arithmetic attention (float64, its evaluation error is inside the bound).
     lse_exact : numpy.ndarray
         Its LSE.
     terms : dict
-        Per source, the largest contribution over the elements (absolute units of out): s_gemm, softcap,
-        scale_exponent, exp2_mufu, exp2_software, rescale, p_cast, row_sum, pv_gemm, rcp, out_cast; lse_terms
-        likewise for the LSE.
+        Per source, the largest contribution over the elements (absolute units of out): exp2_mufu,
+        exp2_software, rescale, p_cast, row_sum, pv_gemm, rcp, out_cast, and with ``full_terms`` s_gemm,
+        scale_exponent, softcap or score_mod; lse_terms likewise for the LSE.
     a_priori : dict
         Closed-form normwise bound on ``max |out - exact|`` (see ``a_priori_bound``).
     """
@@ -164,6 +168,31 @@ def _gemm_model(gemm: str, arch: str, dtype: str, k_total: int) -> _Gemm:
     return _Gemm(_gamma(k_total + 1, U32), (k_total + 1) * 2.0 ** -150, max(k_total, 1))
 
 
+# the fp32 absolute sums (_abs_gemm) run over blocks of at most this many terms, added in float64: the relative
+# widening (K + 4) 2^-23 stays below 2^-13 whatever the number of keys
+_ABS_GEMM_BLOCK = 1024
+
+
+def _abs_gemm(a, b):
+    """An upper bound on a @ b for nonnegative a, b (float64 or fp32 arrays) from fp32 BLAS, half the cost of
+    float64 (docs/bounds.md, section 9.1). Over each block of K <= 1024 terms: every entry rounds to fp32 (RN:
+    |err| <= 2^-24 |x| + 2^-150), each product and addition rounds (RN, or within 2^-150 absolutely below
+    2^-126; an FMA rounds once; any order), so the block's fp32 result times (1 + 2^-23)^(K+4) >= (1 + 2^-24)^(K+3),
+    plus (K + 2) 2^-148 (1 + max a + max b) for the absolute parts, is at least its exact value; the blocks are
+    added in float64 (widened by 2^-50 per block). An fp32 overflow gives +inf."""
+    kdim = a.shape[1]
+    a32 = a if a.dtype == np.float32 else a.astype(np.float32)
+    b32 = b if b.dtype == np.float32 else b.astype(np.float32)
+    blk = max(1, min(kdim, _ABS_GEMM_BLOCK))
+    nblk = -(-kdim // blk)
+    with np.errstate(over="ignore"):
+        r = np.zeros((a.shape[0], b.shape[1]))
+        for s0 in range(0, kdim, blk):
+            r += (a32[:, s0:s0 + blk] @ b32[s0:s0 + blk]).astype(np.float64)
+    mag = 1.0 + float(a32.max(initial=0.0)) + float(b32.max(initial=0.0))
+    return r * ((1 + (blk + 4) * 2.0 ** -23) * (1 + nblk * 2.0 ** -50)) + nblk * (blk + 2) * 2.0 ** -148 * mag
+
+
 def _delta_lambda(softmax_scale: float) -> tuple[float, float, float]:
     """(sl2 as the kernel has it, exact lambda = softmax_scale log2 e rounded to float64, |sl2 - lambda| up)."""
     import mpmath
@@ -175,8 +204,8 @@ def _delta_lambda(softmax_scale: float) -> tuple[float, float, float]:
         return sl2, float(lam), float(dl) * (1 + 2.0 ** -50), float(ln2err) * (1 + 2.0 ** -50)
 
 
-def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = None, delta=1e-6,
-                          **fa4_args) -> AttentionBound:
+def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = None, delta=None,
+                          full_terms=False, **fa4_args) -> AttentionBound:
     """Rigorous per-element bound on ``|out_kernel - out_exact|`` and ``|lse_kernel - lse_exact|`` for FA4's forward.
 
     Parameters
@@ -186,8 +215,13 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
     problem : Problem, optional
         ``plan(q, k, v, **fa4_args)`` already made (then no q, k, v, fa4_args): the kernel options the bound
         uses are exactly the forward's (one parser, :func:`fa4num.attention.problem.plan`).
-    delta : float
-        Failure probability per element of ``out_probabilistic`` (0 < delta < 1).
+    delta : float, optional
+        Also compute ``out_probabilistic``, failing with probability at most ``delta`` per element
+        (0 < delta < 1; 1e-6 in the paper). None (default): no probabilistic variant (``out_probabilistic`` is
+        None), which saves a GEMM and the tie analysis per head.
+    full_terms : bool
+        Also report the terms that need their own |V|-weighted GEMM per head (``s_gemm``, ``scale_exponent``,
+        ``softcap`` / ``score_mod``); without (default), ``terms`` lacks those keys. The bound is the same.
     **fa4_args
         fa4num.attention.forward's arguments (softmax_scale: out_exact uses this real number, the kernel its fp32
         scale_log2; causal, kernel, window_size, learnable_sink, cu_seqlens_q/cu_seqlens_k with 3-D q, k, v
@@ -225,8 +259,10 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
         raise ValueError(f"score_mod: attention_error_bound bounds the built-in score_mods of "
                          f"fa4num.attention.flex (softcap_mod, alibi_mod, alibi_exp2_mod, rel_bias_mod) only, got "
                          f"{getattr(fl.score_mod, '__name__', type(fl.score_mod).__name__)!r}")
-    if not (isinstance(delta, float) and 0.0 < delta < 1.0):
-        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
+    if delta is not None and not (isinstance(delta, float) and 0.0 < delta < 1.0):
+        raise ValueError(f"delta must be None or a float in (0, 1), got {delta!r}")
+    if not isinstance(full_terms, bool):
+        raise ValueError(f"full_terms must be a bool, got {full_terms!r}")
     # refused, not bounded: the fp8 descales and split-KV's combine kernel are outside this analysis (the
     # forward runs both); plan() has already refused what the kernel itself refuses (head dims, dtypes)
     if problem.descaled:
@@ -242,16 +278,22 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
                          "the bound")
     scale = problem.softmax_scale
     qa, ka, va = _as_array(problem.q, "q"), _as_array(problem.k, "k"), _as_array(problem.v, "v")
-    # rows without a finite bound (docs/bounds.md, section 5.8) carry inf and NaN through the float64 evaluation
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    # rows without a finite bound (docs/bounds.md, section 5.8) carry inf and NaN through the float64 evaluation.
+    # The grid work alternates numba kernels on every core with BLAS calls per block of rows (_score_rows); BLAS
+    # threads that spin after a call would take the cores from the next kernel (twice the time on 2 cores), so
+    # BLAS runs on one thread for the call (threadpoolctl; the process' setting is restored on return)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"), threadpool_limits(limits=1, user_api="blas"):
         if not math.isfinite(scale):
-            return _unbounded(_bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=1.0, delta=delta),
+            return _unbounded(_bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=1.0, delta=delta,
+                                                     full_terms=full_terms),
                               exact=False)
         if _scale_vanishes(scale, problem.softcap):
             # the kernel's fp32 scale_log2 is 0 (or its fp32 scale, under a soft cap, is infinite): masked
             # scores give -inf * 0 = NaN in the exponent (docs/bounds.md, section 5.8)
-            return _unbounded(_bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=scale, delta=delta))
-        return _bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=scale, delta=delta)
+            return _unbounded(_bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=scale, delta=delta,
+                                                     full_terms=full_terms))
+        return _bound_dense_or_varlen(qa, ka, va, problem=problem, softmax_scale=scale, delta=delta,
+                                      full_terms=full_terms)
 
 
 def _scale_vanishes(scale: float, softcap: float) -> bool:
@@ -267,7 +309,8 @@ def _scale_vanishes(scale: float, softcap: float) -> bool:
 def _unbounded(p: AttentionBound, *, exact: bool = True) -> AttentionBound:
     """``p`` with no finite bound anywhere (and, with ``exact=False``, no defined exact value)."""
     for a in (p.out, p.out_probabilistic, p.lse):
-        a[...] = np.inf
+        if a is not None:
+            a[...] = np.inf
     if not exact:
         p.out_exact[...] = np.nan
         p.lse_exact[...] = np.nan
@@ -277,13 +320,15 @@ def _unbounded(p: AttentionBound, *, exact: bool = True) -> AttentionBound:
     return p
 
 
-def _bound_dense_or_varlen(qa, ka, va, *, problem, softmax_scale, delta):
+def _bound_dense_or_varlen(qa, ka, va, *, problem, softmax_scale, delta, full_terms):
     if not problem.varlen and problem.page_table is None:
-        return _bound_dense(qa, ka, va, problem=problem, softmax_scale=softmax_scale, delta=delta)
-    return _bound_sequences(qa, ka, va, problem=problem, softmax_scale=softmax_scale, delta=delta)
+        return _bound_dense(qa, ka, va, problem=problem, softmax_scale=softmax_scale, delta=delta,
+                            full_terms=full_terms)
+    return _bound_sequences(qa, ka, va, problem=problem, softmax_scale=softmax_scale, delta=delta,
+                            full_terms=full_terms)
 
 
-def _bound_sequences(qa, ka, va, *, problem, softmax_scale, delta):
+def _bound_sequences(qa, ka, va, *, problem, softmax_scale, delta, full_terms):
     """Varlen (flash_attn_varlen_func) and paged KV: every sequence is its own attention problem with its own
     masks and KV blocks (seqlen_info.py offsets; a page table only changes where keys are read from, the
     problem's sequences gather them), bounded one by one with the kernel's configuration (the problem's
@@ -293,7 +338,7 @@ def _bound_sequences(qa, ka, va, *, problem, softmax_scale, delta):
         raise ValueError("cu_seqlens_k: a sequence with queries and no key is not modelled by the bound")
     h, dv = problem.heads, problem.head_dim_v
     out = np.zeros(qa.shape[:-1] + (dv,))
-    out_p, out_x = np.zeros_like(out), np.zeros_like(out)
+    out_p, out_x = np.zeros_like(out) if delta is not None else None, np.zeros_like(out)
     lse_shape = (h, qa.shape[0]) if problem.varlen_q else (qa.shape[0], h, qa.shape[1])
     lse, lse_x = np.zeros(lse_shape), np.full(lse_shape, -np.inf)
     parts = []
@@ -301,12 +346,13 @@ def _bound_sequences(qa, ka, va, *, problem, softmax_scale, delta):
         if sq_.q.shape[0] == 0:
             continue
         p = _bound_dense(sq_.q[None], sq_.k[None], sq_.v[None], problem=problem, softmax_scale=softmax_scale,
-                         delta=delta, seq_meta=(sq_.batch, SeqlenInfo(
+                         delta=delta, full_terms=full_terms, seq_meta=(sq_.batch, SeqlenInfo(
                              sq_.q.shape[0], sq_.k.shape[0],
                              0 if problem.cu_seqlens_q is None else int(problem.cu_seqlens_q[sq_.batch]),
                              0 if problem.cu_seqlens_k is None else int(problem.cu_seqlens_k[sq_.batch]))))
-        out[sq_.out_index], out_p[sq_.out_index], out_x[sq_.out_index] = p.out[0], p.out_probabilistic[0], \
-            p.out_exact[0]
+        out[sq_.out_index], out_x[sq_.out_index] = p.out[0], p.out_exact[0]
+        if out_p is not None:
+            out_p[sq_.out_index] = p.out_probabilistic[0]
         for hh in range(h):
             lse[sq_.lse_index(hh)], lse_x[sq_.lse_index(hh)] = p.lse[0, hh], p.lse_exact[0, hh]
         parts.append(p)
@@ -409,9 +455,10 @@ def _flex_rows(problem, *, batch: int, head: int, seqinfo, seqlen_q: int, seqlen
     return _Rows(first, last, vis, nvis, counts, fb * tn, np.minimum(fb * tn + tn - 1, sk - 1), order, bad)
 
 
-def _bias_scores(S, A, rho, *, form, scale, head, aux, ex2_rel):
+def _bias_scores(S, A, rho, *, form, scale, head, aux, ex2_rel, row0=0):
     """(S', rho', rho_b): the exact score S' = S scale + b of an additive built-in score_mod (float64), a bound rho'
-    on |S'_kernel - S'| and its part rho_b from the mod's own operations (docs/bounds.md, section 5.7).
+    on |S'_kernel - S'| and its part rho_b from the mod's own operations (docs/bounds.md, section 5.7); S holds
+    the query rows from ``row0`` on.
 
     The real-arithmetic bias b (fa4num.attention.flex, the mod's ``form``), with dist = |q_idx - kv_idx|:
     rel_bias_mod: min(dist, clamp); alibi_mod: -slope dist with slope the fp32 aux value; alibi_exp2_mod:
@@ -425,7 +472,8 @@ def _bias_scores(S, A, rho, *, form, scale, head, aux, ex2_rel):
     n_q, n_k = S.shape
     u = U32
     s32 = float(np.float32(scale))
-    dist = np.abs(np.arange(n_q)[:, None] - np.arange(n_k)[None, :])
+    # S holds the query rows row0 .. row0 + n_q of the sequence (a block of _score_rows)
+    dist = np.abs(np.arange(row0, row0 + n_q)[:, None] - np.arange(n_k)[None, :])
     if kind == "rel_bias_mod":
         b = (dist if p["clamp"] is None else np.minimum(dist, p["clamp"])).astype(np.float64)
         eb = np.abs(b.astype(np.float32).astype(np.float64) - b)
@@ -454,7 +502,7 @@ def _bias_scores(S, A, rho, *, form, scale, head, aux, ex2_rel):
     return Sx, (e0 * _F64_SAFETY + own + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY
 
 
-def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
+def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, full_terms, seq_meta=None):
     """attention_error_bound for 4-D q, k, v (one sequence of a varlen call, or the whole dense call), with the
     problem's kernel options; ``softmax_scale``: the problem's, or its opposite (a negative scale's reflection);
     ``seq_meta``: (batch index, fa4num.attention.flex.SeqlenInfo) of a varlen call's sequence (what a mod sees)."""
@@ -468,7 +516,7 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
         # (masked -inf scores give +inf), outside this analysis. The exact attention is that of -q and |scale|
         # (softcap's tanh is odd); no finite bound is claimed (docs/bounds.md, section 5.8)
         return _unbounded(_bound_dense(-qa, ka, va, problem=problem, softmax_scale=-softmax_scale, delta=delta,
-                                       seq_meta=seq_meta))
+                                       full_terms=full_terms, seq_meta=seq_meta))
     # non-finite inputs: bounded with zeros in their place, then every element they reach is unbounded (+inf)
     # and its exact value undefined (NaN) -- docs/bounds.md, section 5.8
     bad_q, bad_k, bad_v = (~np.isfinite(a.astype(np.float32)) for a in (qa, ka, va))
@@ -517,15 +565,18 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
     gemm_s = _gemm_model(gemm, gemm_arch, dt, d)
     pv_k = tn if gemm != "blas" else -(-sk // tn) * tn
     gemm_pv = _gemm_model(gemm, gemm_arch, dt, pv_k)
-    lam_p = math.sqrt(2.0 * math.log(6.0 / delta))   # Hoeffding, delta/3 for each of three random sums
+    probabilistic = delta is not None
+    lam_p = math.sqrt(2.0 * math.log(6.0 / delta)) if probabilistic else 0.0  # Hoeffding, delta/3 per random sum
 
     out_b = np.zeros((b, sq, h, dv))
-    out_p = np.zeros((b, sq, h, dv))
+    out_p = np.zeros((b, sq, h, dv)) if probabilistic else None
     out_x = np.zeros((b, sq, h, dv))
     lse_b = np.zeros((b, h, sq))
     lse_x = np.full((b, h, sq), -np.inf)
     names = ("s_gemm", "softcap", "score_mod", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast", "row_sum",
              "pv_gemm", "rcp", "out_cast")
+    if not full_terms:
+        names = tuple(n for n in names if n not in _GEMM_TERMS)
     terms = {n: 0.0 for n in names}
     lse_names = ("weights", "row_sum", "lg2", "scale", "roundings")
     lterms = {n: 0.0 for n in lse_names}
@@ -552,7 +603,6 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
             first, last, nvis, nblk = rows.first, rows.last, rows.nvis, rows.nblk
             has = nvis > 0
             nresc = np.maximum(nblk - 1, 0)
-            vis = rows.vis if rows.vis is not None else np.ones((1, 1), np.bool_)
             Q = qa[bb, :, hh].astype(np.float64)
             K = ka[bb, :, kv].astype(np.float64)
             V = va[bb, :, kv].astype(np.float64)
@@ -569,33 +619,23 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
             else:
                 Vabs = rows.vis @ aV
                 Vabs = Vabs + sk * 2.0 ** -52 * Vabs
-            # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma): S, |Q||K|^T and the chain's running bound
-            S, A, rho = _s_error(Q, K, gemm_s, gemm, first, last)
-            # fp32 overflow of S (or of S * scale before a score_mod, or of the exponent): no finite bound
-            s_mag = (A.max(axis=1, initial=0.0) + rho.max(axis=1, initial=0.0)) * (1 + 2.0 ** -20)
-            fits = s_mag * max(1.0, abs(scale) if scored else 1.0) < 2.0 ** 126
-            if softcap:
-                # score_mod (utils.create_softcap_scoremod): S <- RN(cap tanh.approx(RN(RN(S scale) / cap)))
-                S, rho, rho_sc, _ = _softcap_scores(S, A, rho, softcap=softcap, scale=scale, d=d, tanh_err=tanh_err)
-                A = np.zeros_like(A)
-            elif form is not None:
-                # an additive built-in score_mod: S <- RN(RN(S scale) + bias) or fma(S, scale, bias)
-                S, rho, rho_sc = _bias_scores(S, A, rho, form=form, scale=scale, head=hh, aux=fl.aux_tensors,
-                                              ex2_rel=ex2_rel)
-                A = np.zeros_like(A)
-            if form is not None or rows.vis is not None:
-                # only the keys a row sees enter below; zeros elsewhere (as outside first..last without a bias)
-                keep = (col[None, :] >= first[:, None]) & (col[None, :] <= last[:, None]) if rows.vis is None \
-                    else rows.vis
-                S, A, rho = (np.where(keep, x, 0.0) for x in (S, A, rho))
-                if scored:
-                    rho_sc = np.where(keep, rho_sc, 0.0)
-            # exponent (softmax.py scale_subtract_rowmax / online_softmax), rescales (update_row_max) and exp2 per
-            # element, in one fused pass (_weights documents each term)
-            w, wt, w2, ws, wx, Mf, rho_m, W, wth, theta_max, log_resc = _weights(
-                S, A, rho, first, last, rows.fb_lo, rows.fb_hi, vis, rows.vis is not None, nresc, log_ex2_col, sl2,
-                lam, dlam, d * 2.0 ** -52, thr, off, nround_bias, fmul_x, math.log1p(ex2_rel))
-            fits &= (np.abs(S).max(axis=1, initial=0.0) + rho_m) * sl2 + thr + off < 2.0 ** 126
+            # everything on the (query, key) grid, a block of rows at a time (_score_rows): the per-row quantities
+            # and the |V|-weighted sums; blocks of a few MB come back from the heap instead of fresh pages
+            Kt = np.ascontiguousarray(K.T)
+            rb = _row_block(sk)
+            aV32 = aV.astype(np.float32)
+            score = functools.partial(
+                _score_rows, Q=Q, Kt=Kt, V=V, aV=aV, aV32=aV32, rows=rows, gemm_s=gemm_s, gemm=gemm, col=col,
+                softcap=softcap, form=form, scored=scored, scale=scale, d=d, tanh_err=tanh_err, fl=fl, hh=hh,
+                ex2_rel=ex2_rel, nresc=nresc, log_ex2_col=log_ex2_col, sl2=sl2, lam=lam, dlam=dlam, thr=thr, off=off,
+                nround_bias=nround_bias, fmul_x=fmul_x, tn=tn, bw=bw, u_p=u_p, p_ulp_min=p_ulp_min,
+                probabilistic=probabilistic, full_terms=full_terms, emu_idx=emu_idx)
+            starts = list(range(0, max(sq, 1), rb))
+            blocks = list(_pool().map(lambda r0: score(r0, min(r0 + rb, sq)), starts))
+            blk = {n_: np.concatenate([x[n_] for x in blocks]) for n_ in blocks[0]}
+            Mf, rho_m, W, wth, theta_max, log_resc = (blk[n_] for n_ in ("M", "rho_m", "W", "wth", "theta_max",
+                                                                           "log_resc"))
+            fits = blk["fits"]
             # learnable sink (softmax.py apply_learnable_sink / Softmax.finalize): one more weight in the row sum,
             # with no value (docs/bounds.md, section 5.6)
             w_s, th_s, e_empty = _sink_weight(None if sink is None else sink[hh], Mf, rho_m, has & fits,
@@ -604,10 +644,8 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
             Wd = np.where(has, W + w_s, 1.0)
             wth = wth + w_s * th_s
             n_eta = nvis + (sink is not None)                   # weights that carry an absolute error
-            wV = w @ np.concatenate([V, aV], axis=1)
-            ostar = wV[:, :dv] / Wd[:, None]
-            G = wV[:, dv:]
-            H = wt @ aV
+            ostar = blk["wV"] / Wd[:, None]
+            G, H = blk["G"], blk["H"]
             # normalisation constant c of the kernel's weights: c >= 2^(off - rho sl2); A_j <= (1+ex2)^blocks
             cinv = 2.0 ** (-off) * np.exp2(rho_m * sl2)
             a_up = np.exp(nresc * math.log1p(ex2_rel))
@@ -638,13 +676,10 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
             t_w = (H + np.abs(ostar) * wth[:, None] + eta_w[:, None] * (Vabs + n_eta[:, None] * np.abs(ostar))) \
                 / denom[:, None]
             Gp = G + H + eta_w[:, None] * Vabs
-            # P cast (apply_exp2_convert / cvt.rn.bf16x2.f32): numerator only, the row sum adds fp32 P. Each
-            # P's relative cast error r_j <= u_p from its enclosure at the stale max (_cast_time_p): 0-ish for an
-            # arg-max cast as 2^off exactly, the exact distance to P's grid where the enclosure allows
+            # P cast (apply_exp2_convert / cvt.rn.bf16x2.f32): numerator only, the row sum adds fp32 P; the
+            # cast sum from _weights_casts
             eta_pn = eta_p * cinv * a_up
-            wr = _cast_relative(S, rho, w, wt, first, last, rows.order, rows.nblk, vis, rows.vis is not None, tn,
-                                sl2, thr, off, nround_bias, fmul_x, bw, log_ex2_col, u_p, p_ulp_min)
-            t_p = (wr @ aV + u_p * eta_w[:, None] * Vabs + eta_pn[:, None] * Vabs) / denom[:, None]
+            t_p = (blk["WR"] + u_p * eta_w[:, None] * Vabs + eta_pn[:, None] * Vabs) / denom[:, None]
             # PV GEMM chain (tiled_mma_pv) with the O rescales RN(O * acc_scale) in between (correction_rescale)
             nch = nblk * -(-tn // gemm_pv.chunk) if gemm != "blas" else np.minimum(nblk, 1)
             T_abs = (1 + u_p) * Gp + eta_pn[:, None] * Vabs
@@ -670,27 +705,29 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
             # probabilistic (docs/bounds.md, section 8): the P-cast errors of keys with distinct scores and the
             # row sum's RN roundings random (Hoeffding / Higham-Mary gamma~); keys of one score share their cast
             # error (one variable per score), and the PV chain truncates (RZ, biased): worst case
-            w2v2 = _tied_root_sum_squares(S, w2, V)
-            t_p_prob = (lam_p * u_p * w2v2 + eta_pn[:, None] * Vabs) / denom[:, None]
-            Dv = np.broadcast_to(D, (sq,)).astype(np.float64)
-            g_D_prob = np.expm1(lam_p * np.sqrt(Dv) * U32 + Dv * U32 * U32 / (1 - U32)) * _F64_SAFETY
-            eps_p = (1 + rcp_rel) * (1 + U32) / (1 - np.minimum(g_D, g_D_prob)) - 1
-            Rp = np.minimum(t_p_prob, t_p) + t_pv
-            err_p = t_w + Rp + eps_p[:, None] * (np.abs(ostar) + t_w + Rp)
-            bound_p = _cast_bound(ostar, err_p, out_dt) * _F64_SAFETY
+            if probabilistic:
+                w2v2 = blk["w2v2"]
+                t_p_prob = (lam_p * u_p * w2v2 + eta_pn[:, None] * Vabs) / denom[:, None]
+                Dv = np.broadcast_to(D, (sq,)).astype(np.float64)
+                g_D_prob = np.expm1(lam_p * np.sqrt(Dv) * U32 + Dv * U32 * U32 / (1 - U32)) * _F64_SAFETY
+                eps_p = (1 + rcp_rel) * (1 + U32) / (1 - np.minimum(g_D, g_D_prob)) - 1
+                Rp = np.minimum(t_p_prob, t_p) + t_pv
+                err_p = t_w + Rp + eps_p[:, None] * (np.abs(ostar) + t_w + Rp)
+                bound_p = _cast_bound(ostar, err_p, out_dt) * _F64_SAFETY
             hm = has[:, None]
             out_b[bb, :, hh] = np.where(hm, bound, 0.0)
-            out_p[bb, :, hh] = np.where(hm, np.minimum(bound_p, bound), 0.0)
+            if probabilistic:
+                out_p[bb, :, hh] = np.where(hm, np.minimum(bound_p, bound), 0.0)
             out_x[bb, :, hh] = np.where(hm, ostar, 0.0)
             # terms (largest over elements), in units of out
             share = np.where(hm, 1.0, 0.0) / denom[:, None]
-            if scored:
-                ws = w * np.expm1(np.maximum(rho - rho_sc, 0.0) * sl2 * math.log(2))
-                _upd(terms, "softcap" if softcap else "score_mod",
-                     ((w * np.expm1(rho_sc * sl2 * math.log(2))) @ aV) * share)
-            _upd(terms, "s_gemm", ((ws @ aV) * share))
-            _upd(terms, "scale_exponent", ((wx @ aV) * share))
-            G_emu = w[:, emu_idx] @ aV[emu_idx] if emu_idx.size else np.zeros_like(G)
+            if full_terms:
+                # the terms that need their own |V|-weighted GEMMs
+                if scored:
+                    _upd(terms, "softcap" if softcap else "score_mod", blk["t_sc"] * share)
+                _upd(terms, "s_gemm", blk["t_s"] * share)
+                _upd(terms, "scale_exponent", blk["t_x"] * share)
+            G_emu = blk["G_emu"]
             _upd(terms, "exp2_software", (G_emu * share * (sw.relative if sw is not None else 0.0)))
             _upd(terms, "exp2_mufu", ((G - G_emu) * share * ex2_rel))
             _upd(terms, "rescale", ((G * np.expm1(log_resc)[:, None]) * share))
@@ -708,7 +745,10 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
             n_w = np.maximum(nvis, 1) + w_s * (1 + th_s)        # W (1 + ...) <= nvis (+ the sink's weight)
             emax = np.where(ok, np.ceil(np.log2(n_w) + off + thr + 2 * rho_m * sl2 + 1), 0)
             emin = np.where(ok, np.floor(off - rho_m * sl2 - 1), 0)
-            lg2e = np.array([lg2_abs(int(max(abs(a), abs(c)))) for a, c in zip(emax, emin)]) if sq else np.zeros(0)
+            # lg2's absolute error by the largest |exponent| of the row sum, once per distinct exponent
+            e_abs = np.maximum(np.abs(emax), np.abs(emin)).astype(np.int64)
+            e_u, e_inv = np.unique(e_abs, return_inverse=True)
+            lg2e = np.array([lg2_abs(int(e)) for e in e_u])[e_inv.reshape(-1)] if sq else np.zeros(0)
             lscale = np.abs(Mf) * dlam
             core = lw + lr + lg2e + lscale
             t1 = (np.abs(lse_star) / math.log(2) + core) * (1 + 2.0 ** -22)   # |m sl2 + lg2 - off| upper
@@ -727,11 +767,13 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
             # no finite bound (docs/bounds.md, section 5.8): rows past the analysis' limits, what non-finite inputs reach
             unb = has & ~ok
             out_b[bb, unb, hh] = np.inf
-            out_p[bb, unb, hh] = np.inf
+            if probabilistic:
+                out_p[bb, unb, hh] = np.inf
             lse_b[bb, hh, unb] = np.inf
             ovf = has[:, None] & pv_ovf
             out_b[bb, :, hh] = np.where(ovf, np.inf, out_b[bb, :, hh])
-            out_p[bb, :, hh] = np.where(ovf, np.inf, out_p[bb, :, hh])
+            if probabilistic:
+                out_p[bb, :, hh] = np.where(ovf, np.inf, out_p[bb, :, hh])
             if rows.vis is None:
                 kv_bad = np.concatenate([[0], np.cumsum(bad_k[bb, :, kv])])
                 sees_bad = kv_bad[np.clip(last + 1, 0, sk)] - kv_bad[np.clip(first, 0, sk)] > 0
@@ -742,12 +784,14 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, seq_meta=None):
             # whose tile visits j's block with j masked (0 * inf = NaN), and the exact value of rows that see j
             undef_v = undef[:, None] | bad_v[bb, :, kv].any(axis=0)[None, :]
             for a, val in ((out_b, np.inf), (out_p, np.inf), (out_x, np.nan)):
-                a[bb, :, hh] = np.where(undef_v, val, a[bb, :, hh])
+                if a is not None:
+                    a[bb, :, hh] = np.where(undef_v, val, a[bb, :, hh])
             lse_b[bb, hh, undef] = np.inf
             lse_x[bb, hh, undef] = np.nan
     # a NaN in the float64 evaluation (inf - inf at the analysis' limits) claims nothing
     for a in (out_b, out_p, lse_b):
-        a[np.isnan(a)] = np.inf
+        if a is not None:
+            a[np.isnan(a)] = np.inf
     try:
         ap = a_priori_bound(head_dim=d, seqlen_k=sk, threshold=thr, max_offset=off, dtype=dt, kernel=kern.name,
                             exp2_relative=max(ex2_rel, sw.relative if sw is not None else 0.0),
@@ -831,36 +875,118 @@ def _softcap_scores(S, A, rho, *, softcap, scale, d, tanh_err):
     return Sx, (own + prop + f64) * _F64_SAFETY, (own + f64) * _F64_SAFETY, dt
 
 
-def _s_error(Q, K, g: _Gemm, gemm: str, first, last):
-    """(S, A, rho) over the visible keys first[i]..last[i] of each row (0 elsewhere): S = Q K^T and A = |Q||K|^T
-    in float64, and rho >= |S_kernel - S| (the float64 evaluation error of S, d 2^-52 A, included).
+@functools.lru_cache(maxsize=1)
+def _pool():
+    """The worker threads of _score_rows: one per numba thread, each running the serial kernels and one-thread
+    BLAS on its own blocks of rows (the kernels release the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+    import numba
+    return ThreadPoolExecutor(max_workers=numba.get_num_threads(), thread_name_prefix="fa4num-bound")
+
+
+def _row_block(seqlen_k: int) -> int:
+    """Rows per block of _score_rows: one float64 (rows x seqlen_k) array of about 1 MB, so that a block's arrays
+    stay in a core's cache between the kernels and its GEMMs (at least 16 rows; 64 at 2048 keys, fastest there)."""
+    return max(16, (1 << 17) // max(seqlen_k, 1))
+
+
+def _score_rows(r0, r1, *, Q, Kt, V, aV, aV32, rows, gemm_s, gemm, col, softcap, form, scored, scale, d, tanh_err, fl,
+                hh, ex2_rel, nresc, log_ex2_col, sl2, lam, dlam, thr, off, nround_bias, fmul_x, tn, bw, u_p,
+                p_ulp_min, probabilistic, full_terms, emu_idx) -> dict:
+    """Query rows r0..r1 of one (sequence, head) on the (query, key) grid: the S GEMM's values and error, the
+    score_mod, the weights and their errors with the P casts (_weights_casts), and the |V|-weighted sums, as
+    per-row arrays (what _bound_dense needs of the grid). Every quantity is per row, so blocks of rows give the
+    same values as the whole grid."""
+    sl = slice(r0, r1)
+    first, last = rows.first[sl], rows.last[sl]
+    vis_b = None if rows.vis is None else rows.vis[sl]
+    # S GEMM (flash_fwd_*: tiled_mma_qk, fa4num.hw.mma): S, |Q||K|^T and the chain's running bound
+    S, A, rho, a_max, rho_max = _s_error(Q[sl], None, gemm_s, gemm, first, last, Kt=Kt)
+    # fp32 overflow of S (or of S * scale before a score_mod, or of the exponent): no finite bound
+    s_mag = (a_max + rho_max) * (1 + 2.0 ** -20)
+    fits = s_mag * max(1.0, abs(scale) if scored else 1.0) < 2.0 ** 126
+    rho_sc = None
+    if softcap:
+        # score_mod (utils.create_softcap_scoremod): S <- RN(cap tanh.approx(RN(RN(S scale) / cap)))
+        S, rho, rho_sc, _ = _softcap_scores(S, A, rho, softcap=softcap, scale=scale, d=d, tanh_err=tanh_err)
+        A = np.zeros_like(A)
+    elif form is not None:
+        # an additive built-in score_mod: S <- RN(RN(S scale) + bias) or fma(S, scale, bias); the bias of these
+        # rows (query positions r0..r1)
+        S, rho, rho_sc = _bias_scores(S, A, rho, form=form, scale=scale, head=hh, aux=fl.aux_tensors,
+                                      ex2_rel=ex2_rel, row0=r0)
+        A = np.zeros_like(A)
+    if form is not None or vis_b is not None:
+        # only the keys a row sees enter below; zeros elsewhere (as outside first..last without a bias)
+        keep = (col[None, :] >= first[:, None]) & (col[None, :] <= last[:, None]) if vis_b is None else vis_b
+        S, A, rho = (np.where(keep, x, 0.0) for x in (S, A, rho))
+        if scored:
+            rho_sc = np.where(keep, rho_sc, 0.0)
+    # exponent (softmax.py scale_subtract_rowmax / online_softmax), rescales (update_row_max) and exp2 per element
+    # in one fused pass (_weights_casts documents each term), with each P's relative cast error r_j <= u_p from its
+    # enclosure at the stale max (Lemma 4: 0-ish for an arg-max cast as 2^off exactly, the exact distance to P's
+    # grid where the enclosure allows)
+    vis = vis_b if vis_b is not None else np.ones((1, 1), np.bool_)
+    w, w3, w2, ws, wx, M, rho_m, abs_s, W, wth, theta_max, log_resc = _weights_casts(
+        S, A, rho, first, last, rows.fb_lo[sl], rows.fb_hi[sl], vis, vis_b is not None, nresc[sl], log_ex2_col,
+        sl2, lam, dlam, d * 2.0 ** -52, thr, off, nround_bias, fmul_x, math.log1p(ex2_rel), rows.order[sl],
+        rows.nblk[sl], tn, bw, u_p, p_ulp_min, probabilistic, full_terms)
+    fits &= (abs_s + rho_m) * sl2 + thr + off < 2.0 ** 126
+    # the exact output's numerator in float64; the |V|-weighted sums that only scale error terms in fp32, rounded
+    # up (_abs_gemm), in one GEMM
+    nr = r1 - r0
+    G, H, WR = np.split(_abs_gemm(w3.reshape(3 * nr, -1), aV32), 3) if nr else (np.zeros((0, aV.shape[1])),) * 3
+    out = dict(M=M, rho_m=rho_m, W=W, wth=wth, theta_max=theta_max, log_resc=log_resc, fits=fits, wV=w @ V,
+               G=G, H=H, WR=WR,
+               G_emu=w[:, emu_idx] @ aV[emu_idx] if emu_idx.size else np.zeros((r1 - r0, aV.shape[1])))
+    if probabilistic:
+        out["w2v2"] = _tied_root_sum_squares(S, w2, V)
+    if full_terms:
+        # the terms' own GEMMs (diagnostics: largest contribution of each source)
+        if scored:
+            ws = w * np.expm1(np.maximum(rho - rho_sc, 0.0) * sl2 * math.log(2))
+            out["t_sc"] = (w * np.expm1(rho_sc * sl2 * math.log(2))) @ aV
+        out["t_s"] = ws @ aV
+        out["t_x"] = wx @ aV
+    return out
+
+
+def _s_error(Q, K, g: _Gemm, gemm: str, first, last, *, Kt=None):
+    """(S, A, rho, max A, max rho) over the visible keys first[i]..last[i] of each row (0 elsewhere): S = Q K^T and
+    A = |Q||K|^T in float64, rho >= |S_kernel - S| (the float64 evaluation error of S, d 2^-52 A, included), and
+    the row maxima of A and rho (0 for a row with no key).
 
     rho follows the chunk chain with the partial sums S_k: chunk k adds at most trunc * max(|C_k|, |terms|)
     (alignment truncation) + 2^-23 |C_{k+1}| (RZ to fp32) for the wgmma model (one RN, 2^-24 |C_{k+1}|, for
     "exact"); |C_k| <= |S_k| + rho_k. BLAS: gamma_d A."""
     trunc = g.gamma - 2.0 ** -23 if gemm == "wgmma" else 0.0
     rz = 2.0 ** -23 if gemm == "wgmma" else 2.0 ** -24
-    Kt = np.ascontiguousarray(K.T)
+    Kt = np.ascontiguousarray(K.T) if Kt is None else Kt         # K^T: given when one K serves several calls
     d52 = Q.shape[1] * 2.0 ** -52
     blas = gemm == "blas"
-    S, A, rho = _s_error_kernel(np.ascontiguousarray(Q), Kt, g.chunk, trunc, rz, g.eta, first, last, not blas,
-                                _F64_SAFETY, d52)
+    S, A, rho, a_max, rho_max = _s_error_kernel(np.ascontiguousarray(Q), Kt, g.chunk, trunc, rz, g.eta, first,
+                                                last, not blas, _F64_SAFETY, d52)
     # (the chunk chain's rho * _F64_SAFETY + d 2^-52 A is formed in the kernel)
-    return (S, A, g.chain(1, A) + d52 * A) if blas else (S, A, rho)
+    if blas:
+        rho = g.chain(1, A) + d52 * A
+        rho_max = rho.max(axis=1, initial=0.0)
+    return S, A, rho, a_max, rho_max
 
 
-@njit(parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def _s_error_kernel(Q, Kt, L, trunc, rz, eta, first, last, finish, safety, d52):
     """S, A and the chunk chain's rho of _s_error, one row per task. Within a chunk each key's partial sums run
     over the terms in order (t += q_k K_kj, c += |q_k| |K_kj|: the bits of a plain loop), eight terms per pass
     over the keys with the sums held in registers, so the loop over keys vectorises with one load and store of
-    the sums per eight terms. ``finish``: rho returned as rho * safety + d52 A."""
+    the sums per eight terms. ``finish``: rho returned as rho * safety + d52 A. Also the row maxima of A, rho."""
     m, d = Q.shape
     n = Kt.shape[1]
     S = np.zeros((m, n))
     A = np.zeros((m, n))
     rho = np.zeros((m, n))
-    for i in prange(m):
+    a_max = np.zeros(m)
+    rho_max = np.zeros(m)
+    for i in range(m):
         lo = first[i]
         nn = last[i] + 1 - lo
         if nn <= 0:
@@ -931,42 +1057,110 @@ def _s_error_kernel(Q, Kt, L, trunc, rz, eta, first, last, finish, safety, d52):
         S[i, lo:lo + nn] = part
         A[i, lo:lo + nn] = a
         rho[i, lo:lo + nn] = r
-    return S, A, rho
+        ma = 0.0
+        mr = 0.0
+        for j in range(nn):
+            ma = max(ma, a[j])
+            mr = max(mr, r[j])
+        a_max[i] = ma
+        rho_max[i] = mr
+    return S, A, rho, a_max, rho_max
 
 
-@njit(parallel=True, cache=True)
-def _weights(S, A, rho, first, last, fb_lo, fb_hi, vis, masked, nresc, log_ex2_col, sl2, lam, dlam, d52, thr, off,
-             nround_bias, fmul_x, log1p_ex2):
-    """The softmax weights and their relative error bounds, per visible element (docs/bounds.md, section 3).
+# ln 2 rounded up (float64): 0x3FE62E42FEFA39F0 is just above ln 2 = 0.693147180559945309417...
+_LN2_UP = float.fromhex("0x1.62e42fefa39f0p-1")
 
-    Per row (over its visible keys: first..last, and ``vis`` where ``masked``, a mask_mod or block sparsity):
-    M (max S), rho_m (max rho), the max F of the first visited block (its keys fb_lo..fb_hi), and the rescale term
-    log_resc = (2^-24 sl2 (M - F + 2 rho_m)) ln 2 + nresc ln(1 + e_ex2) (update_row_max's FADD/FMUL telescoping
-    over the rises of the stored max, one MUFU ex2 per rescale). Per element, with gap = M - S >= 0:
+
+@njit(cache=True, nogil=True, inline="always")
+def _expm1_up(y):
+    """An upper bound on e^y - 1 for y >= 0 (float64, within 2^-49 relative above it). For y <= 2^-6 the Taylor
+    sum to y^4 plus y^5/100 >= the tail sum_{k>=5} y^k / k! (= y^5/120 (1 + y/6 + ...) <= y^5/119), evaluated
+    by Horner with nonnegative terms (each rounding <= 2^-53 relative: < 2^-50 in all, inside the 1 + 2^-49
+    factor); beyond, libm's expm1 (< 1 ulp) times the same factor. The polynomial costs a fraction of the call."""
+    if y <= 0.015625:
+        return y * (1.0 + y * (0.5 + y * (0.16666666666666669 + y * (0.041666666666666671 + y * 0.01)))) \
+            * (1.0 + 2.0 ** -49)
+    return math.expm1(y) * (1.0 + 2.0 ** -49)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rn_format(x, u, ulp_min):
+    """RN (ties to even) of a positive real x (float64) to a format of unit roundoff u (ulp 2u at [1, 2)) whose
+    subnormal spacing is ulp_min; exact in float64: x / ulp is a power-of-two scaling."""
+    # floor(log2 x) from the exponent field (x normal); the ulp 2u 2^e and its inverse built from exponent fields
+    # (2u and ulp_min are powers of two; no libm ldexp, no division); x / ulp is exact and below 2^52, where adding
+    # and subtracting 2^52 rounds to an integer, ties to even: np.round's value, faster
+    e = np.int64((np.float64(x).view(np.int64) >> 52) & 0x7FF) - 1023
+    k = np.int64((np.float64(2.0 * u).view(np.int64) >> 52) & 0x7FF) - 1023
+    emin = np.int64((np.float64(ulp_min).view(np.int64) >> 52) & 0x7FF) - 1023
+    E = max(e + k, emin)
+    ulp = np.int64((E + 1023) << 52).view(np.float64)
+    inv = np.int64((1023 - E) << 52).view(np.float64)
+    y = x * inv
+    return ((y + 4503599627370496.0) - 4503599627370496.0) * ulp
+
+
+@njit(nogil=True, cache=True)
+def _weights_casts(S, A, rho, first, last, fb_lo, fb_hi, vis, masked, nresc, log_ex2_col, sl2, lam, dlam, d52, thr,
+                   off, nround_bias, fmul_x, log1p_ex2, order, nord, tn, lazy, u_p, ulp_min, want_w2, want_diag):
+    """The softmax weights, their relative error bounds and the P casts' errors, per visible element, in one pass
+    per row while the row's S, rho and weights are in cache (docs/bounds.md, sections 3 and 5.4).
+
+    Weights (per row over its visible keys: first..last, and ``vis`` where ``masked``, a mask_mod or block
+    sparsity): M (max S), rho_m (max rho), the max F of the first visited block (its keys fb_lo..fb_hi), and the
+    rescale term log_resc = (2^-24 sl2 (M - F + 2 rho_m)) ln 2 + nresc ln(1 + e_ex2) (update_row_max's FADD/FMUL
+    telescoping over the rises of the stored max, one MUFU ex2 per rescale). Per element, with gap = M - S >= 0:
     the exponent error in log2 units e_s + e_scale + e_round, where e_s = sl2 rho + lambda d 2^-52 A (S GEMM),
     e_scale = |sl2 - lambda| gap (scale_log2 in fp32), e_round = 2^-24 |x| + nround_bias 2^-24 |bias| (the FFMA
     x = S sl2 - m sl2, softmax.py scale_subtract_rowmax; a separate FMUL adds 2^-24 |S sl2| when fmul_x), and
     theta = 2^(e) (1 + e_exp2(column)) exp(log_resc) - 1; the exact weight w = 2^(-lambda gap).
-    Returns w, w theta, w^2 (1 + theta)^2, w (2^e_s - 1), w (2^(e_scale + e_round) - 1) (n x n, 0 where masked)
-    and per row M, rho_m, sum w, sum w theta, max theta, log_resc."""
+
+    Casts: (w + w theta) r with r a bound on the relative error |RN_p(P) - P| / P of the cast of the fp32 P the
+    kernel holds (Lemma 4); r = u_p where nothing sharper is known. The enclosure [lo, hi] of P comes from the
+    stored row max at the time of the element's block: the kernel's max is that of its own scores (within rho of
+    S), the blocks run from the last to the first (block_info.py), and on SM100 a rise of at most ``thr`` (log2
+    units) keeps the stale max (lazy.py's rule, replayed on enclosures: a decision the enclosures cannot settle
+    takes both outcomes); ``order[i, :nord[i]]`` are the KV blocks holding row i's visible keys in the kernel's
+    visiting order (right to left; a block-sparse call's mask blocks, then its full blocks). Where the stored max
+    after a block includes the block's own max (SM90, threshold 0, a rescale, the first block), S_j <= m and the
+    argument is <= off: the arg-max's P is 2^off up to the exponent's roundings. x = RN(s sl2 + b),
+    b = RN(off - m sl2) (one more rounding without fused_bias; fmul_x: a separate FMUL of s sl2), P = ex2(x)
+    within the column's relative error. RN_p is monotone on the reals: when lo and hi round to the same g,
+    every P between does, and |g - P| / P is largest at an end.
+
+    Returns w, fp32 (RN) copies of w, w theta and (w + w theta) r stacked (3 x n x n: one GEMM), and where asked w^2 (1 + theta)^2 (``want_w2``: the probabilistic
+    variant), w (2^e_s - 1), w (2^(e_scale + e_round) - 1) (``want_diag``: the terms s_gemm, scale_exponent),
+    n x n with 0 where masked (1 x 1 when not asked), and per row M, rho_m, max |S|, sum w, sum w theta
+    (both in the block order), max theta, log_resc. Every visible key lies in one of the row's listed blocks."""
     m, n = S.shape
     ln2 = math.log(2.0)
     u = 2.0 ** -24
     w = np.zeros((m, n))
-    wt = np.zeros((m, n))
-    w2 = np.zeros((m, n))
-    ws = np.zeros((m, n))
-    wx = np.zeros((m, n))
+    # fp32 copies (RN) of w, w theta and the cast terms for the |V|-weighted sums, taken in fp32 and rounded up
+    # (_abs_gemm); w theta in float64 only per row, for the casts
+    w3 = np.zeros((3, m, n), np.float32)
+    w32, wt32, wr32 = w3[0], w3[1], w3[2]
+    w2 = np.zeros((m, n) if want_w2 else (1, 1))
+    ws = np.zeros((m, n) if want_diag else (1, 1))
+    wx = np.zeros((m, n) if want_diag else (1, 1))
     Mf = np.zeros(m)
     rho_m = np.zeros(m)
+    abs_s = np.zeros(m)
     W = np.zeros(m)
     wth = np.zeros(m)
     thmax = np.zeros(m)
     log_resc = np.zeros(m)
-    for i in prange(m):
+    # the ex2 error's factors per column, once
+    lo_f = np.empty(n)
+    hi_f = np.empty(n)
+    for j in range(n):
+        lo_f[j] = 1 - math.expm1(log_ex2_col[j])
+        hi_f[j] = math.exp(log_ex2_col[j])
+    for i in range(m):
         lo, hi = first[i], last[i] + 1
         if hi <= lo:
             continue
+        # --- the row's maxima -------------------------------------------------------------------------------
         M = -np.inf
         F = -np.inf
         rm = 0.0
@@ -986,83 +1180,13 @@ def _weights(S, A, rho, first, last, fb_lo, fb_hi, vis, masked, nresc, log_ex2_c
         sw = 0.0
         swt = 0.0
         tmax = 0.0
-        for j in range(lo, hi):
-            if masked and not vis[i, j]:
-                continue
-            s = S[i, j]
-            gap = M - s
-            es = sl2 * rho[i, j] + lam * d52 * A[i, j]
-            esc = dlam * gap
-            er = u * ((gap + 2 * rm) * sl2 + thr + off) + nround_bias * u * bias_mag
-            if fmul_x:
-                er += u * (abs(s) + rho[i, j]) * sl2
-            th = math.expm1((es + esc + er) * ln2 + log_ex2_col[j] + lres) * (1.0 + 2.0 ** -30)
-            ww = np.exp2(-lam * gap)
-            w[i, j] = ww
-            wt[i, j] = ww * th
-            w2[i, j] = ww * ww * (1 + th) * (1 + th)
-            ws[i, j] = ww * math.expm1(es * ln2)
-            wx[i, j] = ww * math.expm1((esc + er) * ln2)
-            sw += ww
-            swt += ww * th
-            tmax = max(tmax, th)
-        Mf[i] = M
-        rho_m[i] = rm
-        W[i] = sw
-        wth[i] = swt
-        thmax[i] = tmax
-        log_resc[i] = lres
-    return w, wt, w2, ws, wx, Mf, rho_m, W, wth, thmax, log_resc
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _rn_format(x, u, ulp_min):
-    """RN (ties to even) of a positive real x (float64) to a format of unit roundoff u (ulp 2u at [1, 2)) whose
-    subnormal spacing is ulp_min; exact in float64: x / ulp is a power-of-two scaling."""
-    # floor(log2 x) from the exponent field (x normal); x / ulp is exact (ulp a power of two) and below 2^52,
-    # where adding and subtracting 2^52 rounds to an integer, ties to even: np.round's value, faster
-    e = np.int64((np.float64(x).view(np.int64) >> 52) & 0x7FF) - 1023
-    ulp = max(math.ldexp(2.0 * u, e), ulp_min)
-    y = x / ulp
-    return ((y + 4503599627370496.0) - 4503599627370496.0) * ulp
-
-
-@njit(parallel=True, cache=True)
-def _cast_relative(S, rho, w, wt, first, last, order, nord, vis, masked, tn, sl2, thr, off, nround_bias, fmul_x,
-                   lazy, log_ex2_col, u_p, ulp_min):
-    """Per visible element, (w + w theta) r with r a bound on the relative error |RN_p(P) - P| / P of the cast of
-    the fp32 P the kernel holds (docs/bounds.md, section 5.4, Lemma 4); r = u_p where nothing sharper is known.
-
-    The enclosure [lo, hi] of P comes from the stored row max at the time of the element's block: the kernel's
-    max is that of its own scores (within rho of S), the blocks run from the last to the first (block_info.py),
-    and on SM100 a rise of at most ``thr`` (log2 units) keeps the stale max (lazy.py's rule, replayed on
-    enclosures: a decision the enclosures cannot settle takes both outcomes); ``order[i, :nord[i]]`` are the KV
-    blocks holding row i's visible keys in the kernel's visiting order (right to left; a block-sparse call's
-    mask blocks, then its full blocks), ``vis`` its visible keys where ``masked``. Where the stored max after a
-    block includes the block's own max (SM90, threshold 0, a rescale, the first block), S_j <= m and the
-    argument is <= off: the arg-max's P is 2^off up to the exponent's roundings. x = RN(s sl2 + b),
-    b = RN(off - m sl2) (one more rounding without fused_bias; fmul_x: a separate FMUL of s sl2), P = ex2(x)
-    within the column's relative error. RN_p is monotone on the reals: when lo and hi round to the same g,
-    every P between does, and |g - P| / P is largest at an end."""
-    m, n = S.shape
-    wr = np.zeros((m, n))
-    u = 2.0 ** -24
-    # the ex2 error's factors per column, once (the same libm calls the per-element expressions made)
-    lo_f = np.empty(n)
-    hi_f = np.empty(n)
-    for j in range(n):
-        lo_f[j] = 1 - math.expm1(log_ex2_col[j])
-        hi_f[j] = math.exp(log_ex2_col[j])
-    for i in prange(m):
-        a, z = first[i], last[i]
-        if z < a:
-            continue
+        # --- per element, in the kernel's block order: the weight and its error, then its P's cast --------------
         olo = -np.inf
         ohi = -np.inf
         for kb in range(nord[i]):
             t = order[i, kb]
-            j0 = max(a, t * tn)
-            j1 = min(z, t * tn + tn - 1)
+            j0 = max(lo, t * tn)
+            j1 = min(hi - 1, t * tn + tn - 1)
             blo = -np.inf
             bhi = -np.inf
             for j in range(j0, j1 + 1):
@@ -1086,8 +1210,32 @@ def _cast_relative(S, rho, w, wt, first, last, order, nord, vis, masked, tn, sl2
             for j in range(j0, j1 + 1):
                 if masked and not vis[i, j]:
                     continue
-                dlo = S[i, j] - rho[i, j] - mhi
-                dhi = S[i, j] + rho[i, j] - mlo
+                s = S[i, j]
+                rj_ = rho[i, j]
+                # the weight and its relative error bound theta
+                gap = M - s
+                es = sl2 * rj_ + lam * d52 * A[i, j]
+                esc = dlam * gap
+                er = u * ((gap + 2 * rm) * sl2 + thr + off) + nround_bias * u * bias_mag
+                if fmul_x:
+                    er += u * (abs(s) + rj_) * sl2
+                th = _expm1_up((es + esc + er) * ln2 + log_ex2_col[j] + lres) * (1.0 + 2.0 ** -30)
+                ww = np.exp2(-lam * gap)
+                wwt = ww * th
+                w[i, j] = ww
+                w32[i, j] = ww
+                wt32[i, j] = wwt
+                if want_w2:
+                    w2[i, j] = ww * ww * (1 + th) * (1 + th)
+                if want_diag:
+                    ws[i, j] = ww * math.expm1(es * ln2)
+                    wx[i, j] = ww * math.expm1((esc + er) * ln2)
+                sw += ww
+                swt += wwt
+                tmax = max(tmax, th)
+                # the cast of its P: the enclosure [plo, phi] at the stored max of the block's time
+                dlo = s - rj_ - mhi
+                dhi = s + rj_ - mlo
                 if covers:
                     dhi = min(dhi, 0.0)
                 xlo = dlo * sl2 + off
@@ -1095,19 +1243,30 @@ def _cast_relative(S, rho, w, wt, first, last, order, nord, vis, masked, tn, sl2
                 xmag = max(abs(xlo), abs(xhi))
                 eta = u * (xmag + nround_bias * bmag) * 1.0000001 + u * u * (xmag + bmag)
                 if fmul_x:
-                    eta += u * (abs(S[i, j]) + rho[i, j]) * sl2 * 1.0000001
+                    eta += u * (abs(s) + rj_) * sl2 * 1.0000001
                 xlo -= eta
                 xhi += eta
                 rj = u_p
                 if xlo >= -100.0 and xhi <= 100.0 and xhi - xlo < 1.0:
-                    lo = np.exp2(xlo) * lo_f[j] * (1 - 2.0 ** -50)
-                    hi = np.exp2(xhi) * hi_f[j] * (1 + 2.0 ** -50)
-                    g = _rn_format(lo, u_p, ulp_min)
-                    if lo > 0 and g == _rn_format(hi, u_p, ulp_min):
-                        rj = min(u_p, max(abs(g - lo) / lo, abs(hi - g) / hi) * (1 + 2.0 ** -40))
-                wr[i, j] = (w[i, j] + wt[i, j]) * rj
+                    e_lo = np.exp2(xlo)
+                    plo = e_lo * lo_f[j] * (1 - 2.0 ** -50)
+                    # 2^xhi = 2^xlo 2^(xhi - xlo), the second factor from _expm1_up (upward; the libm 2^xlo's
+                    # error and the products' roundings inside the wider margin)
+                    phi = e_lo * (1.0 + _expm1_up((xhi - xlo) * _LN2_UP)) * hi_f[j] * (1 + 2.0 ** -48)
+                    g = _rn_format(plo, u_p, ulp_min)
+                    if plo > 0 and g == _rn_format(phi, u_p, ulp_min):
+                        # |g - P| / P over P in [plo, phi] is at most max(|g - plo|, |phi - g|) / plo
+                        rj = min(u_p, max(abs(g - plo), abs(phi - g)) / plo * (1 + 2.0 ** -40))
+                wr32[i, j] = (ww + wwt) * rj
             olo, ohi = mlo, mhi
-    return wr
+        Mf[i] = M
+        rho_m[i] = rm
+        abs_s[i] = absS
+        W[i] = sw
+        wth[i] = swt
+        thmax[i] = tmax
+        log_resc[i] = lres
+    return w, w3, w2, ws, wx, Mf, rho_m, abs_s, W, wth, thmax, log_resc
 
 
 def _sink_weight(sigma, Mf, rho_m, has, *, lam, sl2, dlam, thr, off, ex2_rel, lg2_abs, dln2, lazy):
@@ -1218,7 +1377,7 @@ def _has_tie(row, bits, idx, zeros, size):
     return False
 
 
-@njit(parallel=True, cache=True)
+@njit(nogil=True, cache=True)
 def _tie_rows(S, wa, aV, out):
     """Per row of S with a tie (two equal scores): where no two keys of one score both have weight > 0, sets
     ``out[i]`` to sqrt(sum_g (sum_{j in g} wa_j |V_j|)^2) with the groups g in ascending score order, summed one
@@ -1232,7 +1391,7 @@ def _tie_rows(S, wa, aV, out):
     size = 16
     while size < 2 * n:
         size *= 2
-    for i in prange(m):
+    for i in range(m):
         idx = np.empty(n, np.int64)
         ns = 0
         zeros = 0

@@ -26,8 +26,8 @@ from fa4num.attention.backward import LOG2_E_F32, dpsum_layout, dq_postprocess_t
 from fa4num.attention.problem import Problem, given_or_plan
 from fa4num.hw import mufu_model
 
-from .attention import (_PTX_EX2_REL, P_FORMATS, _as_array, _delta_lambda, _gemm_model, _rn_format, _round_dir,
-                        _scale_vanishes, _softcap_scores, _tanh_abs_error)
+from .attention import (_PTX_EX2_REL, P_FORMATS, _abs_gemm, _as_array, _delta_lambda, _gemm_model, _rn_format,
+                        _round_dir, _scale_vanishes, _softcap_scores, _tanh_abs_error)
 from .exp2 import mufu_error_bounds
 
 __all__ = ["BackwardBound", "attention_backward_error_bound"]
@@ -387,14 +387,6 @@ def _head(Q, K, V, O, dO, lse, first, last, sigma, ctx: _Ctx):
                     bad=~(np.isfinite(tlo) & np.isfinite(thi)))
     return dict(cP=cP, rP=rP, cS=cS, rS=rS, badP=badP, badS=badS, pstar=pstar, mP=mP, dsx=dsx, mS=mS,
                 sink=sink)
-
-
-def _abs_gemm(a, b):
-    """An upper bound on a @ b for nonnegative a, b: fp32 BLAS (half the cost of float64), each of the K products
-    and additions rounded to nearest or flushed below 2^-126, scaled up by (1 + 2^-23)^(K+2) plus K 2^-125."""
-    kdim = a.shape[1]
-    r = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float64)
-    return r * (1 + (kdim + 4) * 2.0 ** -23) + (kdim + 1) * 2.0 ** -125
 
 
 def _sparse_abs_gemm(r, b, transpose):

@@ -38,14 +38,15 @@ class BoundCheck:
     elements: int               # output elements compared
     out_violations: int
     lse_violations: int
-    prob_violations: int        # elements above out_probabilistic (allowed with probability delta each)
+    prob_violations: int | None  # elements above out_probabilistic (allowed with probability delta each); None
+    #                              when the bound has no probabilistic variant (attention_error_bound(delta=None))
     max_observed: float
     max_bound: float
     ratio_max: float            # max bound / max observed over the case (inf when nothing was observed)
     ratio_median: float         # median over elements with an error of bound / observed
     lse_max_observed: float
     lse_max_bound: float
-    prob_ratio_max: float
+    prob_ratio_max: float | None
     bound_seconds: float
     unbounded: int = 0          # output elements with bound +inf (no finite bound claimed)
     lse_unbounded: int = 0
@@ -83,7 +84,8 @@ def check(q=None, k=None, v=None, out=None, lse=None, *, problem: Problem | None
         FA4's arguments, as for attention_error_bound (softmax_scale, causal, kernel, ...).
     bound : AttentionBound, optional
         A bound already computed for these inputs (anything with .out, .out_exact, .out_probabilistic, .lse and
-        .lse_exact arrays).
+        .lse_exact arrays; .out_probabilistic may be None). Without, pass ``delta=`` among FA4's arguments to
+        check the probabilistic variant too.
 
     Returns
     -------
@@ -110,7 +112,8 @@ def check(q=None, k=None, v=None, out=None, lse=None, *, problem: Problem | None
     if idx is None:
         ex, bd, bp = bound.out_exact, bound.out, bound.out_probabilistic
     else:
-        ex, bd, bp = (a.reshape(-1)[idx] for a in (bound.out_exact, bound.out, bound.out_probabilistic))
+        ex, bd, bp = (None if a is None else a.reshape(-1)[idx]
+                      for a in (bound.out_exact, bound.out, bound.out_probabilistic))
         ob = ob.reshape(-1)
     with np.errstate(invalid="ignore"):
         err = np.abs(ob - ex)
@@ -118,7 +121,8 @@ def check(q=None, k=None, v=None, out=None, lse=None, *, problem: Problem | None
     # a bounded element is violated by a larger or a non-finite error; an unbounded one (bd = +inf) never
     viol = int(((err > bd) | (~np.isfinite(err) & bounded)).sum())
     err = np.where(bounded, err, 0.0)
-    bdf, bpf = np.where(bounded, bd, 0.0), np.where(bounded, bp, 0.0)
+    bdf = np.where(bounded, bd, 0.0)
+    bpf = None if bp is None else np.where(bounded, bp, 0.0)
     nz = err > 0
     lse = np.asarray(lse, np.float64)
     lb = np.where(np.isfinite(bound.lse), bound.lse, np.inf)
@@ -128,13 +132,15 @@ def check(q=None, k=None, v=None, out=None, lse=None, *, problem: Problem | None
         lerr = np.where(fin & lbounded, np.abs(lse - bound.lse_exact), 0.0)
     lviol = int(((lerr > lb) & lbounded).sum() + ((np.isfinite(lse) != fin) & lbounded).sum())
     return BoundCheck(name=name, kernel=kernel, source=source, elements=int(err.size),
-                      out_violations=viol, lse_violations=lviol, prob_violations=int((err > bp).sum()),
+                      out_violations=viol, lse_violations=lviol,
+                      prob_violations=None if bp is None else int((err > bp).sum()),
                       max_observed=float(err.max(initial=0.0)), max_bound=float(bdf.max(initial=0.0)),
                       ratio_max=_ratio(bdf.max(initial=0.0), err.max(initial=0.0)),
                       ratio_median=float(np.median(bdf[nz] / err[nz])) if nz.any() else float("inf"),
                       lse_max_observed=float(lerr.max(initial=0.0)),
                       lse_max_bound=float(np.where(lbounded, lb, 0.0).max(initial=0)),
-                      prob_ratio_max=_ratio(bpf.max(initial=0.0), err.max(initial=0.0)), bound_seconds=secs,
+                      prob_ratio_max=None if bpf is None else _ratio(bpf.max(initial=0.0), err.max(initial=0.0)),
+                      bound_seconds=secs,
                       unbounded=int((~bounded).sum()), lse_unbounded=int((~lbounded).sum()))
 
 
@@ -240,7 +246,7 @@ def golden_options(spec: dict) -> dict:
     return opts
 
 
-def golden_checks(directory=None) -> list[BoundCheck]:
+def golden_checks(directory=None, *, delta=None) -> list[BoundCheck]:
     """BoundCheck of ``kernel="fa4-sm90"`` for every modelled H200 golden case (GPU values only).
 
     Computes attention_error_bound for each of the ~90 cases: minutes on 2 cores (``fa4num bounds validate``).
@@ -249,6 +255,8 @@ def golden_checks(directory=None) -> list[BoundCheck]:
     ----------
     directory : str or Path, optional
         A folder of golden .npz files (default: GOLDEN_DIR).
+    delta : float, optional
+        Also check the probabilistic variant with this failure probability (attention_error_bound's delta).
 
     Returns
     -------
@@ -262,6 +270,6 @@ def golden_checks(directory=None) -> list[BoundCheck]:
     """
     res = []
     for name, _f, spec, q, k, v, vals, idx, lse in golden_cases(directory):
-        res.append(check(q, k, v, vals, lse, name=name, source="h200", idx=idx, kernel="fa4-sm90",
+        res.append(check(q, k, v, vals, lse, name=name, source="h200", idx=idx, kernel="fa4-sm90", delta=delta,
                          **golden_options(spec)))
     return res

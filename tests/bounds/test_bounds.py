@@ -147,7 +147,7 @@ def test_attention_bound_holds_with_softcap(kernel, opts):
     r = forward(q, k, v, kernel=kernel, causal=True, **opts)
     c = check(q, k, v, r.out, r.lse, kernel=kernel, causal=True, **opts)
     assert (c.out_violations, c.lse_violations, c.unbounded) == (0, 0, 0), c
-    b = attention_error_bound(q, k, v, kernel=kernel, causal=True, **opts)
+    b = attention_error_bound(q, k, v, kernel=kernel, causal=True, full_terms=True, **opts)
     assert b.terms["softcap"] > 0
     # the exact attention is that of the capped scores cap tanh(S scale / cap)
     cap = opts["softcap"]
@@ -218,11 +218,17 @@ def test_attention_bound_holds_on_the_emulator(kernel, dtype, opts, qmult, outli
 
 def test_attention_bound_result_fields_and_probabilistic_variant():
     q, k, v = _inputs(3, 40, 70, 32, heads=2)
-    b = attention_error_bound(q, k, v, kernel="fa4-sm100", delta=1e-3)
+    b = attention_error_bound(q, k, v, kernel="fa4-sm100", delta=1e-3, full_terms=True)
     assert b.out.shape == q.shape and b.lse.shape == (1, 2, 40)
     assert (b.out_probabilistic <= b.out).all() and (b.out > 0).all()
     assert set(b.terms) >= {"s_gemm", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast",
                             "row_sum", "pv_gemm", "rcp", "out_cast"}
+    # by default neither the probabilistic variant nor the GEMM terms: the same worst-case bound, cheaper
+    plain = attention_error_bound(q, k, v, kernel="fa4-sm100")
+    assert plain.out_probabilistic is None and "s_gemm" not in plain.terms and "scale_exponent" not in plain.terms
+    for name in ("out", "lse", "out_exact", "lse_exact"):
+        assert np.array_equal(getattr(plain, name), getattr(b, name)), name
+    assert {n: plain.terms[n] for n in plain.terms} == {n: b.terms[n] for n in plain.terms}
     assert b.a_priori["bound"] >= b.out.max()
     exact = np.einsum("bhij,bjhd->bihd", _softmax(q, k), v.astype(np.float64))
     np.testing.assert_allclose(b.out_exact, exact, rtol=1e-12, atol=1e-14)
