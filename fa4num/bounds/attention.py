@@ -1,17 +1,18 @@
 """Per-element error bounds of FA4's attention forward (out and LSE) against real-arithmetic attention.
 
-A running-error analysis with computed quantities, evaluated in float64 in one vectorised pass per (batch,
-head): S = Q K^T and |Q||K|^T, the exact softmax weights w = 2^(lambda (S - M)) (lambda = softmax_scale log2 e,
-M the row max), then |V|-weighted sums of w and of w * theta (theta = each weight's relative error bound).
+A running-error analysis with computed quantities, evaluated in float64 per (batch, head) and, on the (query,
+key) grid, per block of query rows on a thread pool (_score_rows): S = Q K^T and |Q||K|^T, the exact softmax
+weights w = 2^(lambda (S - M)) (lambda = softmax_scale log2 e, M the row max), then |V|-weighted sums of w and of
+w * theta (theta = each weight's relative error bound; the sums that only scale error terms in fp32, rounded up).
 Every term is derived in docs/bounds.md; the FA4 step each one models is named where it is computed. The
 kernel is never run: the bound holds for whatever bits the kernel produces within its hardware models
 (fa4num.hw.mma tensor-core truncation, MUFU tables, fa4num.bounds.exp2 for the software exp2).
 
-Worst case (``out``, ``lse``) and probabilistic (``out_probabilistic``: holds with probability >= 1 - delta per
-element under the model of Higham and Mary, SIAM J. Sci. Comput. 41 (2019) A2815-A2835, with Hoeffding's
-inequality, assumed for two sources only: (A1) the P-cast errors of keys with distinct scores are independent and
-mean-zero (keys of equal score share one error and count as one variable), (A2) the row sum's RN errors are
-independent and mean-zero. The PV chain truncates (RZ: biased, measured mean -4 to -20 u per step) and keeps its
+Worst case (``out``, ``lse``) and, when asked for a ``delta``, probabilistic (``out_probabilistic``: holds with
+probability >= 1 - delta per element under the model of Higham and Mary, SIAM J. Sci. Comput. 41 (2019)
+A2815-A2835, with Hoeffding's inequality, assumed for two sources only: (A1) the P-cast errors of keys with
+distinct scores are independent and mean-zero (keys of equal score share one error and count as one variable),
+(A2) the row sum's RN errors are independent and mean-zero. The PV chain truncates (RZ: biased, measured mean -4 to -20 u per step) and keeps its
 worst case, as do the weights' systematic errors. A1 and A2 are assumptions about the inputs, not properties of the
 hardware; docs/bounds.md section 8 gives what experiments/prob_bound_check.py measured).
 """
