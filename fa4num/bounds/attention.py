@@ -12,9 +12,9 @@ Worst case (``out``, ``lse``) and, when asked for a ``delta``, probabilistic (``
 probability >= 1 - delta per element under the model of Higham and Mary, SIAM J. Sci. Comput. 41 (2019)
 A2815-A2835, with Hoeffding's inequality, assumed for two sources only: (A1) the P-cast errors of keys with
 distinct scores are independent and mean-zero (keys of equal score share one error and count as one variable),
-(A2) the row sum's RN errors are independent and mean-zero. The PV chain truncates (RZ: biased, measured mean -4 to -20 u per step) and keeps its
-worst case, as do the weights' systematic errors. A1 and A2 are assumptions about the inputs, not properties of the
-hardware; docs/bounds.md section 8 gives what experiments/prob_bound_check.py measured).
+(A2) the row sum's RN errors are independent and mean-zero. The PV chain truncates (RZ: biased, measured mean -4
+to -20 u per step) and keeps its worst case, as do the weights' systematic errors. A1 and A2 are assumptions
+about the inputs, not properties of the hardware; docs/bounds.md section 8 gives what experiments/prob_bound_check.py measured).
 """
 from __future__ import annotations
 
@@ -49,6 +49,8 @@ _NP = {n: d.dtype for n, d in _NARROW.items()}
 _TORCH = {f"torch.{n}": n for n in _NARROW}
 # the bound is evaluated in float64 from sums of at most ~1e6 terms: relative evaluation error far below 2^-30
 _F64_SAFETY = 1.0 + 2.0 ** -30
+# the most keys per row for which that margin is proved (sums of at most 2^20 terms: gamma_n < 2^-32, paper H4)
+_MAX_KEYS = 1 << 20
 # the terms that need their own |V|-weighted GEMM per head: reported with full_terms=True only
 _GEMM_TERMS = ("s_gemm", "softcap", "score_mod", "scale_exponent")
 # the kernel knobs the bound models, each with its term (below); any other knob set to a value that is not FA4's
@@ -511,6 +513,10 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, full_terms, seq_m
     dt = problem.dtype
     b, sq, h, d = qa.shape
     sk, hk, dv = ka.shape[1], ka.shape[2], va.shape[3]
+    if sk > _MAX_KEYS:
+        # H4 (the float64 evaluation inside the 1 + 2^-30 margin) is proved for sums of at most 2^20 terms
+        raise ValueError(f"seqlen_k must be at most 2^20 = {_MAX_KEYS} keys per sequence for the bound (H4: its "
+                         f"float64 evaluation margin), got {sk}")
     h_per_kv = h // hk
     if softmax_scale < 0:
         # FA4 subtracts the row max of S, not of S * scale: with a negative scale its exponents are positive
@@ -574,8 +580,8 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, full_terms, seq_m
     out_x = np.zeros((b, sq, h, dv))
     lse_b = np.zeros((b, h, sq))
     lse_x = np.full((b, h, sq), -np.inf)
-    names = ("s_gemm", "softcap", "score_mod", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast", "row_sum",
-             "pv_gemm", "rcp", "out_cast")
+    names = ("s_gemm", "softcap", "score_mod", "scale_exponent", "exp2_mufu", "exp2_software", "rescale", "p_cast",
+             "row_sum", "pv_gemm", "rcp", "out_cast")
     if not full_terms:
         names = tuple(n for n in names if n not in _GEMM_TERMS)
     terms = {n: 0.0 for n in names}
@@ -765,7 +771,8 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, full_terms, seq_m
             for n, val in (("weights", lw * math.log(2)), ("row_sum", lr * math.log(2)),
                            ("lg2", lg2e * math.log(2)), ("scale", lscale * math.log(2)), ("roundings", rnd)):
                 lterms[n] = max(lterms[n], float(np.max(np.where(ok, val, 0.0), initial=0.0)))
-            # no finite bound (docs/bounds.md, section 5.8): rows past the analysis' limits, what non-finite inputs reach
+            # no finite bound (docs/bounds.md, section 5.8): rows past the analysis' limits, what non-finite inputs
+            # reach
             unb = has & ~ok
             out_b[bb, unb, hh] = np.inf
             if probabilistic:
@@ -1129,9 +1136,9 @@ def _weights_casts(S, A, rho, first, last, fb_lo, fb_hi, vis, masked, nresc, log
     within the column's relative error. RN_p is monotone on the reals: when lo and hi round to the same g,
     every P between does, and |g - P| / P is largest at an end.
 
-    Returns w, fp32 (RN) copies of w, w theta and (w + w theta) r stacked (3 x n x n: one GEMM), and where asked w^2 (1 + theta)^2 (``want_w2``: the probabilistic
-    variant), w (2^e_s - 1), w (2^(e_scale + e_round) - 1) (``want_diag``: the terms s_gemm, scale_exponent),
-    n x n with 0 where masked (1 x 1 when not asked), and per row M, rho_m, max |S|, sum w, sum w theta
+    Returns w, fp32 (RN) copies of w, w theta and (w + w theta) r stacked (3 x n x n: one GEMM), and where asked
+    w^2 (1 + theta)^2 (``want_w2``: the probabilistic variant), w (2^e_s - 1), w (2^(e_scale + e_round) - 1)
+    (``want_diag``: the terms s_gemm, scale_exponent), n x n with 0 where masked (1 x 1 when not asked), and per row M, rho_m, max |S|, sum w, sum w theta
     (both in the block order), max theta, log_resc. Every visible key lies in one of the row's listed blocks."""
     m, n = S.shape
     ln2 = math.log(2.0)
@@ -1468,12 +1475,17 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
 
         theta = 2^(e_x) (1 + e_col) (1 + e_resc)^(B-1) - 1,
 
-    with e_x = sl2 ((1 + gamma_m)^ceil(d/L) - 1) d qk_max (S error) + 3 2^-24 (2 sl2 d qk_max + thr + off)
-    (exponent and bias roundings) + 2 2^-24 sl2 2 d qk_max (rescale arguments), and::
+    with s = d qk_max, rho = ((1 + gamma_m)^ceil(d/L) - 1) s (S error) and
+    e_x = (sl2 rho + 3u/(1-3u) sl2 2s (fp32 scale) + u (4 s sl2 + thr + 3|off|) (exponent and bias roundings)
+    + 2u sl2 (2s + 2 rho) (rescale arguments)) (1 + 2^-20), and (Appendix of the paper, "The closed form")::
 
-        |out - out*| <= 2 theta v_max / (1 - theta) + u_p (1 + theta) v_max / (1 - theta)
-                        + ((1 + gamma_m)^ceil(n/L) (1 + u)^B - 1) (1 + u_p) v_max / (1 - theta)
-                        + (gamma_D + 2^-22) v_max + u_o v_max.
+        A1 = [2 theta + 2 n eta_e 2^-off + (u_p + n eta_p 2^-off)(1 + theta) + gamma_PV (1 + u_p)(1 + theta)]
+             v_max / (1 - theta)
+        E  = A1 + (v_max + A1) (gamma_D + 2^-22) / (1 - gamma_D)
+        |out - out*| <= E + u_o (v_max + E),     gamma_PV = (1 + gamma_m)^ceil(n/L) (1 + u)^B - 1,
+
+    the cross terms included; eta_e is a flushed exponential's absolute error (2^-126 or the software exp2's
+    subnormal bound, times 1 + 2^(thr + off + 1) for a flushed rescale factor), eta_p half P's subnormal spacing.
 
     Parameters
     ----------
@@ -1523,32 +1535,48 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     sl2 = float(scale_log2_of(1.0 / math.sqrt(head_dim))) if scale_log2 is None else float(scale_log2)
     mufu = mufu_error_bounds("sm90").ex2_relative
     e_resc = mufu if rescale_exp2_relative is None else float(rescale_exp2_relative)
-    if exp2_relative is None:
-        sw = _sw_bound(poly_degree, None if coeffs is None else tuple(float(c) for c in coeffs),
-                       float(threshold) + float(max_offset) + 1.0).relative if kern.software_exp2 else 0.0
-        e_col = max(mufu, sw)
-    else:
-        e_col = float(exp2_relative)
+    sw_b = _sw_bound(poly_degree, None if coeffs is None else tuple(float(c) for c in coeffs),
+                     float(threshold) + float(max_offset) + 1.0) if kern.software_exp2 else None
+    e_col = max(mufu, sw_b.relative if sw_b is not None else 0.0) if exp2_relative is None else float(exp2_relative)
     g = _gemm_model(gemm, arch, dtype, head_dim)
     L = g.chunk
     smax = head_dim * qk_abs_max
-    e_s = sl2 * (math.expm1(-(-head_dim // L) * math.log1p(g.gamma))) * smax
-    e_x = e_s + U32 * (2 * smax * sl2 + threshold + max_offset) * 3 + 2 * U32 * sl2 * 2 * smax
+    thr, off = float(threshold), float(max_offset)
+    # Lemma 2 at its worst under |S| <= s: the score error rho (Lemma 1's chain), the fp32 scale's error
+    # |sl2 - lambda| (M - S_j) <= 3u sl2 2s / (1 - 3u), the argument and bias roundings u (|x| + 2|b|) with
+    # |x| <= 2 s sl2 + thr + |off|, |b| <= s sl2 + |off|, the rescale arguments' 2u sl2 (M - F + 2 rho_m); 1 + 2^-20
+    # covers the second-order parts (u^2 s)
+    rho = (math.expm1(-(-head_dim // L) * math.log1p(g.gamma))) * smax
+    e_x = (sl2 * rho + 3 * U32 / (1 - 3 * U32) * sl2 * 2 * smax + U32 * (4 * smax * sl2 + thr + 3 * abs(off))
+           + 2 * U32 * sl2 * (2 * smax + 2 * rho)) * (1 + 2.0 ** -20)
     B = -(-seqlen_k // tile_n)
     # one exp2 of the column per P, then at most one MUFU ex2 factor per later block (docs/bounds.md, Lemma 2)
     theta = math.expm1(e_x * math.log(2) + math.log1p(e_col) + (B - 1) * math.log1p(e_resc))
-    u_p = P_FORMATS[dtype][0]
+    u_p, eta_p, _ = P_FORMATS[dtype]
     u_o = DTYPES["bfloat16" if dtype.startswith("float8") else dtype].unit_roundoff
     D = int(_row_sum_depth(kern.lazy_rescale, B, tile_n)) + B + 1   # (+ blas, + a sink)
     g_D = math.expm1(D * math.log1p(U32))
-    t = {"weights": 2 * theta / (1 - theta) * v_abs_max,
-         "p_cast": u_p * (1 + theta) / (1 - theta) * v_abs_max,
-         "pv_gemm": (math.expm1(-(-seqlen_k // L) * math.log1p(g.gamma) + B * math.log1p(U32))) * (1 + u_p)
-         * v_abs_max / (1 - theta),
-         "row_sum_rcp": (g_D + 2.0 ** -22) * v_abs_max,
-         "out_cast": u_o * v_abs_max}
+    g_pv = math.expm1(-(-seqlen_k // L) * math.log1p(g.gamma) + B * math.log1p(U32))
+    # P's cast below its format's normal range (fp16: 2^-14) errs absolutely, by at most eta_p per key relative to
+    # the normalisation c >= 2^off (1 - theta); W >= 1 (the arg-max's weight is 1)
+    a_cast = seqlen_k * eta_p * 2.0 ** -off
+    # a P flushed below 2^-126 (MUFU), the software exp2's subnormal results, a flushed rescale factor: an absolute
+    # error eta_exp per key (as the per-element bound's), in the numerator and the row sum alike (|v - o*| <= 2 vmax)
+    eta_exp = max(2.0 ** -126, sw_b.absolute_subnormal if sw_b is not None else 0.0) * (1 + 2.0 ** (thr + off + 1))
+    a_flush = seqlen_k * eta_exp * 2.0 ** -off
+    # |N / Lambda - o*| (weights), the cast and the PV chain over Lambda >= W (1 - theta)
+    t = {"weights": (2 * theta + 2 * a_flush) / (1 - theta) * v_abs_max,
+         "p_cast": (u_p + a_cast) * (1 + theta) / (1 - theta) * v_abs_max,
+         "pv_gemm": g_pv * (1 + u_p) * (1 + theta) / (1 - theta) * v_abs_max}
+    a1 = sum(t.values())
+    # dividing by the computed row sum, within gamma_D of the exact one, then rcp.approx and the product:
+    # |o - o*| <= A1 + (vmax + A1) (gamma_D + 2^-22) / (1 - gamma_D)
+    t["row_sum_rcp"] = (v_abs_max + a1) * (g_D + 2.0 ** -22) / (1 - g_D)
+    err = a1 + t["row_sum_rcp"]
+    t["out_cast"] = u_o * (v_abs_max + err)
     return {"bound": sum(t.values()) * (1 + 2.0 ** -20), "terms": t, "theta": theta, "exp2_relative": e_col,
             "rescale_exp2_relative": e_resc,
-            "formula": "2θ/(1-θ)·vmax + u_p(1+θ)/(1-θ)·vmax + γ_PV(1+u_p)·vmax + (γ_D + 2^-22)·vmax + u_o·vmax, "
+            "formula": "E = A1 + (vmax + A1)(γ_D + 2^-22)/(1-γ_D), A1 = [2θ + 2n η_e 2^-off "
+                       "+ (u_p + n η_p 2^-off)(1+θ) + γ_PV(1+u_p)(1+θ)]·vmax/(1-θ); bound = E + u_o (vmax + E); "
                        "θ = 2^e_x (1+ε_col)(1+ε_resc)^(B-1) - 1"}
 

@@ -143,7 +143,9 @@ def stale_max_lower_bound(height, v0, *, threshold=8.0, tile_n=128):
     gD = (1 + u) ** D - 1
     rcp = mpmath.mpf(mb.rcp_relative)
     lam = mpmath.mpf(math.log(2)) / mpmath.log(2)        # softmax_scale (a float64) times log2 e, exactly
-    o_star = v / (1 + mpmath.power(2, -lam * h))
+    # the exact output: key 0 (score h, value v0) against key tile_n (score 0) and the tile_n - 1 keys at -200,
+    # whose exact weights 2^(-lambda (200 + h)) are tiny but not 0 (the kernel's P of them is 0)
+    o_star = v / (1 + mpmath.power(2, -lam * h) + (tile_n - 1) * mpmath.power(2, -lam * (200 + h)))
     E = mpmath.mpf(eps)
     tiny = mpmath.mpf(2) ** -60                          # slack for the 60-digit evaluation
 
