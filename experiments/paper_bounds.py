@@ -63,7 +63,8 @@ def main() -> int:
     from fa4num.bounds.stale import stale_max_lower_bound
     st = stale_max_lower_bound(6.28125, 1.125, threshold=8.0)
     out["stale_lower_bound"] = {"height": 6.28125, "v0": 1.125, "threshold": 8.0, "o_exact": st["o_exact"],
-                                "stale": st["stale"], "fresh": st["fresh"]}
+                                "stale": st["stale"], "fresh": st["fresh"], "cast": st["cast"],
+                                "enclosures": st["enclosures"]}
     for c in golden_checks(delta=1e-6):
         out["golden"].append(c.as_dict())
     p = ROOT / "experiments" / "results" / "paper_bounds.json"

@@ -194,6 +194,15 @@ def exp2_bound(b):
     m += macro("staleLowerErr", sci(st["stale"]["error"], 4))
     m += macro("staleFreshErr", sci(st["fresh"]["error"], 4))
     m += macro("staleLowerRatio", f"{st['stale']['error'] / st['fresh']['error']:.2f}")
+    # the computer-assisted proof's checked intervals (Appendix, Lemma 6)
+    m += macro("staleCastLo", f"{st['cast']['lo']:.9f}")
+    m += macro("staleCastHi", f"{st['cast']['hi']:.9f}")
+    m += macro("staleCastG", f"{st['cast']['g']:g}")
+    for run, tag in (("stale", "Stale"), ("fresh", "Fresh")):
+        lo, hi = st["enclosures"][run]
+        m += macro(f"staleEnc{tag}Lo", f"{lo:.9f}")
+        m += macro(f"staleEnc{tag}Hi", f"{hi:.9f}")
+        m += macro(f"staleOut{tag}", repr(st[run]["out"]))
     pb = json.loads((pc.RESULTS / "prob_bound_check.json").read_text())["summary"]
     m += macro("probCheckElements", f"{sum(r['elements'] for r in pb.values()):,}".replace(",", "{,}"))
     m += macro("probCheckExceeded", str(sum(r["prob_exceeded"] for r in pb.values())))

@@ -122,7 +122,8 @@ def stale_max_lower_bound(height, v0, *, threshold=8.0, tile_n=128):
         "stale" and "fresh" (threshold 0): each None when the enclosure does not settle the output's bf16 value,
         else {"out": the output, "error": |out - o*| (every kernel within the hardware models gives exactly
         this)}; "o_exact": o*; "lower_bound": the stale run's error (the proved lower bound on the worst case at
-        ``threshold``); "enclosures": the output intervals.
+        ``threshold``); "enclosures": the output intervals; "cast": the stale run's cast interval of key 0's P and
+        its bf16 value g (None when the ends round apart).
 
     Examples
     --------
@@ -168,6 +169,7 @@ def stale_max_lower_bound(height, v0, *, threshold=8.0, tile_n=128):
     # stale run: P0 = ex2(h) (x = RN(h * 1 + RN(0 * 1)) = h exactly), key tile_n's P = ex2(0)
     p = mpmath.power(2, h)
     g_lo, g_hi = _rn_bf16(p * (1 - E)), _rn_bf16(p * (1 + E))
+    out["cast"] = {"lo": float(p * (1 - E)), "hi": float(p * (1 + E)), "g": g_lo if g_lo == g_hi else None}
     runs = {}
     if g_lo == g_hi:
         runs["stale"] = row(p * (1 - E), p * (1 + E), 1 - E, 1 + E, g_lo)
