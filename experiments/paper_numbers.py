@@ -1004,8 +1004,9 @@ def provenance(root=None):
     def names(items):
         if not items:
             return "none"
-        return ", ".join(r"\texttt{" + tex_escape(Path(f).name) + "} (" + ", ".join(r[:7] for r in revs) + ")"
-                         for f, revs in items)
+        # a long file name may break after each underscore
+        return ", ".join(r"\texttt{" + tex_escape(Path(f).name).replace(r"\_", r"\_\allowbreak{}") + "} ("
+                         + ", ".join(r[:7] for r in revs) + ")" for f, revs in items)
     m = macro("provJsonRecorded", str(recorded))
     m += macro("provJsonDirtyCount", str(len(dirty)))
     m += macro("provJsonDirty", names(dirty))

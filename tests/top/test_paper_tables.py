@@ -184,7 +184,8 @@ def test_provenance_lists_every_dirty_record_the_paper_reads(tmp_path):
     m = pn.provenance(tmp_path)
     assert r"\newcommand{\provJsonRecorded}{3}" in m
     assert r"\newcommand{\provJsonDirtyCount}{2}" in m
-    assert r"\texttt{paper\_bounds.json} (abcdef0)" in m and r"\texttt{baselines\_h200\_fp64gpu.json} (7654321)" in m
+    assert r"\texttt{paper\_\allowbreak{}bounds.json} (abcdef0)" in m
+    assert r"\texttt{baselines\_\allowbreak{}h200\_\allowbreak{}fp64gpu.json} (7654321)" in m
     assert "paper\\_stale\\_max" not in m
     assert r"\newcommand{\provStoresRecorded}{0}" in m and r"\newcommand{\provStoresDirty}{none}" in m
     # the Makefile's JSON prerequisites of the number macros are all checked
