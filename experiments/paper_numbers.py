@@ -961,6 +961,9 @@ PAPER_JSON = ("polys/*.json", "experiments/results/gpu_verify_NVIDIA_*Z.json",
               "experiments/results/h200_20261201/twin_bench.json",
               "experiments/results/h200_20261201/planner_check_h200.json",
               "experiments/results/h200_20261202b/planner_check_h200.json")
+# the H200 golden captures (their meta JSON's provenance): the Makefile's prerequisites of the number macros
+PAPER_GOLDENS = ("tests/golden/attention/fa4_sm90_*_h200.npz", "tests/golden/attention/fa4_sm100_softmax_twin_h200.npz",
+                 "fa4num/data/golden/fa4_sm90_*h200.npz")
 PAPER_STORES = tuple(f"fa4num/study/data/{d}" for d in pc.SKIP_STORES) + (
     "experiments/results/study_error_budget", "experiments/results/study_error_budget_gpu",
     "experiments/results/study_error_budget_minilm")
@@ -974,47 +977,58 @@ def _revisions(doc) -> set:
             if isinstance(r, dict) and isinstance(r.get("provenance"), dict) and "code_revision" in r["provenance"]}
 
 
+def _marked(rev) -> bool:
+    """A revision that is not a plain commit: ``+dirty`` (uncommitted changes) or another ``+`` mark."""
+    return "+" in str(rev)
+
+
 def provenance(root=None):
-    """Which results the paper reads ran with uncommitted changes: over :data:`PAPER_JSON` (each file's
-    provenance.code_revision) and :data:`PAPER_STORES` (the stores' code_revision column), those whose revision
-    ends in ``+dirty``. Macros: the dirty JSON files (names with their revisions' first 7 digits), their count,
-    the number of JSON files that record a revision, and the same for the stores."""
+    """Which results the paper reads did not run from a plain commit: over :data:`PAPER_JSON` (each file's
+    provenance.code_revision), :data:`PAPER_GOLDENS` (the H200 captures' meta provenance) and
+    :data:`PAPER_STORES` (the stores' code_revision column), those whose revision carries a ``+`` mark
+    (``+dirty``: uncommitted changes). Macros per kind: how many record a revision, how many are marked, and
+    their file names with the revisions' first 7 digits (and the mark where it is not ``+dirty``)."""
     from fa4num.study.store import read_store
     root = pc.ROOT if root is None else Path(root)
-    files = sorted({p for g in PAPER_JSON for p in root.glob(g)})
-    recorded, dirty = 0, []
-    for p in files:
-        revs = _revisions(json.loads(p.read_text()))
-        recorded += bool(revs)
-        bad = sorted(r for r in revs if str(r).endswith("+dirty"))
-        if bad:
-            dirty.append((p.relative_to(root).as_posix(), bad))
-    stores, sdirty = 0, []
-    for d in PAPER_STORES:
-        if not (root / d).is_dir():
-            continue
-        df = read_store(root / d)
-        if "code_revision" not in df:
-            continue
-        stores += 1
-        bad = sorted({str(r) for r in df["code_revision"].dropna().unique() if str(r).endswith("+dirty")})
-        if bad:
-            sdirty.append((d, bad))
+
+    def check(paths, revisions):
+        recorded, bad = 0, []
+        for p in paths:
+            revs = revisions(p)
+            recorded += bool(revs)
+            marked = sorted(str(r) for r in revs if _marked(r))
+            if marked:
+                bad.append((p.relative_to(root).as_posix(), marked))
+        return recorded, bad
+
+    def meta_revisions(p):
+        z = np.load(p)
+        return _revisions(json.loads(str(z["meta"]))) if "meta" in z else set()
+
+    def store_revisions(d):
+        df = read_store(d)
+        return set(df["code_revision"].dropna().unique()) if "code_revision" in df else set()
+
+    def short(r):
+        sha, _, mark = r.partition("+")
+        return sha[:7] + ("" if mark == "dirty" else f"+{tex_escape(mark)}")
 
     def names(items):
         if not items:
             return "none"
         # a long file name may break after each underscore
         return ", ".join(r"\texttt{" + tex_escape(Path(f).name).replace(r"\_", r"\_\allowbreak{}") + "} ("
-                         + ", ".join(r[:7] for r in revs) + ")" for f, revs in items)
-    m = macro("provJsonRecorded", str(recorded))
-    m += macro("provJsonDirtyCount", str(len(dirty)))
-    m += macro("provJsonDirty", names(dirty))
-    m += macro("provStoresRecorded", str(stores))
-    m += macro("provStoresDirtyCount", str(len(sdirty)))
-    m += macro("provStoresDirty", names(sdirty))
+                         + ", ".join(short(r) for r in revs) + ")" for f, revs in items)
+    m = ""
+    for tag, paths, revisions in (
+            ("Json", sorted({p for g in PAPER_JSON for p in root.glob(g)}), lambda p: _revisions(json.loads(p.read_text()))),
+            ("Goldens", sorted({p for g in PAPER_GOLDENS for p in root.glob(g)}), meta_revisions),
+            ("Stores", [root / d for d in PAPER_STORES if (root / d).is_dir()], store_revisions)):
+        recorded, bad = check(paths, revisions)
+        m += macro(f"prov{tag}Recorded", str(recorded))
+        m += macro(f"prov{tag}DirtyCount", str(len(bad)))
+        m += macro(f"prov{tag}Dirty", names(bad))
     return m
-
 
 def main(argv=None) -> int:
     import argparse
