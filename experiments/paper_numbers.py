@@ -226,6 +226,8 @@ def goldens():
     total = 0
     for fname, what in (("fa4_sm90_bwd_dev_h200", "backward, dev"), ("fa4_sm90_bwd_holdout_h200", "backward, holdout"),
                         ("fa4_sm90_bwd_sink_h200", "backward, learnable sink"),
+                        ("fa4_sm90_bwd_wide_window_h200", "backward, wide window"),
+                        ("fa4_sm90_bwd_dlse_h200", "backward, LSE gradient"),
                         ("fa4_sm90_bwd_preprocess_h200", "backward preprocess ($D$, dQ accum.)"),
                         ("fa4_sm90_features_dev_h200", "forward features, dev"),
                         ("fa4_sm90_features_holdout_h200", "forward features, holdout")):
@@ -247,6 +249,15 @@ def goldens():
     m += macro("bwdNdCases", str(len(nd)))
     m += macro("bwdNdSpreadMax", sci(max(c["nd_dq_max_abs_spread"] for c in nd)))
     m += macro("bwdNdRuns", str(max(c.get("nd_runs", 0) for c in nd)))
+    # the reordering check (tests/attention/test_backward_golden.py::test_nondeterministic_dq_is_a_reordering):
+    # on one case every order of its key blocks' dQ adds is emulated, and the extreme values the GPU runs
+    # produced at each element that varied must be among them
+    rc = next(c for c in nd if c["case"]["name"] == "bwd_d128_nc")
+    blocks = -(-rc["case"]["seqlen_k"] // 128)
+    m += macro("bwdNdOrderCase", tex_escape(rc["case"]["name"]))
+    m += macro("bwdNdOrderBlocks", str(blocks))
+    m += macro("bwdNdOrderPerms", str(math.factorial(blocks)))
+    m += macro("bwdNdOrderElements", str(rc["nd_dq_elements_varying"]))
     return tex, m
 
 
@@ -309,6 +320,26 @@ def fit_suite_table():
         m += macro(f"fs{tag}", str(v.count(k)))
     m += macro("fsProven", str(sum(bool(r["fa4num"].get("proven")) for r in rows)))
     m += macro("fsTimeRatio", f"{statistics.median(tr):.2f}")
+    m += macro("fsTimeRatioLo", f"{min(tr):.3f}")
+    m += macro("fsTimeRatioHi", f"{max(tr):.0f}")
+    # how much better the "better" cases are: fa4num's error over Sollya's, median and smallest
+    br = sorted(r["error_ratio"] for r, x in zip(rows, v) if x == "better")
+    m += macro("fsBetterRatioMedian", f"{statistics.median(br):.5f}")
+    m += macro("fsBetterRatioMin", f"{br[0]:.3f}")
+    # what stopped the proof where there is none (benchmarks/fit_cases.json gives each case's free powers):
+    # more free coefficients than method="auto" runs the exact search for; the exact search finished with rival
+    # sets it could not separate from the winner (path "exact", not proven); else it hit its node limit and
+    # fell back to the bounded branch and bound
+    from fa4num.fit._api import EXACT_AUTO_MAX_FREE
+    cases = {(c["name"], c["format"]): c for c in json.loads((pc.ROOT / "benchmarks" / "fit_cases.json").read_text())["cases"]}
+    open_ = [r for r in rows if r["fa4num"]["error"] is not None and not r["fa4num"].get("proven")]
+    big = [r for r in open_ if len(cases[(r["name"], r["format"])]["monomials"]) > EXACT_AUTO_MAX_FREE]
+    unres = [r for r in open_ if r not in big and r["fa4num"].get("path") == "exact"]
+    m += macro("fsUnproven", str(len(open_)))
+    m += macro("fsMaxFree", str(EXACT_AUTO_MAX_FREE))
+    m += macro("fsNotTried", str(len(big)))
+    m += macro("fsUnresolved", str(len(unres)))
+    m += macro("fsNodeLimit", str(len(open_) - len(big) - len(unres)))
     m += macro("fsTimed", str(len(tr)))
     m += macro("fsFunctions", str(len(groups)))
     m += macro("fsFormats", tex_escape(", ".join(sorted({r["format"] for r in rows}))))
@@ -873,6 +904,8 @@ def backward_bounds():
     m += macro("bwdBoundUnbounded", str(sum(sum(c["unbounded"].values()) for c in cs)))
     m += macro("bwdBoundTightMedian", f"{statistics.median(tight):.2f}")
     m += macro("bwdBoundTightMax", f"{tight[-1]:.2f}")
+    # the tightest case: where the final rounding dominates the bound equals the observed error to many digits
+    m += macro("bwdBoundTightMin", f"{tight[0]:.10f}")
     return m
 
 
@@ -908,13 +941,103 @@ def reproducibility():
     m += macro("hzEmuColumns", " and ".join(str(c) for c in sorted(cols)[0]) if len(cols) == 1 else "varying")
     m += macro("hzCtas", " and ".join(rs[0]["decisions"]["ctas"]))
     # two H200 runs, two seeds: the first families (seed 91), then every family of issue 26 (seed 8008)
-    cases = [c for f in (pc.H200 / "planner_check_h200.json", pc.RESULTS / "h200_20261202b" / "planner_check_h200.json")
-             for c in json.loads(f.read_text())["cases"]]
+    runs = [json.loads(f.read_text()) for f in (pc.H200 / "planner_check_h200.json",
+                                                 pc.RESULTS / "h200_20261202b" / "planner_check_h200.json")]
+    cases = [c for r in runs for c in r["cases"]]
+    m += macro("plCasesFirst", str(len(runs[0]["cases"])))
+    m += macro("plCasesSecond", str(len(runs[1]["cases"])))
+    m += macro("plSeedFirst", str(runs[0]["seed"]))
+    m += macro("plSeedSecond", str(runs[1]["seed"]))
     m += macro("plCases", str(len(cases)))
     m += macro("plRows", f"{sum(c['gpu']['rows'] for c in cases):,}".replace(",", "{,}"))
     m += macro("plAgree", f"{sum(c['agreement']['rows_agree'] for c in cases):,}".replace(",", "{,}"))
     return m
 
+
+# The committed results the paper reads (make_tables.py, paper_numbers.py, paper_figures.py) or quotes with a
+# command in its Reproducing table: JSON documents (globs relative to the repository root) and result stores
+# (folders of parquet parts). provenance() checks each one's recorded code revision.
+PAPER_JSON = ("polys/*.json", "experiments/results/gpu_verify_NVIDIA_*Z.json",
+              "experiments/results/fa4_knobs.json", "experiments/results/fa4_knobs_full.json",
+              "fa4num/study/data/baselines_h200_fp64gpu.json", "fa4num/bounds/data/bounds_validation.json",
+              "experiments/results/paper_bounds.json", "experiments/results/prob_bound_check.json",
+              "experiments/results/bench_bounds.json", "experiments/results/paper_stale_max.json",
+              "experiments/results/paper_sink_jump.json", "experiments/results/paper_backward_bounds.json",
+              "experiments/results/paper_hd256_hazard.json", "experiments/results/skip_granularity.json",
+              "experiments/results/fit_suite.json", "experiments/results/fit_suite_bench.json",
+              "experiments/results/h200_20261201/dask_scaling.json",
+              "experiments/results/h200_20261201/twin_vs_emulator.json",
+              "experiments/results/h200_20261201/twin_bench.json",
+              "experiments/results/h200_20261201/planner_check_h200.json",
+              "experiments/results/h200_20261202b/planner_check_h200.json")
+# the H200 golden captures (their meta JSON's provenance): the Makefile's prerequisites of the number macros
+PAPER_GOLDENS = ("tests/golden/attention/fa4_sm90_*_h200.npz", "tests/golden/attention/fa4_sm100_softmax_twin_h200.npz",
+                 "fa4num/data/golden/fa4_sm90_*h200.npz")
+PAPER_STORES = tuple(f"fa4num/study/data/{d}" for d in pc.SKIP_STORES) + (
+    "experiments/results/study_error_budget", "experiments/results/study_error_budget_gpu",
+    "experiments/results/study_error_budget_minilm")
+
+
+def _revisions(doc) -> set:
+    """The code revisions a JSON document records: provenance.code_revision at its top, or in each record of a
+    list of records (the baseline run); empty when it records none."""
+    recs = doc if isinstance(doc, list) else [doc]
+    return {r["provenance"]["code_revision"] for r in recs
+            if isinstance(r, dict) and isinstance(r.get("provenance"), dict) and "code_revision" in r["provenance"]}
+
+
+def _marked(rev) -> bool:
+    """A revision that is not a plain commit: ``+dirty`` (uncommitted changes) or another ``+`` mark."""
+    return "+" in str(rev)
+
+
+def provenance(root=None):
+    """Which results the paper reads did not run from a plain commit: over :data:`PAPER_JSON` (each file's
+    provenance.code_revision), :data:`PAPER_GOLDENS` (the H200 captures' meta provenance) and
+    :data:`PAPER_STORES` (the stores' code_revision column), those whose revision carries a ``+`` mark
+    (``+dirty``: uncommitted changes). Macros per kind: how many record a revision, how many are marked, and
+    their file names with the revisions' first 7 digits (and the mark where it is not ``+dirty``)."""
+    from fa4num.study.store import read_store
+    root = pc.ROOT if root is None else Path(root)
+
+    def check(paths, revisions):
+        recorded, bad = 0, []
+        for p in paths:
+            revs = revisions(p)
+            recorded += bool(revs)
+            marked = sorted(str(r) for r in revs if _marked(r))
+            if marked:
+                bad.append((p.relative_to(root).as_posix(), marked))
+        return recorded, bad
+
+    def meta_revisions(p):
+        z = np.load(p)
+        return _revisions(json.loads(str(z["meta"]))) if "meta" in z else set()
+
+    def store_revisions(d):
+        df = read_store(d)
+        return set(df["code_revision"].dropna().unique()) if "code_revision" in df else set()
+
+    def short(r):
+        sha, _, mark = r.partition("+")
+        return sha[:7] + ("" if mark == "dirty" else f"+{tex_escape(mark)}")
+
+    def names(items):
+        if not items:
+            return "none"
+        # a long file name may break after each underscore
+        return ", ".join(r"\texttt{" + tex_escape(Path(f).name).replace(r"\_", r"\_\allowbreak{}") + "} ("
+                         + ", ".join(short(r) for r in revs) + ")" for f, revs in items)
+    m = ""
+    for tag, paths, revisions in (
+            ("Json", sorted({p for g in PAPER_JSON for p in root.glob(g)}), lambda p: _revisions(json.loads(p.read_text()))),
+            ("Goldens", sorted({p for g in PAPER_GOLDENS for p in root.glob(g)}), meta_revisions),
+            ("Stores", [root / d for d in PAPER_STORES if (root / d).is_dir()], store_revisions)):
+        recorded, bad = check(paths, revisions)
+        m += macro(f"prov{tag}Recorded", str(recorded))
+        m += macro(f"prov{tag}DirtyCount", str(len(bad)))
+        m += macro(f"prov{tag}Dirty", names(bad))
+    return m
 
 def main(argv=None) -> int:
     import argparse
@@ -930,7 +1053,7 @@ def main(argv=None) -> int:
     fit_tex, m5 = fit_table()
     fs_tex, m5b = fit_suite_table()
     m5 += m5b
-    m6 = misc(pc.knobs()) + stale_max() + backward_bounds() + twin() + reproducibility()
+    m6 = misc(pc.knobs()) + stale_max() + backward_bounds() + twin() + reproducibility() + provenance()
     scale = scale_rows()
     ebs_tex, m9 = error_budget_scale(scale)
     pr_tex, m9b, _ = paired_budget(scale)

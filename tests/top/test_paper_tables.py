@@ -166,3 +166,36 @@ def test_paper_latex_static_checks():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.check() == []
+
+
+def test_provenance_lists_every_dirty_record_the_paper_reads(tmp_path):
+    """paper_numbers.provenance() names exactly the JSON results (and golden captures, stores) whose
+    code_revision is not a plain commit (+dirty, or another + mark, shown); and every JSON result the Makefile
+    rebuilds the macros from is among the files it checks."""
+    pn = _script("paper_numbers")
+    res = tmp_path / "experiments" / "results"
+    res.mkdir(parents=True)
+    (res / "paper_bounds.json").write_text(json.dumps({"provenance": {"code_revision": "abcdef0123+dirty"}}))
+    (res / "paper_stale_max.json").write_text(json.dumps({"provenance": {"code_revision": "1234567abc"}}))
+    (res / "fit_suite.json").write_text(json.dumps({"rows": []}))          # records no revision: not counted
+    (res / "fit_suite_bench.json").write_text(json.dumps({"provenance": {"code_revision": "89abcde+lead-x"}}))
+    base = tmp_path / "fa4num" / "study" / "data"
+    base.mkdir(parents=True)
+    (base / "baselines_h200_fp64gpu.json").write_text(json.dumps(
+        [{"provenance": {"code_revision": "7654321+dirty"}}, {"provenance": {"code_revision": "7654321+dirty"}}]))
+    m = pn.provenance(tmp_path)
+    assert r"\newcommand{\provJsonRecorded}{4}" in m
+    assert r"\newcommand{\provJsonDirtyCount}{3}" in m
+    assert r"\texttt{fit\_\allowbreak{}suite\_\allowbreak{}bench.json} (89abcde+lead-x)" in m
+    assert r"\texttt{paper\_\allowbreak{}bounds.json} (abcdef0)" in m
+    assert r"\texttt{baselines\_\allowbreak{}h200\_\allowbreak{}fp64gpu.json} (7654321)" in m
+    assert "stale" not in m
+    assert r"\newcommand{\provStoresRecorded}{0}" in m and r"\newcommand{\provStoresDirty}{none}" in m
+    assert r"\newcommand{\provGoldensRecorded}{0}" in m
+    # the Makefile's JSON prerequisites of the number macros are all checked
+    make = (ROOT / "paper" / "Makefile").read_text()
+    import re
+    names = {p.replace("$(RES)", "experiments/results").replace("$(STUDY)", "fa4num/study/data")
+             for p in re.findall(r"\$\((?:RES|STUDY)\)/[\w/.]+\.json", make)}
+    checked = {p.relative_to(ROOT).as_posix() for g in pn.PAPER_JSON for p in ROOT.glob(g)}
+    assert names and names <= checked, sorted(names - checked)
