@@ -405,7 +405,13 @@ def bounds_validation(bv):
         for kern, tag in (("fa4-sm90", "SmNinety"), ("fa4-sm100", "SmHundred")):
             if kern in ks:
                 m += macro(f"bbRatio{tag}", f"{ks[kern]['ratio_bound_vs_forward']:.2f}")
+                if "backward" in ks[kern]:
+                    m += macro(f"bbBack{tag}", f"{ks[kern]['backward']['ratio_bound_vs_backward']:.2f}")
         m += macro("bbShape", r"$" + r"\times".join(str(x) for x in d["shape"]) + "$")
+        # the load average before and after the run (1 min) and the commit it ran at
+        loads = [d[k]["loadavg_1_5_15"][0] for k in ("machine_before", "machine_after") if k in d]
+        m += macro("bbLoad", f"{min(loads):.1f}--{max(loads):.1f}" if loads else "?")
+        m += macro("bbRevision", str(d.get("provenance", {}).get("code_revision", "?"))[:7])
     return tex, m
 
 

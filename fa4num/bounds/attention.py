@@ -716,7 +716,11 @@ def _bound_dense(qa, ka, va, *, problem, softmax_scale, delta, full_terms, seq_m
                 w2v2 = blk["w2v2"]
                 t_p_prob = (lam_p * u_p * w2v2 + eta_pn[:, None] * Vabs) / denom[:, None]
                 Dv = np.broadcast_to(D, (sq,)).astype(np.float64)
-                g_D_prob = np.expm1(lam_p * np.sqrt(Dv) * U32 + Dv * U32 * U32 / (1 - U32)) * _F64_SAFETY
+                # the row sum's relative error is that of the worst of its n_eta products of (1 + delta) factors:
+                # Higham-Mary's gamma~_D per product, with a union over the n_eta of them (their Theorem 3.1),
+                # so lambda from delta / (3 n_eta) rather than delta / 3
+                lam_d = np.sqrt(2.0 * np.log(6.0 * np.maximum(n_eta, 1) / delta))
+                g_D_prob = np.expm1(lam_d * np.sqrt(Dv) * U32 + Dv * U32 * U32 / (1 - U32)) * _F64_SAFETY
                 eps_p = (1 + rcp_rel) * (1 + U32) / (1 - np.minimum(g_D, g_D_prob)) - 1
                 Rp = np.minimum(t_p_prob, t_p) + t_pv
                 err_p = t_w + Rp + eps_p[:, None] * (np.abs(ostar) + t_w + Rp)
