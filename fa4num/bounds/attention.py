@@ -1486,9 +1486,10 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
         A1 = [2 theta + 2 n eta_e 2^-off + (u_p + n eta_p 2^-off)(1 + theta) + gamma_PV (1 + u_p)(1 + theta)]
              v_max / (1 - theta)
         E  = A1 + (v_max + A1) (gamma_D + 2^-22) / (1 - gamma_D)
-        |out - out*| <= E + u_o (v_max + E),     gamma_PV = (1 + gamma_m)^ceil(n/L) (1 + u)^B - 1,
+        |out - out*| <= E + u_o (v_max + E) + eta_o + 2^-150,   gamma_PV = (1 + gamma_m)^ceil(n/L) (1 + u)^B - 1,
 
-    the cross terms included; eta_e is a flushed exponential's absolute error (2^-126 or the software exp2's
+    the cross terms included (theta and gamma_D below 1/2, else +inf); eta_o is half the output format's subnormal
+    spacing (fp16: 2^-25); eta_e is a flushed exponential's absolute error (2^-126 or the software exp2's
     subnormal bound, times 1 + 2^(thr + off + 1) for a flushed rescale factor), eta_p half P's subnormal spacing.
 
     Parameters
@@ -1557,10 +1558,17 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     # one exp2 of the column per P, then at most one MUFU ex2 factor per later block (docs/bounds.md, Lemma 2)
     theta = math.expm1(e_x * math.log(2) + math.log1p(e_col) + (B - 1) * math.log1p(e_resc))
     u_p, eta_p, _ = P_FORMATS[dtype]
-    u_o = DTYPES["bfloat16" if dtype.startswith("float8") else dtype].unit_roundoff
+    out_fmt = DTYPES["bfloat16" if dtype.startswith("float8") else dtype]
+    u_o, eta_o = out_fmt.unit_roundoff, out_fmt.subnormal_half_spacing
     D = int(_row_sum_depth(kern.lazy_rescale, B, tile_n)) + B + 1   # (+ blas, + a sink)
     g_D = math.expm1(D * math.log1p(U32))
     g_pv = math.expm1(-(-seqlen_k // L) * math.log1p(g.gamma) + B * math.log1p(U32))
+    if not (theta < 0.5 and g_D < 0.5):
+        # the assembly needs theta < 1 and gamma_D < 1 (refused from 1/2, as the per-element bound refuses rows
+        # with tau >= 1/2): no finite closed form for such sizes and magnitudes
+        return {"bound": math.inf, "terms": {}, "theta": theta, "exp2_relative": e_col,
+                "rescale_exp2_relative": e_resc,
+                "formula": "theta or gamma_D >= 1/2 (huge qk_abs_max or seqlen_k): no finite closed form"}
     # P's cast below its format's normal range (fp16: 2^-14) errs absolutely, by at most eta_p per key relative to
     # the normalisation c >= 2^off (1 - theta); W >= 1 (the arg-max's weight is 1)
     a_cast = seqlen_k * eta_p * 2.0 ** -off
@@ -1577,10 +1585,13 @@ def a_priori_bound(*, head_dim, seqlen_k, threshold=0.0, max_offset=0.0, dtype="
     # |o - o*| <= A1 + (vmax + A1) (gamma_D + 2^-22) / (1 - gamma_D)
     t["row_sum_rcp"] = (v_abs_max + a1) * (g_D + 2.0 ** -22) / (1 - g_D)
     err = a1 + t["row_sum_rcp"]
-    t["out_cast"] = u_o * (v_abs_max + err)
+    # RN to the output format: relative u_o, or absolutely half its subnormal spacing (fp16: 2^-25), and the fp32
+    # product below 2^-126 within 2^-150
+    t["out_cast"] = u_o * (v_abs_max + err) + eta_o + 2.0 ** -150
     return {"bound": sum(t.values()) * (1 + 2.0 ** -20), "terms": t, "theta": theta, "exp2_relative": e_col,
             "rescale_exp2_relative": e_resc,
             "formula": "E = A1 + (vmax + A1)(γ_D + 2^-22)/(1-γ_D), A1 = [2θ + 2n η_e 2^-off "
-                       "+ (u_p + n η_p 2^-off)(1+θ) + γ_PV(1+u_p)(1+θ)]·vmax/(1-θ); bound = E + u_o (vmax + E); "
+                       "+ (u_p + n η_p 2^-off)(1+θ) + γ_PV(1+u_p)(1+θ)]·vmax/(1-θ); "
+                       "bound = E + u_o (vmax + E) + η_o + 2^-150; "
                        "θ = 2^e_x (1+ε_col)(1+ε_resc)^(B-1) - 1"}
 

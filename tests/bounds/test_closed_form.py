@@ -152,3 +152,22 @@ def test_probabilistic_p_cast_groups_tied_scores():
     t = _tied_root_sum_squares(S, w2, V)
     np.testing.assert_allclose(t[0], 1024 * 1e-3)
     np.testing.assert_allclose(t[1], math.sqrt(1024) * 1e-3)
+
+
+def test_a_priori_bound_covers_fp16_subnormal_outputs_and_refuses_large_theta():
+    """Round-6 referee's constructions: (B1) fp16, three keys of one score, v = (2^-20, 0, 0): the exact output
+    2^-20 / 3 lies between fp16 subnormals, so every kernel errs by at least its distance to that grid, which the
+    closed form must cover (it lacked the output's subnormal spacing); (B2) a theta >= 1/2 (huge |q||k|) must give
+    +inf, not a negative bound."""
+    q = np.zeros((1, 1, 1, 64), np.float16)
+    k = np.zeros((1, 3, 1, 64), np.float16)
+    v = np.zeros((1, 3, 1, 64), np.float16)
+    v[0, 0, 0, :] = 2.0 ** -20
+    exact = 2.0 ** -20 / 3
+    grid = np.arange(-64, 65) * 2.0 ** -24                   # fp16's subnormal grid around it
+    floor = float(np.abs(grid - exact).min())
+    r = forward(q, k, v, kernel="fa4-sm90")
+    err = float(np.abs(r.out.astype(np.float64) - exact).max())
+    ap = a_priori_bound(head_dim=64, seqlen_k=3, dtype="float16", v_abs_max=2.0 ** -20, qk_abs_max=0.0)
+    assert err >= floor > 0 and ap["bound"] >= err
+    assert a_priori_bound(head_dim=128, seqlen_k=1 << 20, qk_abs_max=1.2e4)["bound"] == math.inf
