@@ -330,7 +330,7 @@ def fit_suite_table():
     # more free coefficients than method="auto" runs the exact search for; the exact search finished with rival
     # sets it could not separate from the winner (path "exact", not proven); else it hit its node limit and
     # fell back to the bounded branch and bound
-    from fa4num.fit._api import EXACT_AUTO_MAX_FREE
+    from fa4num.fit import EXACT_AUTO_MAX_FREE
     cases = {(c["name"], c["format"]): c for c in json.loads((pc.ROOT / "benchmarks" / "fit_cases.json").read_text())["cases"]}
     open_ = [r for r in rows if r["fa4num"]["error"] is not None and not r["fa4num"].get("proven")]
     big = [r for r in open_ if len(cases[(r["name"], r["format"])]["monomials"]) > EXACT_AUTO_MAX_FREE]

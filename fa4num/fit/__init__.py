@@ -15,6 +15,8 @@ _EXPORTS = {
     "SupNorm": "_api", "Certificate": "_certify", "FORMATS": "_formats", "Format": "_formats",
     "get_format": "_formats", "load_poly": "registry", "poly_entry": "registry", "describe": "registry",
     "export": "registry", "write_certificate": "_api", "verify_certificate": "_api", "CertificateCheck": "_api", "evaluated_error": "_objectives", "bf16_mismatch_share": "_objectives",
+    # the most free coefficients for which method="auto" runs the exact search (the paper's fitter section names it)
+    "EXACT_AUTO_MAX_FREE": "_api",
 }
 
 __all__ = list(_EXPORTS)
