@@ -223,7 +223,7 @@ def attention_error_bound(q=None, k=None, v=None, *, problem: Problem | None = N
         (0 < delta < 1; 1e-6 in the paper). None (default): no probabilistic variant (``out_probabilistic`` is
         None), which saves a GEMM and the tie analysis per head.
     full_terms : bool
-        Also report the terms that need their own |V|-weighted GEMM per head (``s_gemm``, ``scale_exponent``,
+        Also report the terms that need their own GEMM with ``|V|`` per head (``s_gemm``, ``scale_exponent``,
         ``softcap`` / ``score_mod``); without (default), ``terms`` lacks those keys. The bound is the same.
     **fa4_args
         fa4num.attention.forward's arguments (softmax_scale: out_exact uses this real number, the kernel its fp32
